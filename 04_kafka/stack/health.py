@@ -1,0 +1,21 @@
+"""Protocol-level health checks that need no client library state."""
+from __future__ import annotations
+
+import socket
+
+
+def mqtt_ready(host: str, port: int, timeout: float = 1.0) -> bool:
+    """Send an MQTT 3.1.1 CONNECT and expect a CONNACK that accepts it."""
+    client_id = b"stack-health"
+    variable_header = b"\x00\x04MQTT\x04\x02\x00\x05"  # protocol, level 4, clean session, keepalive 5 s
+    payload = len(client_id).to_bytes(2, "big") + client_id
+    body = variable_header + payload
+    packet = bytes([0x10, len(body)]) + body
+    try:
+        with socket.create_connection((host, port), timeout=timeout) as conn:
+            conn.sendall(packet)
+            reply = conn.recv(4)
+            conn.sendall(b"\xe0\x00")  # DISCONNECT
+    except OSError:
+        return False
+    return reply[:2] == b"\x20\x02" and reply[3:4] == b"\x00"

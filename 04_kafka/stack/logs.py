@@ -1,0 +1,20 @@
+"""One logging setup for every process of the pipeline."""
+from __future__ import annotations
+
+import logging
+import os
+
+READY_MARKER = "READY"
+
+
+def configure_logging(level: str | None = None) -> None:
+    """Log to stderr as `time level logger: message`; LOG_LEVEL overrides the default INFO."""
+    logging.basicConfig(
+        level=(level or os.environ.get("LOG_LEVEL", "INFO")).upper(),
+        format="%(asctime)s %(levelname)-5s %(name)s: %(message)s",
+    )
+
+
+def announce_ready(logger: logging.Logger, what: str) -> None:
+    """Log the line the stack manager waits for before it calls a pipeline process healthy."""
+    logger.info("%s %s", READY_MARKER, what)

@@ -1,0 +1,83 @@
+"""The record schema of the pipeline's Kafka topics: one definition, imported by every stage.
+
+`machine.data` carries one record per measured quantity, keyed ``"<thing>.<quantity>"``::
+
+    {"thing": "R0815", "quantity": "actSpeed_C11", "phenomenonTime": 1554096460415,
+     "result": 288.2, "id": "<source row id>"}
+
+`machine.out` carries join results in the same shape (plus provenance fields), keyed by the
+result quantity. `machine.dlq` carries `DeadLetter` envelopes: the original payload and the reason
+it was rejected, so nothing a user sent is ever lost silently.
+"""
+from __future__ import annotations
+
+import base64
+import json
+import math
+import time
+from typing import Any, TypedDict
+
+REQUIRED_FIELDS = ("thing", "quantity", "phenomenonTime", "result")
+
+
+class MachineRecord(TypedDict, total=False):
+    thing: str
+    quantity: str
+    phenomenonTime: int  # epoch milliseconds
+    result: float
+    id: str
+
+
+class InvalidRecord(ValueError):
+    """A payload that does not follow the record schema; the message is the reason."""
+
+
+def record_key(thing: str, quantity: str) -> str:
+    """The Kafka key of a record: all values of one time series land in one partition, in order."""
+    return f"{thing}.{quantity}"
+
+
+def encode_record(record: MachineRecord | dict[str, Any]) -> bytes:
+    """Compact JSON, the wire format of machine.data and machine.out."""
+    return json.dumps(record, separators=(",", ":"), allow_nan=False).encode()
+
+
+def is_finite_number(value: Any) -> bool:
+    """True for int/float values that are neither NaN nor infinite (bool is not a number here)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def decode_record(payload: bytes | str) -> MachineRecord:
+    """Parse and validate one machine.data / machine.out record, or raise `InvalidRecord`."""
+    try:
+        record = json.loads(payload)
+    except (UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise InvalidRecord(f"malformed JSON: {error}") from None
+    if not isinstance(record, dict):
+        raise InvalidRecord(f"expected a JSON object, got {type(record).__name__}")
+    missing = [name for name in REQUIRED_FIELDS if name not in record]
+    if missing:
+        raise InvalidRecord(f"missing field(s): {', '.join(missing)}")
+    for name in ("thing", "quantity"):
+        if not isinstance(record[name], str) or not record[name]:
+            raise InvalidRecord(f"{name} must be a non-empty string, got {record[name]!r}")
+    if not is_finite_number(record["phenomenonTime"]):
+        raise InvalidRecord(f"phenomenonTime must be a finite number, got {record['phenomenonTime']!r}")
+    if not is_finite_number(record["result"]):
+        raise InvalidRecord(f"result must be a finite number, got {record['result']!r}")
+    return record  # type: ignore[return-value]
+
+
+def dead_letter(reason: str, payload: bytes | str | None, stage: str, **context: Any) -> bytes:
+    """A machine.dlq record: why, where, and the original payload (text, or base64 if binary)."""
+    envelope: dict[str, Any] = {"reason": reason, "stage": stage, "rejectedAt": int(time.time() * 1000)}
+    envelope.update({key: value for key, value in context.items() if value is not None})
+    if isinstance(payload, bytes):
+        try:
+            envelope["payload"] = payload.decode("utf-8")
+        except UnicodeDecodeError:
+            envelope["payloadBase64"] = base64.b64encode(payload).decode("ascii")
+    elif payload is not None:
+        envelope["payload"] = payload
+    # NaN/inf inside a rejected record must not make the envelope itself unencodable.
+    return json.dumps(envelope, separators=(",", ":"), default=repr).encode()

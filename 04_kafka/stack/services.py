@@ -1,0 +1,236 @@
+"""The servers and pipeline processes of the native stack: how each is configured, started and
+health-checked. `manager.py` runs them in order."""
+from __future__ import annotations
+
+import base64
+import os
+import shutil
+import subprocess
+import sys
+import urllib.error
+import urllib.request
+import uuid
+from abc import ABC, abstractmethod
+from pathlib import Path
+from string import Template
+
+from . import paths
+from .logs import READY_MARKER
+
+# Written into a service's log before each start, so readiness is read from the latest run only.
+START_MARKER = "--- stack: starting"
+from .processes import StackError
+
+
+def env_port(name: str, default: int) -> int:
+    value = os.environ.get(name, str(default))
+    try:
+        return int(value)
+    except ValueError:
+        raise StackError(f"{name}={value!r} is not a port number") from None
+
+
+def render(template: Path, target: Path, **values: object) -> Path:
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text(Template(template.read_text()).substitute({k: str(v) for k, v in values.items()}))
+    return target
+
+
+def require_binary(name: str, package: str) -> str:
+    found = shutil.which(name) or next((p for p in (f"/usr/sbin/{name}", f"/usr/bin/{name}")
+                                        if os.access(p, os.X_OK)), None)
+    if not found:
+        raise StackError(f"`{name}` is not installed: run `make setup` (it installs Debian's "
+                         f"`{package}` package) or `sudo apt-get install {package}`")
+    return found
+
+
+class Service(ABC):
+    """One process of the stack. Subclasses say how to configure, start and check it."""
+
+    name: str
+    start_deadline_s: float = 30.0
+    stop_grace_s: float = 10.0
+
+    @property
+    def state_dir(self) -> Path:
+        return paths.STATE_DIR / self.name
+
+    @property
+    def log_file(self) -> Path:
+        return self.state_dir / f"{self.name}.log"
+
+    @property
+    def pid_file(self) -> Path:
+        return paths.STATE_DIR / "run" / f"{self.name}.pid"
+
+    @abstractmethod
+    def ports(self) -> dict[str, int]:
+        """Ports the service listens on, by role; checked free before start."""
+
+    @abstractmethod
+    def command(self) -> list[str]:
+        """The command line; must contain `marker()`."""
+
+    def marker(self) -> str:
+        """A string unique to this service's command line (its config path, usually)."""
+        return str(self.state_dir)
+
+    def prepare(self) -> None:
+        """Render config files and initialise storage before the first start."""
+
+    def environment(self) -> dict[str, str]:
+        return {}
+
+    @abstractmethod
+    def is_ready(self) -> bool:
+        """A real health check: the service answers its protocol."""
+
+    def after_ready(self) -> None:
+        """Idempotent set-up that needs the running service (topics, databases)."""
+
+
+class Mosquitto(Service):
+    name = "mosquitto"
+
+    def ports(self) -> dict[str, int]:
+        return {"mqtt": env_port("MQTT_PORT", 1883)}
+
+    @property
+    def config_file(self) -> Path:
+        return self.state_dir / "mosquitto.conf"
+
+    def prepare(self) -> None:
+        (self.state_dir / "data").mkdir(parents=True, exist_ok=True)
+        render(paths.MQTT_BROKER_DIR / "mosquitto.conf", self.config_file,
+               port=self.ports()["mqtt"], data_dir=self.state_dir / "data",
+               user=_current_user())
+
+    def command(self) -> list[str]:
+        return [require_binary("mosquitto", "mosquitto"), "-c", str(self.config_file)]
+
+    def is_ready(self) -> bool:
+        from .health import mqtt_ready
+        return mqtt_ready("127.0.0.1", self.ports()["mqtt"])
+
+
+class Kafka(Service):
+    name = "kafka"
+    start_deadline_s = 60.0
+    stop_grace_s = 30.0
+
+    def ports(self) -> dict[str, int]:
+        return {"kafka": env_port("KAFKA_PORT", 9092),
+                "controller": env_port("KAFKA_CONTROLLER_PORT", 9093)}
+
+    @property
+    def config_file(self) -> Path:
+        return self.state_dir / "server.properties"
+
+    @property
+    def bootstrap_servers(self) -> str:
+        return f"127.0.0.1:{self.ports()['kafka']}"
+
+    def _java(self) -> list[str]:
+        java = shutil.which("java")
+        if not java:
+            raise StackError("Java is missing: Kafka needs Java 17 or newer "
+                             "(`sudo apt-get install openjdk-17-jre-headless`)")
+        if not any(paths.KAFKA_LIBS.glob("kafka_2.13-*.jar")):
+            raise StackError(f"Kafka's jars are not in {paths.KAFKA_LIBS}: run `make setup`")
+        return [java, "-cp", f"{paths.KAFKA_LIBS}/*"]
+
+    def prepare(self) -> None:
+        data_dir = self.state_dir / "data"
+        ports = self.ports()
+        render(paths.KAFKA_DIR / "server.properties", self.config_file,
+               port=ports["kafka"], controller_port=ports["controller"], data_dir=data_dir)
+        if (data_dir / "meta.properties").exists():
+            return
+        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        formatted = subprocess.run(
+            [*self._java(), *self._jvm_flags(), "kafka.tools.StorageTool", "format",
+             "-t", cluster_id, "-c", str(self.config_file)],
+            capture_output=True, text=True, timeout=120)
+        if formatted.returncode != 0:
+            raise StackError(f"formatting Kafka's KRaft storage failed:\n{formatted.stdout}{formatted.stderr}")
+
+    def _jvm_flags(self) -> list[str]:
+        heap = os.environ.get("KAFKA_HEAP_OPTS", "-Xms256m -Xmx1g").split()
+        return [*heap, "-XX:+UseG1GC", "-Djava.awt.headless=true",
+                f"-Dlog4j2.configurationFile={paths.KAFKA_DIR / 'log4j2.properties'}",
+                f"-Dkafka.logs.dir={self.state_dir}"]
+
+    def command(self) -> list[str]:
+        return [*self._java(), *self._jvm_flags(), "kafka.Kafka", str(self.config_file)]
+
+    def is_ready(self) -> bool:
+        from .kafka_clients import kafka_ready
+        return kafka_ready(self.bootstrap_servers, timeout=1.0)
+
+    def after_ready(self) -> None:
+        from .kafka_clients import admin_client
+        from .topics import ensure_topics
+        ensure_topics(admin_client(self.bootstrap_servers))
+
+
+class InfluxDB(Service):
+    name = "influxdb"
+
+    def ports(self) -> dict[str, int]:
+        return {"http": env_port("INFLUXDB_PORT", 8086), "rpc": env_port("INFLUXDB_RPC_PORT", 8088)}
+
+    @property
+    def config_file(self) -> Path:
+        return self.state_dir / "influxdb.conf"
+
+    def prepare(self) -> None:
+        ports = self.ports()
+        render(paths.INFLUXDB_GRAFANA_DIR / "influxdb.conf", self.config_file,
+               port=ports["http"], rpc_port=ports["rpc"], data_dir=self.state_dir / "data")
+
+    def command(self) -> list[str]:
+        return [require_binary("influxd", "influxdb"), "-config", str(self.config_file)]
+
+    def is_ready(self) -> bool:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.ports()['http']}/ping", timeout=1) as reply:
+                return reply.status == 204
+        except (OSError, urllib.error.URLError):
+            return False
+
+    def after_ready(self) -> None:
+        from .influx import influx_client
+        from .settings import ConnectionSettings, load_settings
+        settings = load_settings(ConnectionSettings, [])
+        influx_client(settings).create_database(settings.influxdb_database)
+
+
+class PipelineProcess(Service):
+    """A Python stage of the pipeline, run as `python -m <module>`; ready when it logs READY."""
+
+    def __init__(self, name: str, module: str, *args: str) -> None:
+        self.name = name
+        self.module = module
+        self.args = args
+
+    def ports(self) -> dict[str, int]:
+        return {}
+
+    def marker(self) -> str:
+        return f"-m {self.module}"
+
+    def command(self) -> list[str]:
+        return [sys.executable, "-m", self.module, *self.args]
+
+    def is_ready(self) -> bool:
+        try:
+            latest_run = self.log_file.read_text(errors="replace").rsplit(START_MARKER, 1)[-1]
+            return READY_MARKER in latest_run
+        except OSError:
+            return False
+
+
+def _current_user() -> str:
+    import pwd
+    return pwd.getpwuid(os.getuid()).pw_name

@@ -1,0 +1,104 @@
+"""Settings objects read from environment variables and command-line flags.
+
+Every entry point of the pipeline describes its settings as a frozen dataclass whose fields carry
+their environment variable and help text (`setting(...)`); `load_settings` turns that into a CLI.
+Precedence: command-line flag, then environment variable, then the field's default.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import types
+import typing
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+
+
+def setting(default: Any, env: str | None, help: str) -> Any:
+    """A dataclass field with a default, the environment variable that overrides it, and help."""
+    return dataclasses.field(default=default, metadata={"env": env, "help": help})
+
+
+def _converter(annotation: Any) -> Any:
+    origin = typing.get_origin(annotation)
+    if origin in (typing.Union, types.UnionType):
+        inner = [a for a in typing.get_args(annotation) if a is not type(None)]
+        convert = _converter(inner[0])
+        return lambda text: None if text in ("", "none", "None") else convert(text)
+    if annotation is bool:
+        return lambda text: text.strip().lower() in ("1", "true", "yes", "on")
+    if annotation in (int, float, str, Path):
+        return annotation
+    raise TypeError(f"unsupported settings type {annotation!r}")
+
+
+def _fields(cls: type) -> list[tuple[dataclasses.Field, Any]]:
+    hints = typing.get_type_hints(cls)
+    return [(f, hints[f.name]) for f in dataclasses.fields(cls)]
+
+
+def _env_default(field: dataclasses.Field, annotation: Any, environ: typing.Mapping[str, str]) -> Any:
+    env = field.metadata.get("env")
+    if env and env in environ:
+        try:
+            return _converter(annotation)(environ[env])
+        except ValueError as error:
+            raise SystemExit(f"environment variable {env}={environ[env]!r}: {error}") from None
+    return field.default
+
+
+def add_arguments(parser: argparse.ArgumentParser, cls: type,
+                  environ: typing.Mapping[str, str] | None = None) -> None:
+    """Add one `--flag` per field of the settings dataclass `cls`, defaulting to env/defaults."""
+    environ = os.environ if environ is None else environ
+    for field, annotation in _fields(cls):
+        flag = "--" + field.name.replace("_", "-")
+        default = _env_default(field, annotation, environ)
+        env = field.metadata.get("env")
+        help_text = field.metadata.get("help", "")
+        help_text += f" [env {env}]" if env else ""
+        if annotation is bool:
+            parser.add_argument(flag, dest=field.name, default=default, help=help_text,
+                                action=argparse.BooleanOptionalAction)
+        else:
+            parser.add_argument(flag, dest=field.name, default=default, help=help_text + " (default: %(default)s)",
+                                type=_converter(annotation), metavar=field.name.upper())
+
+
+def from_namespace(cls: type[T], namespace: argparse.Namespace) -> T:
+    """Build the settings dataclass from parsed arguments, ignoring unrelated ones."""
+    return cls(**{f.name: getattr(namespace, f.name) for f in dataclasses.fields(cls)})
+
+
+def load_settings(cls: type[T], argv: Sequence[str] | None = None, *, prog: str | None = None,
+                  description: str | None = None, environ: typing.Mapping[str, str] | None = None) -> T:
+    """Parse `argv` (default: sys.argv[1:]) into the settings dataclass `cls`."""
+    parser = argparse.ArgumentParser(prog=prog, description=description or cls.__doc__,
+                                     formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    add_arguments(parser, cls, environ)
+    return from_namespace(cls, parser.parse_args(argv))
+
+
+def _kafka_default() -> str:
+    return f"127.0.0.1:{os.environ.get('KAFKA_PORT', '9092')}"
+
+
+@dataclasses.dataclass(frozen=True)
+class ConnectionSettings:
+    """Where the pipeline's servers are. Stage settings inherit these fields."""
+
+    mqtt_host: str = setting("127.0.0.1", "MQTT_HOST", "MQTT broker host")
+    mqtt_port: int = setting(1883, "MQTT_PORT", "MQTT broker port")
+    mqtt_username: str | None = setting(None, "MQTT_USERNAME", "MQTT user name, if the broker requires one")
+    mqtt_password: str | None = setting(None, "MQTT_PASSWORD", "MQTT password")
+    kafka_bootstrap_servers: str = setting(_kafka_default(), "KAFKA_BOOTSTRAP_SERVERS",
+                                           "Kafka bootstrap servers, host:port[,host:port]")
+    influxdb_host: str = setting("127.0.0.1", "INFLUXDB_HOST", "InfluxDB host")
+    influxdb_port: int = setting(8086, "INFLUXDB_PORT", "InfluxDB HTTP port")
+    influxdb_database: str = setting("machinedata", "INFLUXDB_DATABASE", "InfluxDB database")
+    influxdb_username: str | None = setting(None, "INFLUXDB_USERNAME", "InfluxDB user, when auth is on")
+    influxdb_password: str | None = setting(None, "INFLUXDB_PASSWORD", "InfluxDB password")
