@@ -1,0 +1,93 @@
+"""`python -m stack.provision`: install what the native stack needs, idempotently.
+
+Debian's mosquitto and influxdb packages (and Java/Maven if missing), Apache Kafka's jars and
+Spark's Kafka connector from Maven Central into the git-ignored cache. Fast when all is there.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+from importlib.metadata import version
+from pathlib import Path
+
+from . import paths
+
+DEBIAN_PACKAGES = {  # binary -> package
+    "mosquitto": "mosquitto",
+    "influxd": "influxdb",
+    "java": "openjdk-17-jre-headless",
+    "mvn": "maven",
+}
+
+
+class ProvisionError(RuntimeError):
+    pass
+
+
+def _installed(binary: str) -> bool:
+    return bool(shutil.which(binary) or any(os.access(f"{d}/{binary}", os.X_OK) for d in ("/usr/sbin", "/sbin")))
+
+
+def install_debian_packages() -> None:
+    missing = sorted({package for binary, package in DEBIAN_PACKAGES.items() if not _installed(binary)})
+    if not missing:
+        return
+    command = ["apt-get", "install", "-y", "-q", "--no-install-recommends", *missing]
+    if os.geteuid() != 0:
+        raise ProvisionError("missing Debian packages; run this once, then `make setup` again:\n"
+                             f"  sudo apt-get update && sudo {' '.join(command)}")
+    print(f"installing Debian packages: {', '.join(missing)}", flush=True)
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    subprocess.run(["apt-get", "update", "-q"], check=True, env=env, stdout=subprocess.DEVNULL)
+    subprocess.run(command, check=True, env=env, stdout=subprocess.DEVNULL)
+
+
+def _maven_copy(output: Path, stamp_value: str, *maven_args: str) -> None:
+    stamp = output / ".resolved"
+    if stamp.exists() and stamp.read_text() == stamp_value:
+        return
+    print(f"resolving jars from Maven Central into {output.relative_to(paths.REPO_ROOT)} ...", flush=True)
+    if output.exists():
+        shutil.rmtree(output)
+    result = subprocess.run(
+        ["mvn", "-q", "-B", "-s", str(paths.KAFKA_DIR / "maven-settings.xml"),
+         "-f", str(paths.KAFKA_DIR / "pom.xml"), *maven_args,
+         "dependency:copy-dependencies", f"-DoutputDirectory={output}", "-DincludeScope=runtime"],
+        capture_output=True, text=True)
+    if result.returncode != 0:
+        raise ProvisionError("Maven could not resolve the jars (is Maven Central reachable?):\n"
+                             + "\n".join((result.stdout + result.stderr).splitlines()[-15:]))
+    stamp.write_text(stamp_value)
+
+
+def fetch_kafka() -> None:
+    pom_hash = hashlib.sha256((paths.KAFKA_DIR / "pom.xml").read_bytes()).hexdigest()
+    _maven_copy(paths.KAFKA_LIBS, pom_hash)
+
+
+def fetch_spark_kafka_connector() -> None:
+    """spark-sql-kafka matching the installed pyspark, so Spark sessions start without network."""
+    spark_version = version("pyspark")
+    # Spark's own jars (pyspark/jars) already hold these; a second, older copy would shadow them.
+    bundled = ("hadoop-client-api,hadoop-client-runtime,scala-library,scala-parallel-collections_2.13,"
+               "slf4j-api,jsr305,lz4-java,snappy-java,spark-tags_2.13")
+    _maven_copy(paths.SPARK_JARS, spark_version, "-P", "spark-kafka", f"-Dspark.version={spark_version}",
+                f"-DexcludeArtifactIds={bundled}")
+
+
+def main() -> int:
+    try:
+        install_debian_packages()
+        fetch_kafka()
+        fetch_spark_kafka_connector()
+    except (ProvisionError, subprocess.CalledProcessError) as error:
+        print(f"setup failed: {error}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,64 @@
+"""Session fixtures: the native stack of real servers, and fresh topics per test."""
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from stack import manager
+from stack.kafka_clients import admin_client
+from stack.settings import ConnectionSettings, load_settings
+from stack.topics import MACHINE_DATA, MACHINE_DLQ, MACHINE_OUT, ensure_topics
+from support import unique
+
+# The 5,000 real event rows (three machines), shipped with the simulator as its default replay.
+EVENTS_FILE = Path(__file__).resolve().parents[1] / "01_simulator" / "data" / "test_events.json"
+
+
+@pytest.fixture(scope="session")
+def stack() -> Iterator[ConnectionSettings]:
+    """Mosquitto, Kafka and InfluxDB running for real: reused when up, else started and stopped."""
+    servers = manager.servers()
+    started = manager.up(servers)
+    yield load_settings(ConnectionSettings, [])
+    manager.down([service for service in servers if service.name in started])
+
+
+@pytest.fixture(scope="session")
+def bootstrap(stack: ConnectionSettings) -> str:
+    return stack.kafka_bootstrap_servers
+
+
+@dataclasses.dataclass(frozen=True)
+class PipelineTopics:
+    data: str
+    out: str
+    dlq: str
+
+
+@pytest.fixture(scope="session")
+def _created_topics(bootstrap: str) -> Iterator[list[str]]:
+    names: list[str] = []
+    yield names
+    if names:
+        admin = admin_client(bootstrap)
+        for future in admin.delete_topics(names, operation_timeout=30).values():
+            future.result(30)
+
+
+@pytest.fixture
+def new_topics(bootstrap: str, _created_topics: list[str]) -> Callable[[], PipelineTopics]:
+    """Make fresh copies of machine.data/.out/.dlq (same partitions and config) for one test."""
+
+    def make() -> PipelineTopics:
+        suffix = unique("t").split(".", 1)[1]
+        specs = [dataclasses.replace(spec, name=f"{spec.name}.{suffix}")
+                 for spec in (MACHINE_DATA, MACHINE_OUT, MACHINE_DLQ)]
+        ensure_topics(admin_client(bootstrap), tuple(specs))
+        _created_topics.extend(spec.name for spec in specs)
+        return PipelineTopics(*(spec.name for spec in specs))
+
+    return make
+

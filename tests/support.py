@@ -1,0 +1,105 @@
+"""Helpers shared by the tests: polling with deadlines and reading topics to the end."""
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from confluent_kafka import Consumer, Producer
+
+from stack.kafka_clients import consumer_config, producer_config
+from stack.records import encode_record
+
+T = TypeVar("T")
+
+
+def wait_for(check: Callable[[], T], deadline_s: float, what: str, interval_s: float = 0.05) -> T:
+    """Poll `check` until it returns something truthy; fail the test at the deadline."""
+    end = time.monotonic() + deadline_s
+    while True:
+        value = check()
+        if value:
+            return value
+        if time.monotonic() > end:
+            raise AssertionError(f"timed out after {deadline_s:.0f} s waiting for {what}")
+        time.sleep(interval_s)
+
+
+def unique(prefix: str) -> str:
+    return f"{prefix}.{uuid.uuid4().hex[:10]}"
+
+
+@dataclass(frozen=True)
+class Message:
+    key: bytes | None
+    value: bytes | None
+    partition: int
+    offset: int
+    timestamp_ms: int
+
+
+def read_topic(bootstrap: str, topic: str, *, expected: int | None = None, deadline_s: float = 60.0,
+               idle_s: float = 2.0, isolation: str = "read_committed") -> list[Message]:
+    """Read `topic` from the beginning.
+
+    With `expected`, stop as soon as that many messages arrived (fail at the deadline otherwise);
+    without it, stop once the consumer is at the end of every partition and nothing arrives for
+    `idle_s`.
+    """
+    consumer = Consumer(consumer_config(bootstrap, unique("test-reader"), **{
+        "isolation.level": isolation, "enable.partition.eof": True}))
+    consumer.subscribe([topic])
+    messages: list[Message] = []
+    end = time.monotonic() + deadline_s
+    last_arrival = time.monotonic()
+    at_end: set[int] = set()
+    partitions: int | None = None
+    try:
+        while time.monotonic() < end:
+            if expected is not None and len(messages) >= expected:
+                break
+            message = consumer.poll(0.2)
+            if message is None:
+                if (expected is None and partitions is not None and len(at_end) >= partitions
+                        and time.monotonic() - last_arrival > idle_s):
+                    break
+                continue
+            if message.error():
+                if message.error().code() == -191:  # _PARTITION_EOF
+                    at_end.add(message.partition())
+                    if partitions is None:
+                        partitions = len(consumer.list_topics(topic, timeout=5).topics[topic].partitions)
+                    continue
+                raise AssertionError(f"consumer error: {message.error()}")
+            at_end.discard(message.partition())
+            last_arrival = time.monotonic()
+            messages.append(Message(message.key(), message.value(), message.partition(), message.offset(),
+                                    message.timestamp()[1]))
+    finally:
+        consumer.close()
+    if expected is not None and len(messages) < expected:
+        raise AssertionError(f"{topic}: {len(messages)} of {expected} messages within {deadline_s:.0f} s")
+    return messages
+
+
+def produce_records(bootstrap: str, topic: str, records: Iterable[dict[str, Any]],
+                    key: Callable[[dict[str, Any]], str] | None = None) -> int:
+    """Produce JSON records and wait until Kafka confirmed every one; returns the count."""
+    producer = Producer(producer_config(bootstrap))
+    failures: list[str] = []
+    count = 0
+
+    def on_delivery(error, _message) -> None:
+        if error is not None:
+            failures.append(str(error))
+
+    for record in records:
+        producer.produce(topic, encode_record(record), key=key(record) if key else None,
+                         on_delivery=on_delivery)
+        producer.poll(0)
+        count += 1
+    producer.flush(60)
+    assert not failures, failures[:3]
+    return count
