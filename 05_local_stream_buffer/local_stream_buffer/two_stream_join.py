@@ -1,0 +1,304 @@
+"""The join of two in-order streams of one key: the state machine behind every API of this package.
+
+Each stream (side 0 = left, side 1 = right) arrives in its own time order; how the two interleave is
+arbitrary. Every record pairs with its predecessor (latest record of the other stream at or before its
+time) and its successor (earliest record of the other stream at or after its time). A successor pair is
+emitted as soon as both records are there; a predecessor pair once the other stream has reached the
+record's time (before that a record could still arrive in between). The emitted set therefore depends
+only on the two streams, not on their interleaving. See the package README for the full contract.
+
+State invariant after every step, with the *lagging* stream being the one with the smaller frontier
+(its last time, or the time up to which forcing closed it):
+
+* the lagging stream holds only its last record (the predecessor of the other stream's next records);
+* the leading stream holds its latest record at or before the lagging frontier (the *anchor*: the
+  predecessor of the lagging stream's next record) and every record after that frontier (*pending*:
+  their predecessor pair is not certain yet).
+
+So the state is O(pending records), never O(history). Records leaving the state are handed to the
+release hook exactly once.
+
+Forcing (``max_latency`` overdue or more than ``max_pending_per_side`` pending) resolves the oldest
+pending records as they stand: each gets the lagging stream's last record as predecessor, the lagging
+stream's gap up to the newest forced record is closed (a record arriving inside it is *late* and not
+joined), and the forced records are released except the newest, which stays as the anchor. Forced
+records give up their successor pair (the stalled stream's next record), which keeps memory bounded.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections import deque
+from itertools import islice
+from typing import Any, Callable, Iterator
+
+from .cases import PREDECESSOR_CASE, SUCCESSOR_CASE, JoinCase
+from .status import IngestStatus
+
+LEFT = 0
+RIGHT = 1
+
+# Pending records per side and key before the oldest are forced. Far above what any in-order pair of
+# streams needs (the seed's test cases stay below a few hundred), low enough to bound a stalled stream.
+DEFAULT_MAX_PENDING_PER_SIDE = 10_000
+
+# A buffered record: (time, result, the caller's item, arrival time on the injected clock).
+Entry = tuple[float, Any, Any, float]
+# Called with (case code, left entry, right entry) for every emitted pair; the code is a JoinCase value.
+PairSink = Callable[[int, Entry, Entry], None]
+
+_SAME_TIME = int(JoinCase.SAME_TIME)
+_ACCEPTED = IngestStatus.ACCEPTED
+_DUPLICATE = IngestStatus.DUPLICATE
+_REJECTED = IngestStatus.REJECTED
+_LATE = IngestStatus.LATE
+_NEVER = -math.inf
+
+
+class TwoStreamJoin:
+    """Join state of one key: two buffers, their frontiers and counters.
+
+    :param emit: called with (case, left entry, right entry) for each pair, in a deterministic order.
+    :param release: called with the caller's item when a record leaves the state (the seed's commit hook).
+    :param delta_time: pairs farther apart than this (in the unit of the times) are not emitted.
+    :param max_pending_per_side: pending records per side beyond which the oldest are forced.
+    :param max_latency: processing-time seconds a pending predecessor pair may wait before it is forced.
+    :param clock: processing-time clock for ``max_latency`` (injectable for tests).
+    """
+
+    __slots__ = (
+        "_buffers", "_frontier", "_last_time", "_last_value", "_emit", "_release", "_delta",
+        "_max_pending", "_max_latency", "_clock",
+        "records", "duplicates", "rejected", "late", "forced", "peak_buffer",
+    )
+
+    def __init__(
+        self,
+        emit: PairSink,
+        release: Callable[[Any], None] | None = None,
+        delta_time: float | None = None,
+        max_pending_per_side: int = DEFAULT_MAX_PENDING_PER_SIDE,
+        max_latency: float | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        if max_pending_per_side < 1:
+            raise ValueError("max_pending_per_side must be at least 1")
+        self._buffers: tuple[deque[Entry], deque[Entry]] = (deque(), deque())
+        self._frontier = [_NEVER, _NEVER]
+        # Last time and result seen per stream, for the order check (late records count as seen).
+        self._last_time = [_NEVER, _NEVER]
+        self._last_value: list[Any] = [None, None]
+        self._emit = emit
+        self._release = release
+        self._delta = math.inf if delta_time is None else delta_time
+        self._max_pending = max_pending_per_side
+        self._max_latency = max_latency
+        self._clock = clock
+        self.records = 0  # accepted records
+        self.duplicates = 0
+        self.rejected = 0
+        self.late = 0
+        self.forced = 0  # pending records resolved early by max_latency or the pending limit
+        self.peak_buffer = 0  # largest number of records held by one side
+
+    def last_time(self, side: int) -> float:
+        """Time of the last record seen on a side (-inf before the first)."""
+        return self._last_time[side]
+
+    def buffer(self, side: int) -> deque[Entry]:
+        """The entries a side holds (read-only view for inspection)."""
+        return self._buffers[side]
+
+    def held_items(self) -> Iterator[Any]:
+        """The caller's items of all held records."""
+        for buffer in self._buffers:
+            for entry in buffer:
+                yield entry[2]
+
+    def __len__(self) -> int:
+        return len(self._buffers[0]) + len(self._buffers[1])
+
+    def ingest(self, side: int, t: float, value: Any, item: Any) -> IngestStatus:
+        """Add the next record of a side and emit every pair it makes certain.
+
+        The hot path of the package, hence written out in one function with local names.
+        """
+        last_time = self._last_time
+        if t <= last_time[side]:
+            return self._out_of_order(side, t, value)
+        last_time[side] = t
+        self._last_value[side] = value
+        frontier = self._frontier
+        own_frontier = frontier[side]
+        if t <= own_frontier:
+            self.late += 1
+            return _LATE
+        self.records += 1
+        frontier[side] = t
+        max_latency = self._max_latency
+        now = 0.0 if max_latency is None else self._clock()
+        entry = (t, value, item, now)
+        other = side ^ 1
+        own = self._buffers[side]
+        theirs = self._buffers[other]
+        if theirs:
+            emit = self._emit
+            delta = self._delta
+            prev = own[-1] if own else None
+            anchor = theirs[0] if theirs[0][0] <= own_frontier else None
+            # The first record after the frontier is prev's successor unless the anchor ties with prev;
+            # that pair came when the later of the two arrived, so it must not come again as a predecessor pair.
+            skip_first = prev is not None and prev[0] == own_frontier and (anchor is None or anchor[0] != own_frontier)
+            successor_of_theirs = SUCCESSOR_CASE[other]
+            successor = None
+            in_range = False
+            tie = False
+            for record in theirs:
+                record_time = record[0]
+                if record_time > t:
+                    successor = record
+                    break
+                if record_time <= own_frontier:
+                    continue  # the anchor
+                in_range = True
+                if record_time == t:
+                    tie = True
+                    if side:
+                        emit(_SAME_TIME, record, entry)
+                    else:
+                        emit(_SAME_TIME, entry, record)
+                    continue
+                # The new record is this record's successor ...
+                if t - record_time <= delta:
+                    if side:
+                        emit(successor_of_theirs, record, entry)
+                    else:
+                        emit(successor_of_theirs, entry, record)
+                # ... and prev, the new record's predecessor in its own stream, is certainly its predecessor.
+                if skip_first:
+                    skip_first = False
+                elif prev is not None and record_time - prev[0] <= delta:
+                    if side:
+                        emit(PREDECESSOR_CASE[other], record, prev)
+                    else:
+                        emit(PREDECESSOR_CASE[other], prev, record)
+            if successor is not None and not tie and successor[0] - t <= delta:
+                if side:
+                    emit(SUCCESSOR_CASE[side], successor, entry)
+                else:
+                    emit(SUCCESSOR_CASE[side], entry, successor)
+            if anchor is not None and t - anchor[0] <= delta:
+                if prev is None or anchor[0] > prev[0]:
+                    # Forcing closed this stream's gap up to the anchor, so the new record is its successor.
+                    if side:
+                        emit(successor_of_theirs, anchor, entry)
+                    else:
+                        emit(successor_of_theirs, entry, anchor)
+                elif not in_range and successor is not None:
+                    # Nothing between the frontier and t, and the other stream is past t: the anchor is certainly
+                    # the new record's predecessor (the pair the seed lost under shuffled arrival).
+                    if side:
+                        emit(PREDECESSOR_CASE[side], anchor, entry)
+                    else:
+                        emit(PREDECESSOR_CASE[side], entry, anchor)
+            release = self._release
+            if theirs[-1][0] >= t:
+                # This stream is now behind (or level): it keeps only the new record, the other one its
+                # latest record at or before t plus everything after t.
+                while own:
+                    dropped = own.popleft()
+                    if release is not None:
+                        release(dropped[2])
+                own.append(entry)
+                while len(theirs) > 1 and theirs[1][0] <= t:
+                    dropped = theirs.popleft()
+                    if release is not None:
+                        release(dropped[2])
+                if max_latency is not None:
+                    self._force_overdue(now)
+                return _ACCEPTED
+            # This stream now leads: the other keeps only its last record.
+            while len(theirs) > 1:
+                dropped = theirs.popleft()
+                if release is not None:
+                    release(dropped[2])
+        own.append(entry)
+        held = len(own)
+        if held > self.peak_buffer:
+            self.peak_buffer = held
+        pending = held - 1 if own[0][0] <= frontier[other] else held
+        if pending > self._max_pending:
+            self._force_oldest(side, pending - self._max_pending)
+        if max_latency is not None:
+            self._force_overdue(now)
+        return _ACCEPTED
+
+    def _out_of_order(self, side: int, t: float, value: Any) -> IngestStatus:
+        if t == self._last_time[side] and value == self._last_value[side]:
+            self.duplicates += 1
+            return _DUPLICATE
+        self.rejected += 1
+        return _REJECTED
+
+    def poll(self) -> None:
+        """Force pairs that waited longer than ``max_latency``, without a new record (call it when idle)."""
+        if self._max_latency is not None:
+            self._force_overdue(self._clock())
+
+    def _leading_side(self) -> int | None:
+        """The side holding pending records, if any."""
+        for side in (LEFT, RIGHT):
+            buffer = self._buffers[side]
+            if buffer and buffer[-1][0] > self._frontier[side ^ 1]:
+                return side
+        return None
+
+    def _force_overdue(self, now: float) -> None:
+        lead = self._leading_side()
+        if lead is None:
+            return
+        buffer = self._buffers[lead]
+        deadline = now - self._max_latency
+        first = 1 if buffer[0][0] <= self._frontier[lead ^ 1] else 0
+        overdue = 0
+        for entry in islice(buffer, first, None):
+            if entry[3] >= deadline:
+                break
+            overdue += 1
+        if overdue:
+            self._force_oldest(lead, overdue)
+
+    def _force_oldest(self, lead: int, count: int) -> None:
+        """Resolve the ``count`` oldest pending records of the leading side as they stand (see module doc)."""
+        lag = lead ^ 1
+        pending = self._buffers[lead]
+        lag_buffer = self._buffers[lag]
+        lag_frontier = self._frontier[lag]
+        last = lag_buffer[-1] if lag_buffer else None
+        release = self._release
+        skip_first = last is not None and last[0] == lag_frontier
+        if pending[0][0] <= lag_frontier:
+            anchor = pending.popleft()
+            skip_first = skip_first and anchor[0] != lag_frontier
+            if release is not None:
+                release(anchor[2])
+        case = PREDECESSOR_CASE[lead]
+        delta = self._delta
+        emit = self._emit
+        for index in range(count):
+            record = pending.popleft()
+            if last is not None:
+                if skip_first:
+                    skip_first = False
+                elif record[0] - last[0] <= delta:
+                    if lead:
+                        emit(case, last, record)
+                    else:
+                        emit(case, record, last)
+            if index < count - 1 and release is not None:
+                release(record[2])
+        # The newest forced record stays: it is the predecessor of the stalled stream's next record.
+        pending.appendleft(record)
+        self._frontier[lag] = record[0]
+        self.forced += count
