@@ -1,0 +1,293 @@
+"""The vectorised batch path: the same join as :class:`TwoStreamJoin`, on numpy arrays, for Spark and bulk loads.
+
+``join_batch(state, left_times, left_values, right_times, right_values, delta_time=...)`` takes the next
+records of each side (each in its stream's time order, as many as there are, possibly none) and returns
+the new state and the pairs that became certain. Because the emitted set does not depend on how the two
+streams interleave, a batch needs no arrival order between its sides: the pairs emitted over any split of
+the input into batches are exactly the pairs the per-record API emits for any interleaving (as long as no
+forcing happens; forcing depends on arrival by nature). The state has the same shape as the per-record
+state (the lagging side's last record, the leading side's anchor and pending records) and serialises to
+bytes for Spark's state store.
+
+Times are float64 in any unit (the keyed adapters use epoch ms); ``delta_time`` is in the same unit.
+"""
+
+from __future__ import annotations
+
+import math
+import struct
+from typing import NamedTuple
+
+import numpy as np
+
+from .cases import JoinCase
+from .two_stream_join import DEFAULT_MAX_PENDING_PER_SIDE, LEFT, RIGHT
+
+_FLOAT = np.float64
+_EMPTY = np.empty(0, dtype=_FLOAT)
+_NEVER = -math.inf
+_SUCCESSOR_CODE = (int(JoinCase.LEFT_SUCCESSOR), int(JoinCase.RIGHT_SUCCESSOR))
+_PREDECESSOR_CODE = (int(JoinCase.LEFT_PREDECESSOR), int(JoinCase.RIGHT_PREDECESSOR))
+
+# Serialised state: format version, sizes of both sides, then per side frontier, last time, last value,
+# then the counters, then the four arrays (left times, left values, right times, right values).
+_HEADER = struct.Struct("<B2Q6d6Q")
+_FORMAT_VERSION = 1
+
+
+class PairArrays(NamedTuple):
+    """Emitted pairs as parallel arrays; ``case`` holds :class:`JoinCase` codes. In no particular order."""
+
+    left_time: np.ndarray
+    left_value: np.ndarray
+    right_time: np.ndarray
+    right_value: np.ndarray
+    case: np.ndarray
+
+    @property
+    def count(self) -> int:
+        return len(self.case)
+
+
+class BatchJoinState:
+    """Join state of one key for the batch path: numpy arrays plus frontiers, order-check marks and counters."""
+
+    __slots__ = ("times", "values", "frontier", "last_time", "last_value",
+                 "records", "pairs", "duplicates", "rejected", "late", "forced")
+
+    def __init__(self) -> None:
+        self.times = [_EMPTY, _EMPTY]  # held records per side, in time order
+        self.values = [_EMPTY, _EMPTY]
+        self.frontier = [_NEVER, _NEVER]  # last time per side, or the time up to which forcing closed it
+        self.last_time = [_NEVER, _NEVER]  # last time seen per side (late records included), for the order check
+        self.last_value = [math.nan, math.nan]
+        self.records = 0  # accepted records
+        self.pairs = 0
+        self.duplicates = 0
+        self.rejected = 0
+        self.late = 0
+        self.forced = 0
+
+    def held(self) -> int:
+        """Number of records held by both sides."""
+        return len(self.times[LEFT]) + len(self.times[RIGHT])
+
+    def to_bytes(self) -> bytes:
+        header = _HEADER.pack(
+            _FORMAT_VERSION, len(self.times[LEFT]), len(self.times[RIGHT]),
+            *self.frontier, *self.last_time, *self.last_value,
+            self.records, self.pairs, self.duplicates, self.rejected, self.late, self.forced,
+        )
+        arrays = (self.times[LEFT], self.values[LEFT], self.times[RIGHT], self.values[RIGHT])
+        return header + b"".join(np.ascontiguousarray(array, dtype="<f8").tobytes() for array in arrays)
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> BatchJoinState:
+        fields = _HEADER.unpack_from(data)
+        if fields[0] != _FORMAT_VERSION:
+            raise ValueError(f"unknown join state format {fields[0]}")
+        n_left, n_right = fields[1], fields[2]
+        state = cls()
+        state.frontier = list(fields[3:5])
+        state.last_time = list(fields[5:7])
+        state.last_value = list(fields[7:9])
+        (state.records, state.pairs, state.duplicates, state.rejected, state.late, state.forced) = fields[9:15]
+        arrays = np.frombuffer(data, dtype="<f8", offset=_HEADER.size).astype(_FLOAT)
+        bounds = np.cumsum([0, n_left, n_left, n_right, n_right])
+        state.times[LEFT], state.values[LEFT], state.times[RIGHT], state.values[RIGHT] = (
+            arrays[bounds[i]:bounds[i + 1]] for i in range(4)
+        )
+        return state
+
+    def copy(self) -> BatchJoinState:
+        state = BatchJoinState()
+        for name in self.__slots__:
+            value = getattr(self, name)
+            setattr(state, name, list(value) if isinstance(value, list) else value)
+        return state
+
+
+def join_batch(
+    state: BatchJoinState | None,
+    left_times: np.ndarray,
+    left_values: np.ndarray,
+    right_times: np.ndarray,
+    right_values: np.ndarray,
+    delta_time: float | None = None,
+    max_pending_per_side: int = DEFAULT_MAX_PENDING_PER_SIDE,
+) -> tuple[BatchJoinState, PairArrays]:
+    """Join the next records of both sides into ``state`` (None: a fresh key); returns (new state, pairs).
+
+    Per side, records are checked against the stream order as in the per-record API: an exact duplicate of
+    the previous record is dropped, an older one (or one at the same time with another value) rejected, one
+    inside a gap closed by forcing counted late; the state's counters say how many. The input state is not
+    modified.
+    """
+    if max_pending_per_side < 1:
+        raise ValueError("max_pending_per_side must be at least 1")
+    old = state if state is not None else BatchJoinState()
+    new = old.copy()
+    delta = math.inf if delta_time is None else delta_time
+    accepted = [
+        _accept_in_order(new, LEFT, left_times, left_values),
+        _accept_in_order(new, RIGHT, right_times, right_values),
+    ]
+    times = [np.concatenate((old.times[side], accepted[side][0])) for side in (LEFT, RIGHT)]
+    values = [np.concatenate((old.values[side], accepted[side][1])) for side in (LEFT, RIGHT)]
+    for side in (LEFT, RIGHT):
+        if len(accepted[side][0]):
+            new.frontier[side] = float(accepted[side][0][-1])
+    n_old = [len(old.times[LEFT]), len(old.times[RIGHT])]
+    pieces = _certain_new_pairs(times, values, n_old, old.frontier, delta)
+    _trim(new, times, values)
+    pieces.extend(_force_over_limit(new, max_pending_per_side, delta))
+    pairs = _gather(pieces)
+    new.records += len(accepted[LEFT][0]) + len(accepted[RIGHT][0])
+    new.pairs += pairs.count
+    return new, pairs
+
+
+def _accept_in_order(state: BatchJoinState, side: int, times: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The records of one side that continue its stream; updates the order marks and counters of ``state``."""
+    times = np.asarray(times, dtype=_FLOAT)
+    values = np.asarray(values, dtype=_FLOAT)
+    if times.shape != values.shape or times.ndim != 1:
+        raise ValueError("times and values must be 1-d arrays of the same length")
+    if not len(times):
+        return times, values
+    last_time = state.last_time[side]
+    latest_before = np.empty_like(times)  # the latest time seen before each record
+    latest_before[0] = last_time
+    np.maximum.accumulate(times[:-1], out=latest_before[1:])
+    np.maximum(latest_before, last_time, out=latest_before)
+    in_order = times > latest_before
+    if not in_order.all():
+        # Compare a record at the same time as the latest before it with that record's value: the latest
+        # record accepted before it (the state's last one for the first records).
+        positions = np.where(in_order, np.arange(len(times)), -1)
+        np.maximum.accumulate(positions, out=positions)
+        previous = np.empty_like(positions)
+        previous[0] = -1
+        previous[1:] = positions[:-1]
+        previous_value = np.where(previous >= 0, values[np.maximum(previous, 0)], state.last_value[side])
+        duplicate = ~in_order & (times == latest_before) & (values == previous_value)
+        n_duplicates = int(duplicate.sum())
+        state.duplicates += n_duplicates
+        state.rejected += int((~in_order).sum()) - n_duplicates
+        times = times[in_order]
+        values = values[in_order]
+        if not len(times):
+            return times, values
+    state.last_time[side] = float(times[-1])
+    state.last_value[side] = float(values[-1])
+    # Records inside a gap closed by forcing are late (a prefix, the times being ordered now).
+    n_late = int(np.searchsorted(times, state.frontier[side], side="right"))
+    state.late += n_late
+    return times[n_late:], values[n_late:]
+
+
+def _certain_new_pairs(
+    times: list[np.ndarray], values: list[np.ndarray], n_old: list[int], old_frontier: list[float], delta: float
+) -> list[PairArrays]:
+    """The pairs that are certain now and were not before.
+
+    Each pair is found once, by its case: same-time and left-successor pairs from the left records'
+    successors, right-successor pairs from the right records' successors, and predecessor pairs from each
+    record's predecessor when the other side has reached it and the pair is not also a successor pair.
+    A pair is new if one of its records is, or if it is the predecessor pair of an old record that the
+    other side had not reached (nor forcing closed) before.
+    """
+    pieces: list[PairArrays] = []
+    if not len(times[LEFT]) or not len(times[RIGHT]):
+        return pieces
+    for side in (LEFT, RIGHT):
+        other = side ^ 1
+        own, theirs = times[side], times[other]
+        successor = np.searchsorted(theirs, own, side="left")
+        index = np.flatnonzero(successor < len(theirs))
+        partner = successor[index]
+        own_time = own[index]
+        gap = theirs[partner] - own_time
+        tie = gap == 0
+        # Successor pairs (same-time pairs once, from the left): new if one of the two records is.
+        keep = ((index >= n_old[side]) | (partner >= n_old[other])) & (gap <= delta)
+        if side == RIGHT:
+            keep &= ~tie
+        codes = np.where(tie[keep], np.int8(JoinCase.SAME_TIME), np.int8(_SUCCESSOR_CODE[side]))
+        pieces.append(_pair_arrays(side, index[keep], partner[keep], codes, times, values))
+        # Predecessor pairs, certain because the successor exists; left out where the times tie (the
+        # same-time pair) or where the record is its predecessor's successor (then it is that pair).
+        before = partner - 1
+        before_time = theirs[np.maximum(before, 0)]
+        own_previous_time = own[np.maximum(index - 1, 0)]
+        keep = (
+            ~tie & (before >= 0) & (index > 0) & (own_previous_time >= before_time)
+            & (own_time - before_time <= delta)
+            & ((index >= n_old[side]) | (before >= n_old[other]) | (own_time > old_frontier[other]))
+        )
+        codes = np.full(int(keep.sum()), _PREDECESSOR_CODE[side], dtype=np.int8)
+        pieces.append(_pair_arrays(side, index[keep], before[keep], codes, times, values))
+    return pieces
+
+
+def _pair_arrays(
+    side: int, own: np.ndarray, theirs: np.ndarray, codes: np.ndarray, times: list[np.ndarray], values: list[np.ndarray]
+) -> PairArrays:
+    """Pairs given as indices into ``side``'s arrays (own) and the other side's arrays (theirs)."""
+    left, right = (theirs, own) if side else (own, theirs)
+    return PairArrays(times[LEFT][left], values[LEFT][left], times[RIGHT][right], values[RIGHT][right], codes)
+
+
+def _trim(state: BatchJoinState, times: list[np.ndarray], values: list[np.ndarray]) -> None:
+    """Keep what can still pair: the lagging side's last record, the leading side's anchor and pending records."""
+    frontier = state.frontier
+    for side in (LEFT, RIGHT):
+        other_frontier = frontier[side ^ 1]
+        if frontier[side] <= other_frontier:
+            start = max(len(times[side]) - 1, 0)  # lagging or level: the last record only
+        else:
+            anchor = int(np.searchsorted(times[side], other_frontier, side="right")) - 1
+            start = max(anchor, 0)
+        state.times[side] = times[side][start:]
+        state.values[side] = values[side][start:]
+
+
+def _force_over_limit(state: BatchJoinState, limit: int, delta: float) -> list[PairArrays]:
+    """Resolve the oldest pending records beyond ``limit`` as they stand (see two_stream_join's doc)."""
+    for lead in (LEFT, RIGHT):
+        lag = lead ^ 1
+        lead_times = state.times[lead]
+        lag_frontier = state.frontier[lag]
+        if not len(lead_times) or state.frontier[lead] <= lag_frontier:
+            continue  # not the leading side: nothing pending
+        anchored = bool(lead_times[0] <= lag_frontier)
+        start = 1 if anchored else 0
+        count = len(lead_times) - start - limit
+        if count <= 0:
+            return []
+        forced = np.arange(start, start + count)
+        pieces = []
+        lag_times = state.times[lag]
+        if len(lag_times):
+            last = lag_times[-1]
+            # The first pending record is the last lagging record's successor (already paired) unless the
+            # anchor ties with that record or forcing already moved the frontier past it.
+            if last == lag_frontier and not (anchored and lead_times[0] == lag_frontier):
+                forced = forced[1:]
+            forced = forced[lead_times[forced] - last <= delta]
+            codes = np.full(len(forced), _PREDECESSOR_CODE[lead], dtype=np.int8)
+            last_index = np.full(len(forced), len(lag_times) - 1)
+            pieces.append(_pair_arrays(lead, forced, last_index, codes, state.times, state.values))
+        newest = start + count - 1  # stays as the anchor: the predecessor of the stalled side's next record
+        state.frontier[lag] = float(lead_times[newest])
+        state.times[lead] = lead_times[newest:]
+        state.values[lead] = state.values[lead][newest:]
+        state.forced += int(count)
+        return pieces
+    return []
+
+
+def _gather(pieces: list[PairArrays]) -> PairArrays:
+    if not pieces:
+        return PairArrays(_EMPTY, _EMPTY, _EMPTY, _EMPTY, np.empty(0, dtype=np.int8))
+    return PairArrays(*(np.concatenate(column) for column in zip(*pieces)))
