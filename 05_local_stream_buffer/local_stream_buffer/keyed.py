@@ -1,0 +1,236 @@
+"""The keyed joiner: routes records by thing and join spec to one two-stream join per key.
+
+Built for the standalone exactly-once Kafka joiner. Records are dicts
+``{"thing", "quantity", "phenomenonTime" (epoch ms), "result"}`` (or :class:`Record`s with a 'thing'
+metadata attribute); each is routed to every (thing, spec binding) whose left or right quantity it is,
+and :meth:`KeyedJoiner.ingest` returns what happened to it and the output records it completed (see
+:mod:`local_stream_buffer.output` for their shape).
+
+Offsets: pass the record's Kafka position as ``source``. A record accepted by any key is *held* until it
+can no longer pair in any key; then ``on_release(source)`` is called, once. ``held_sources()`` lists what
+is still held, so the adapter can commit below the oldest held offset per partition. Records that are
+not accepted (duplicate, rejected, late, unrouted) are never held: they are done when ingest returns.
+
+Recovery: without forcing, the engine is a deterministic function of each stream's ordered records, and
+pairs of released records cannot recur. Re-ingesting every partition from its oldest held offset
+therefore reproduces the same outputs (same ids) for everything after it; the adapter drops those up to
+its processed position.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable, Iterator, Mapping, NamedTuple
+
+from .output import canonical_time, output_record
+from .record import Record
+from .specs import JoinSpec, SpecBinding, SpecResolver
+from .status import IngestStatus
+from .timestamps import to_epoch_ms
+from .two_stream_join import DEFAULT_MAX_PENDING_PER_SIDE, Entry, TwoStreamJoin
+
+logger = logging.getLogger(__name__)
+
+OutputRecord = dict[str, Any]
+
+
+class IngestOutcome(NamedTuple):
+    """What became of one ingested record, and the output records it completed (possibly none)."""
+
+    status: IngestStatus
+    outputs: list[OutputRecord]
+    reason: str | None = None  # why a record was rejected, e.g. "out_of_order: t=... older than last t=..."
+
+
+@dataclass
+class JoinCounters:
+    records_in: int = 0  # every call of ingest
+    joins_out: int = 0
+    duplicates: int = 0
+    rejected: int = 0
+    late: int = 0
+    forced: int = 0  # pending records resolved early by max_latency or the pending limit
+    unrouted: int = 0
+
+
+class _Held:
+    """A record held by one or more keys; released when the last key lets go of it."""
+
+    __slots__ = ("source", "keys")
+
+    def __init__(self, source: object) -> None:
+        self.source = source
+        self.keys = 0
+
+
+class _KeyJoin:
+    """The join of one (thing, binding) key, turning its pairs into output records."""
+
+    __slots__ = ("thing", "binding", "join", "outputs")
+
+    def __init__(self, thing: str, binding: SpecBinding, joiner: KeyedJoiner) -> None:
+        self.thing = thing
+        self.binding = binding
+        self.outputs: list[OutputRecord] = []
+        self.join = TwoStreamJoin(
+            emit=self._emit,
+            release=joiner._release,
+            delta_time=binding.delta_time_ms,
+            max_pending_per_side=joiner.max_pending_per_side,
+            max_latency=joiner.max_latency,
+            clock=joiner.clock,
+        )
+
+    def _emit(self, case: int, left: Entry, right: Entry) -> None:
+        self.outputs.append(output_record(self.thing, self.binding, case, left[0], left[1], right[0], right[1]))
+
+
+class KeyedJoiner:
+    """Joins records of many things and join specs, one deterministic two-stream join per key.
+
+    :param specs: a :class:`SpecResolver`, join specs, or None for the package's default spec file.
+    :param max_pending_per_side: pending records per side and key beyond which the oldest are forced.
+    :param max_latency: processing-time seconds a pending predecessor pair may wait (None: no limit).
+    :param clock: processing-time clock for ``max_latency``.
+    :param on_release: called with a record's ``source`` when no key holds it any more.
+    :param on_late: called with (record, source) for a record that arrived inside a gap closed by forcing.
+    """
+
+    def __init__(
+        self,
+        specs: SpecResolver | Iterable[JoinSpec] | None = None,
+        *,
+        max_pending_per_side: int = DEFAULT_MAX_PENDING_PER_SIDE,
+        max_latency: float | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        on_release: Callable[[object], None] | None = None,
+        on_late: Callable[[Any, object], None] | None = None,
+    ) -> None:
+        self.resolver = specs if isinstance(specs, SpecResolver) else SpecResolver(specs)
+        self.max_pending_per_side = max_pending_per_side
+        self.max_latency = max_latency
+        self.clock = clock
+        self._on_release = on_release
+        self._on_late = on_late
+        self._keys: dict[tuple[str, SpecBinding], _KeyJoin] = {}
+        self._held: dict[_Held, None] = {}  # insertion-ordered set of held records
+        self._counters = JoinCounters()
+
+    def ingest(self, record: Mapping[str, Any] | Record, source: object | None = None) -> IngestOutcome:
+        """Route one record to its keys; returns its status and the output records it completed."""
+        counters = self._counters
+        counters.records_in += 1
+        try:
+            thing, quantity, t, value = _fields(record)
+        except (KeyError, TypeError, ValueError) as error:
+            counters.rejected += 1
+            return IngestOutcome(IngestStatus.REJECTED, [], f"invalid: {error}")
+        routes = self.resolver.routes(quantity)
+        if not routes:
+            counters.unrouted += 1
+            return IngestOutcome(IngestStatus.UNROUTED, [])
+        held = _Held(source)
+        outputs: list[OutputRecord] = []
+        statuses = []
+        for binding, side in routes:
+            key = self._keys.get((thing, binding))
+            if key is None:
+                key = self._keys[(thing, binding)] = _KeyJoin(thing, binding, self)
+            held.keys += 1
+            status = key.join.ingest(side, t, value, held)
+            if status is not IngestStatus.ACCEPTED:
+                held.keys -= 1
+            statuses.append(status)
+            if key.outputs:
+                outputs.extend(key.outputs)
+                key.outputs.clear()
+        if held.keys:
+            self._held[held] = None
+        counters.joins_out += len(outputs)
+        # Every route sees the same stream (thing, quantity), so order verdicts agree; only late differs.
+        if IngestStatus.ACCEPTED in statuses:
+            status = IngestStatus.ACCEPTED
+        else:
+            status = statuses[0]
+        reason = None
+        if status is IngestStatus.DUPLICATE:
+            counters.duplicates += 1
+        elif status is IngestStatus.REJECTED:
+            counters.rejected += 1
+            reason = self._order_violation(thing, quantity, routes[0], t)
+            logger.debug("rejected %s", reason)
+        if IngestStatus.LATE in statuses:
+            counters.late += 1
+            if self._on_late is not None:
+                self._on_late(record, source)
+        return IngestOutcome(status, outputs, reason)
+
+    def poll(self) -> list[OutputRecord]:
+        """Emit pairs overdue by ``max_latency`` in all keys (call it regularly while streams are idle)."""
+        outputs: list[OutputRecord] = []
+        if self.max_latency is None:
+            return outputs
+        for key in self._keys.values():
+            key.join.poll()
+            if key.outputs:
+                outputs.extend(key.outputs)
+                key.outputs.clear()
+        self._counters.joins_out += len(outputs)
+        return outputs
+
+    def held_sources(self) -> Iterator[object]:
+        """The sources of all records still held, in the order they were ingested."""
+        for held in self._held:
+            yield held.source
+
+    @property
+    def counters(self) -> JoinCounters:
+        """A snapshot of the counters."""
+        snapshot = JoinCounters(**vars(self._counters))
+        snapshot.forced = sum(key.join.forced for key in self._keys.values())
+        return snapshot
+
+    def state_size(self) -> int:
+        """Buffered entries over all keys (a record held by two keys counts twice)."""
+        return sum(len(key.join) for key in self._keys.values())
+
+    def held_count(self) -> int:
+        """Distinct records held."""
+        return len(self._held)
+
+    def key_count(self) -> int:
+        return len(self._keys)
+
+    def _release(self, held: _Held) -> None:
+        held.keys -= 1
+        if not held.keys:
+            del self._held[held]
+            if self._on_release is not None:
+                self._on_release(held.source)
+
+    def _order_violation(self, thing: str, quantity: str, route: tuple[SpecBinding, int], t: float) -> str:
+        binding, side = route
+        last = self._keys[(thing, binding)].join.last_time(side)
+        stream = f"{thing}.{quantity}"
+        if t < last:
+            return f"out_of_order: t={canonical_time(t)} older than last t={canonical_time(last)} of {stream}"
+        return f"conflict: t={canonical_time(t)} equals last t of {stream} with a different result"
+
+
+def _fields(record: Mapping[str, Any] | Record) -> tuple[str, str, float, float]:
+    """(thing, quantity, time in epoch ms, result) of a record dict or Record."""
+    if isinstance(record, Record):
+        thing = record.get("thing")
+        quantity = record.quantity
+        t = canonical_time(round(record.phenomenonTime * 1000, 3))  # Record keeps seconds
+        value = record.result
+    else:
+        thing = record["thing"]
+        quantity = record["quantity"]
+        t = to_epoch_ms(record["phenomenonTime"])
+        value = record["result"]
+    if not isinstance(thing, str) or not isinstance(quantity, str):
+        raise TypeError("thing and quantity must be strings")
+    return thing, quantity, t, float(value)

@@ -1,0 +1,162 @@
+"""Join specs: which two quantities of a thing join into which output, read from a TOML file.
+
+One spec covers all axes through the ``{axis}`` placeholder: ``actSpeed_C{axis}`` x ``vaTorque_C{axis}``
+gives ``vaPower_C11`` from ``actSpeed_C11`` and ``vaTorque_C11``, and so on. A spec applied to one axis
+is a :class:`SpecBinding`; :class:`SpecResolver` maps a record's quantity to the bindings and sides it
+feeds. Both the standalone keyed joiner and the Spark job resolve through it, so they route alike.
+"""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterable, NamedTuple
+
+from .formulas import FORMULAS, Formula
+from .two_stream_join import LEFT, RIGHT
+
+AXIS_PLACEHOLDER = "{axis}"
+DEFAULT_AXIS_PATTERN = r"\d+"
+DEFAULT_SPEC_FILE = Path(__file__).with_name("join_specs.toml")
+
+
+@dataclass(frozen=True)
+class JoinSpec:
+    """One entry of the spec file; quantities are patterns that may contain ``{axis}``."""
+
+    name: str
+    left: str
+    right: str
+    output: str
+    formula: str
+    delta_time: float | None = None  # seconds
+    axis_pattern: str = DEFAULT_AXIS_PATTERN
+
+    def __post_init__(self) -> None:
+        if self.formula not in FORMULAS:
+            raise ValueError(f"join '{self.name}': unknown formula '{self.formula}', known: {sorted(FORMULAS)}")
+        with_axis = {AXIS_PLACEHOLDER in pattern for pattern in (self.left, self.right, self.output)}
+        if len(with_axis) != 1:
+            raise ValueError(f"join '{self.name}': use {AXIS_PLACEHOLDER} in all of left, right, output or in none")
+        if self.left == self.right:
+            raise ValueError(f"join '{self.name}': left and right must be different quantities")
+        if self.delta_time is not None and self.delta_time < 0:
+            raise ValueError(f"join '{self.name}': delta_time must not be negative")
+
+    def bind(self, axis: str) -> SpecBinding:
+        """This spec applied to one axis ('' for a spec without ``{axis}``)."""
+        return SpecBinding(
+            spec=self,
+            axis=axis,
+            left_quantity=self.left.replace(AXIS_PLACEHOLDER, axis),
+            right_quantity=self.right.replace(AXIS_PLACEHOLDER, axis),
+            output_quantity=self.output.replace(AXIS_PLACEHOLDER, axis),
+            combine=FORMULAS[self.formula],
+        )
+
+    def compile(self, pattern: str) -> re.Pattern[str]:
+        """A regular expression matching the quantities of ``pattern`` (one of left, right, output)."""
+        literal_parts = (re.escape(part) for part in pattern.split(AXIS_PLACEHOLDER))
+        return re.compile(f"(?P<axis>{self.axis_pattern})".join(literal_parts))
+
+
+@dataclass(frozen=True)
+class SpecBinding:
+    """A join spec applied to one axis: the concrete left, right and output quantities."""
+
+    spec: JoinSpec
+    axis: str
+    left_quantity: str
+    right_quantity: str
+    output_quantity: str
+    combine: Formula = field(compare=False, repr=False)
+
+    @property
+    def delta_time_ms(self) -> float | None:
+        """The spec's delta_time in milliseconds, the time unit of the keyed joiner and the Spark job."""
+        return None if self.spec.delta_time is None else self.spec.delta_time * 1000
+
+    def quantity(self, side: int) -> str:
+        return self.right_quantity if side else self.left_quantity
+
+
+class Route(NamedTuple):
+    """A binding a quantity feeds, and on which side."""
+
+    binding: SpecBinding
+    side: int
+
+
+def load_join_specs(path: str | Path | None = None) -> tuple[JoinSpec, ...]:
+    """The join specs of a TOML file (default: the package's ``join_specs.toml``)."""
+    with open(path or DEFAULT_SPEC_FILE, "rb") as spec_file:
+        document = tomllib.load(spec_file)
+    specs = []
+    for entry in document.get("join", []):
+        unknown = set(entry) - {"name", "left", "right", "output", "formula", "delta_time", "axis"}
+        if unknown:
+            raise ValueError(f"join spec {entry.get('name', '?')}: unknown keys {sorted(unknown)}")
+        delta_time = entry.get("delta_time")
+        specs.append(JoinSpec(
+            name=entry["name"],
+            left=entry["left"],
+            right=entry["right"],
+            output=entry["output"],
+            formula=entry["formula"],
+            delta_time=None if delta_time is None else float(delta_time),
+            axis_pattern=entry.get("axis", DEFAULT_AXIS_PATTERN),
+        ))
+    return tuple(specs)
+
+
+class SpecResolver:
+    """Resolves quantities to the spec bindings they feed, and output quantities back to their binding.
+
+    :param specs: the join specs; None loads the package's default spec file.
+    """
+
+    def __init__(self, specs: Iterable[JoinSpec] | None = None) -> None:
+        self.specs: tuple[JoinSpec, ...] = tuple(load_join_specs() if specs is None else specs)
+        names = [spec.name for spec in self.specs]
+        if len(set(names)) != len(names):
+            raise ValueError(f"join spec names must be unique: {names}")
+        self._inputs = [
+            (spec.compile(pattern), spec, side)
+            for spec in self.specs
+            for side, pattern in ((LEFT, spec.left), (RIGHT, spec.right))
+        ]
+        self._outputs = [(spec.compile(spec.output), spec) for spec in self.specs]
+        self._routes: dict[str, tuple[Route, ...]] = {}
+        self._bindings: dict[tuple[JoinSpec, str], SpecBinding] = {}
+
+    def routes(self, quantity: str) -> tuple[Route, ...]:
+        """Every (binding, side) a quantity feeds; empty if it matches no spec. Cached per quantity."""
+        routes = self._routes.get(quantity)
+        if routes is None:
+            found = []
+            for pattern, spec, side in self._inputs:
+                match = pattern.fullmatch(quantity)
+                if match is not None:
+                    found.append(Route(self._bind(spec, match), side))
+            routes = self._routes[quantity] = tuple(found)
+        return routes
+
+    def binding_for_output(self, output_quantity: str) -> SpecBinding | None:
+        """The binding producing an output quantity (e.g. 'vaPower_C11'), None if no spec does."""
+        matches = [
+            self._bind(spec, match)
+            for pattern, spec in self._outputs
+            if (match := pattern.fullmatch(output_quantity)) is not None
+        ]
+        if len(matches) > 1:
+            raise ValueError(f"output quantity '{output_quantity}' is produced by several join specs")
+        return matches[0] if matches else None
+
+    def _bind(self, spec: JoinSpec, match: re.Match[str]) -> SpecBinding:
+        axis = match.groupdict().get("axis") or ""
+        binding = self._bindings.get((spec, axis))
+        if binding is None:
+            binding = self._bindings[(spec, axis)] = spec.bind(axis)
+        return binding
