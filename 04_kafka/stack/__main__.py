@@ -6,8 +6,11 @@ import sys
 import time
 
 from . import manager
+from .kafka_clients import admin_client, wait_for_kafka
 from .logs import configure_logging
 from .processes import StackError, tail
+from .settings import ConnectionSettings, load_settings
+from .topics import ensure_topics
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -21,6 +24,8 @@ def main(argv: list[str] | None = None) -> int:
     logs.add_argument("service")
     logs.add_argument("-n", "--lines", type=int, default=40)
     commands.add_parser("clean", help="stop everything and delete all state")
+    commands.add_parser("topics", help="create the pipeline's topics on KAFKA_BOOTSTRAP_SERVERS "
+                                       "(idempotent; `up` does it for the native stack)")
     args = parser.parse_args(argv)
     configure_logging("WARNING")
 
@@ -40,10 +45,15 @@ def main(argv: list[str] | None = None) -> int:
             print_status(manager.all_services())
         elif args.command == "logs":
             print(tail(manager.log_file_of(args.service), args.lines))
+        elif args.command == "topics":
+            settings = load_settings(ConnectionSettings, [])
+            wait_for_kafka(settings.kafka_bootstrap_servers)
+            created = ensure_topics(admin_client(settings.kafka_bootstrap_servers))
+            print("created: " + (", ".join(created) if created else "none, all topics exist"))
         elif args.command == "clean":
             manager.clean()
             print("stopped everything and deleted the stack's state")
-    except StackError as error:
+    except (StackError, TimeoutError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 1
     return 0
