@@ -39,10 +39,10 @@ def main(argv: list[str] | None = None) -> int:
                                                  else " (everything was already running)"))
             print_status(services)
         elif args.command == "down":
-            stopped = manager.down(manager.all_services())
+            stopped = manager.down(manager.every_service())
             print("stopped: " + (", ".join(stopped) if stopped else "nothing was running"))
         elif args.command == "status":
-            print_status(manager.all_services())
+            print_status(manager.shown_in_status())
         elif args.command == "logs":
             print(tail(manager.log_file_of(args.service), args.lines))
         elif args.command == "topics":

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from . import paths
 from .processes import (StackError, live_record, port_holder, port_is_free, spawn, tail,
                         terminate, wait_until)
-from .services import START_MARKER, InfluxDB, Kafka, Mosquitto, Service
+from .services import START_MARKER, InfluxDB, Kafka, Mosquitto, PipelineProcess, Service
 
 log = logging.getLogger(__name__)
 
@@ -20,13 +20,42 @@ def servers() -> list[Service]:
     return [Mosquitto(), Kafka(), InfluxDB()]
 
 
-def pipeline() -> list[Service]:
-    """The pipeline's processes that `make up` runs on top of the servers."""
-    return []
+# The standalone joiner by default: it starts in about a second, commits every 100 ms and needs
+# one core; the Spark joiner is the choice for a cluster (README, "Which joiner").
+DEFAULT_JOINER = "lsb"
+JOINERS = {
+    "lsb": lambda: PipelineProcess("lsb-joiner", "local_stream_buffer.kafka_joiner"),
+    # JVM start, Spark session and the first stateful batch take a while on two cores.
+    "spark": lambda: PipelineProcess("spark-joiner", "spark_joiner", start_deadline_s=120.0),
+}
+
+
+def pipeline(joiner: str | None = None) -> list[Service]:
+    """The pipeline's processes that `make up` runs on top of the servers (JOINER=lsb|spark)."""
+    joiner = joiner or os.environ.get("JOINER", DEFAULT_JOINER)
+    if joiner not in JOINERS:
+        raise StackError(f"JOINER={joiner!r}: choose one of {', '.join(JOINERS)}")
+    return [PipelineProcess("stream-connector", "stream_connector"), JOINERS[joiner](),
+            PipelineProcess("db-connector", "db_connector")]
 
 
 def all_services() -> list[Service]:
+    """What `up` runs: the servers, then the pipeline with the configured joiner."""
     return servers() + pipeline()
+
+
+def every_service() -> list[Service]:
+    """What `down` stops: whatever of the stack runs, whichever joiner was chosen when it started."""
+    return servers() + [PipelineProcess("stream-connector", "stream_connector"),
+                        *(make() for make in JOINERS.values()),
+                        PipelineProcess("db-connector", "db_connector")]
+
+
+def shown_in_status() -> list[Service]:
+    """The configured services, plus any other pipeline process still running (a former joiner)."""
+    configured = {service.name for service in all_services()}
+    return [service for service in every_service()
+            if service.name in configured or live_record(service.pid_file)]
 
 
 @dataclass(frozen=True)
@@ -100,13 +129,13 @@ def status(services: Iterable[Service]) -> list[ServiceStatus]:
 
 def clean() -> None:
     """Stop everything and delete all runtime state (Kafka logs, checkpoints, InfluxDB data)."""
-    down(all_services())
+    down(every_service())
     if paths.STATE_DIR.exists():
         shutil.rmtree(paths.STATE_DIR)
 
 
 def log_file_of(name: str) -> os.PathLike[str]:
-    for service in all_services():
+    for service in every_service():
         if service.name == name:
             return service.log_file
-    raise StackError(f"no service named {name!r}; known: {', '.join(s.name for s in all_services())}")
+    raise StackError(f"no service named {name!r}; known: {', '.join(s.name for s in every_service())}")
