@@ -1,0 +1,40 @@
+"""`python -m db_connector`: load machine.data and machine.out into InfluxDB until SIGTERM/SIGINT."""
+from __future__ import annotations
+
+import logging
+import signal
+import sys
+import threading
+from collections.abc import Sequence
+
+from stack.logs import configure_logging
+from stack.settings import load_settings
+
+from .connector import DbConnector
+from .points import PowerLevels
+from .settings import DbConnectorSettings
+
+log = logging.getLogger("db_connector")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    configure_logging()
+    settings = load_settings(DbConnectorSettings, argv, prog="python -m db_connector")
+    try:
+        PowerLevels.parse(settings.level_thresholds)
+    except ValueError as error:
+        raise SystemExit(f"--level-thresholds: {error}") from None
+    stop = threading.Event()
+
+    def request_stop(signum: int, _frame: object) -> None:
+        log.info("%s: writing the last batch and stopping", signal.Signals(signum).name)
+        stop.set()
+
+    signal.signal(signal.SIGTERM, request_stop)
+    signal.signal(signal.SIGINT, request_stop)
+    DbConnector(settings, stop).run()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,238 @@
+"""The consume loop: Kafka records in, batched InfluxDB writes out, offsets committed after each write.
+
+At-least-once into idempotent points: a batch's offsets are committed only after InfluxDB stored it and
+its dead letters are in machine.dlq, so a crash or an outage re-writes points (which overwrite
+themselves) instead of losing them.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import dataclass, field
+
+from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartition
+
+from stack.influx import influx_client
+from stack.kafka_clients import consumer_config, producer_config
+from stack.logs import announce_ready
+from stack.records import InvalidRecord, dead_letter, decode_record
+
+from .points import PowerLevels, data_point, deadletter_point, joined_point
+from .settings import DbConnectorSettings
+from .writer import InfluxWriter
+
+log = logging.getLogger(__name__)
+
+STAGE = "db_connector"
+# Largest number of messages taken from the consumer per call.
+_CONSUME_CHUNK = 10_000
+
+
+@dataclass
+class Counters:
+    consumed: int = 0
+    written: int = 0
+    dead_lettered: int = 0
+    batches: int = 0
+
+
+@dataclass
+class _Batch:
+    lines: list[str] = field(default_factory=list)
+    # Per line: the message it came from, to dead-letter it if InfluxDB refuses the point.
+    sources: list[Message] = field(default_factory=list)
+    dead_letters: list[bytes] = field(default_factory=list)
+    next_offsets: dict[tuple[str, int], int] = field(default_factory=dict)
+    started: float = 0.0
+
+    def __len__(self) -> int:
+        return len(self.lines) + len(self.dead_letters)
+
+    def is_empty(self) -> bool:
+        return not self.next_offsets
+
+
+class DbConnector:
+    """Loads the data, join-result and dead-letter topics into InfluxDB until `stop` is set."""
+
+    def __init__(self, settings: DbConnectorSettings, stop: threading.Event | None = None) -> None:
+        self.settings = settings
+        self.stop = stop or threading.Event()
+        self.counters = Counters()
+        self._levels = PowerLevels.parse(settings.level_thresholds)
+        self._consumer = Consumer(consumer_config(settings.kafka_bootstrap_servers, settings.group_id,
+                                                  **{"client.id": STAGE}))
+        self._producer = Producer(producer_config(settings.kafka_bootstrap_servers))
+        self._writer = InfluxWriter(influx_client(settings), settings.influxdb_database,
+                                    retry_max_s=settings.retry_max_s, should_stop=self.stop.is_set,
+                                    while_waiting=self._wait_polling)
+        self._batch = _Batch()
+        self._flushing = False
+        self._assignment_changed = False
+        # Messages a paused consumer still handed out while InfluxDB was down: processed next.
+        self._held_back: list[Message] = []
+        self._delivery_failures: list[str] = []
+
+    def run(self) -> None:
+        settings = self.settings
+        self._writer.ensure_database()
+        self._consumer.subscribe([settings.data_topic, settings.out_topic, settings.dlq_topic],
+                                 on_assign=self._on_assign, on_revoke=self._on_revoke)
+        announce_ready(log, f"db_connector: {settings.data_topic}, {settings.out_topic}, {settings.dlq_topic} "
+                            f"-> InfluxDB {settings.influxdb_host}:{settings.influxdb_port}/"
+                            f"{settings.influxdb_database}")
+        next_stats = time.monotonic() + settings.stats_interval_s
+        last_stats = (time.monotonic(), 0)
+        try:
+            while not self.stop.is_set():
+                self._consume_once()
+                now = time.monotonic()
+                if len(self._batch) >= settings.batch_size or (
+                        not self._batch.is_empty() and now - self._batch.started >= settings.flush_interval_s):
+                    self._flush()
+                if now >= next_stats:
+                    last_stats = self._log_stats(last_stats)
+                    next_stats = now + settings.stats_interval_s
+            self._flush()
+        finally:
+            self._log_stats(last_stats)
+            self._consumer.close()
+            self._producer.flush(10)
+
+    # -- consuming --------------------------------------------------------------------------------
+
+    def _consume_once(self) -> None:
+        if self._held_back:
+            messages, self._held_back = self._held_back, []
+        else:
+            timeout = self.settings.flush_interval_s
+            if not self._batch.is_empty():
+                timeout = max(0.0, self._batch.started + self.settings.flush_interval_s - time.monotonic())
+            wanted = max(1, min(_CONSUME_CHUNK, self.settings.batch_size - len(self._batch)))
+            messages = self._consumer.consume(wanted, min(timeout, 0.5))
+        for message in messages:
+            self._add(message)
+
+    def _add(self, message: Message) -> None:
+        error = message.error()
+        if error is not None:
+            if error.code() != KafkaError._PARTITION_EOF:
+                log.warning("consumer error: %s", error)
+            return
+        batch = self._batch
+        if batch.is_empty():
+            batch.started = time.monotonic()
+        topic, partition, offset = message.topic(), message.partition(), message.offset()
+        batch.next_offsets[(topic, partition)] = offset + 1
+        self.counters.consumed += 1
+        payload = message.value()
+        settings = self.settings
+        if topic == settings.dlq_topic:
+            timestamp_ms = message.timestamp()[1]
+            batch.lines.append(deadletter_point(settings.deadletter_measurement, payload, timestamp_ms, offset))
+            batch.sources.append(message)
+            return
+        try:
+            record = decode_record(payload)
+            if topic == settings.out_topic:
+                line = joined_point(settings.joined_measurement, record, self._levels)
+            else:
+                line = data_point(settings.data_measurement, record)
+        except InvalidRecord as error:
+            batch.dead_letters.append(dead_letter(str(error), payload, STAGE, topic=topic,
+                                                  partition=partition, offset=offset))
+            return
+        batch.lines.append(line)
+        batch.sources.append(message)
+
+    # -- writing and committing -------------------------------------------------------------------
+
+    def _flush(self) -> None:
+        batch = self._batch
+        if batch.is_empty():
+            return
+        self._flushing = True
+        try:
+            rejected = self._writer.write(batch.lines)
+        finally:
+            self._flushing = False
+        dead_letters = list(batch.dead_letters)
+        for point in rejected:
+            source = batch.sources[point.index]
+            if source.topic() == self.settings.dlq_topic:
+                # Never dead-letter a dead letter: that could loop. It stays in machine.dlq regardless.
+                log.error("InfluxDB refused the count of dead letter %s[%d]@%d: %s", source.topic(),
+                          source.partition(), source.offset(), point.reason)
+                continue
+            dead_letters.append(dead_letter(f"InfluxDB refused the point: {point.reason}", source.value(),
+                                            STAGE, topic=source.topic(), partition=source.partition(),
+                                            offset=source.offset()))
+        self._produce_dead_letters(dead_letters)
+        self.counters.written += len(batch.lines) - len(rejected)
+        self.counters.dead_lettered += len(dead_letters)
+        self.counters.batches += 1
+        if self._assignment_changed:
+            # Partitions were revoked while InfluxDB was down: they are re-read from the last commit
+            # (re-writing the same points), so this batch's offsets must not be committed.
+            self._assignment_changed = False
+        else:
+            self._consumer.commit(offsets=[TopicPartition(topic, partition, offset) for (topic, partition), offset
+                                           in batch.next_offsets.items()], asynchronous=False)
+        self._batch = _Batch()
+        self._resume()
+
+    def _produce_dead_letters(self, dead_letters: list[bytes]) -> None:
+        if not dead_letters:
+            return
+        for envelope in dead_letters:
+            self._producer.produce(self.settings.dlq_topic, envelope, on_delivery=self._on_delivery)
+            self._producer.poll(0)
+        remaining = self._producer.flush(60)
+        if remaining or self._delivery_failures:
+            # Raising keeps the offsets uncommitted: a restart re-reads and re-sends these records.
+            raise RuntimeError(f"dead letters not delivered to {self.settings.dlq_topic}: "
+                               f"{remaining} pending, errors {self._delivery_failures[:3]}")
+
+    def _on_delivery(self, error: KafkaError | None, _message: Message) -> None:
+        if error is not None:
+            self._delivery_failures.append(str(error))
+
+    # -- outages and rebalances -------------------------------------------------------------------
+
+    def _wait_polling(self, seconds: float) -> None:
+        """Wait between write retries while serving the consumer group, with fetching paused."""
+        assignment = self._consumer.assignment()
+        if assignment:
+            self._consumer.pause(assignment)
+        end = time.monotonic() + seconds
+        while not self.stop.is_set() and (remaining := end - time.monotonic()) > 0:
+            message = self._consumer.poll(min(remaining, 0.5))
+            if message is not None:
+                self._held_back.append(message)
+
+    def _resume(self) -> None:
+        assignment = self._consumer.assignment()
+        if assignment:
+            self._consumer.resume(assignment)
+
+    def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        log.info("assigned %s", ", ".join(f"{p.topic}[{p.partition}]" for p in partitions) or "nothing")
+
+    def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        # Whatever is not committed is re-read by the next owner; dropping it here loses nothing.
+        self._held_back.clear()
+        if self._flushing:
+            self._assignment_changed = True
+        else:
+            self._batch = _Batch()
+        log.info("revoked %d partitions", len(partitions))
+
+    def _log_stats(self, last: tuple[float, int]) -> tuple[float, int]:
+        now = time.monotonic()
+        written = self.counters.written
+        rate = (written - last[1]) / max(now - last[0], 1e-9)
+        log.info("consumed %d, points written %d (%.0f/s), dead letters %d, batches %d, "
+                 "InfluxDB requests %d, retries %d", self.counters.consumed, written, rate,
+                 self.counters.dead_lettered, self.counters.batches, self._writer.requests, self._writer.retries)
+        return now, written

@@ -1,0 +1,161 @@
+"""Kafka records to InfluxDB line protocol: one point per record, the same point on every replay.
+
+Series and timestamps (all written with nanosecond precision):
+
+* raw quantities (machine.data): ``<data measurement>,quantity=<q>,thing=<t> result=<float> <time>``
+  with the time the record's ``phenomenonTime`` (epoch ms) exactly.
+* join results (machine.out): ``<joined measurement>,case=<join case>,level=<power level>,quantity=<q>,
+  thing=<t> result=<float>,active=<0.0|1.0> <time>``. The time is the result's ``phenomenonTime`` (the
+  mean of both input times) floored to the millisecond; the sub-millisecond nanoseconds carry the
+  distance of the two input times, ``(left time - right time) mod 1,000,000`` ms. Two different
+  results of one thing and quantity share the mean time only if their input times differ (pairs
+  (1, 3) and (2, 2) both have mean 2), and then the distance differs, so they land on different
+  nanoseconds and never overwrite each other (joins pair neighbours seconds apart, far inside the
+  ~16 minutes the nanoseconds can tell apart). The same result replayed lands on the same point.
+* dead letters (machine.dlq): ``<deadletter measurement>,stage=<stage> reason="<reason>" <time>``,
+  time the Kafka timestamp in ms plus the Kafka offset modulo 1,000,000 in nanoseconds, so each
+  dead letter is its own point and a re-read one overwrites itself.
+
+`result` is always written as a float: InfluxDB rejects an integer written into a float field.
+"""
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from stack.records import InvalidRecord, MachineRecord, is_finite_number
+
+NS_PER_MS = 1_000_000
+LEVEL_NAMES = ("idle", "low", "medium", "high")
+
+_MEASUREMENT_ESCAPES = str.maketrans({",": r"\,", " ": r"\ "})
+_TAG_ESCAPES = str.maketrans({",": r"\,", " ": r"\ ", "=": r"\="})
+
+
+def escape_measurement(name: str) -> str:
+    return name.translate(_MEASUREMENT_ESCAPES)
+
+
+def escape_tag(value: str) -> str:
+    """A tag key or value in line protocol; raises `InvalidRecord` for what it cannot carry."""
+    if "\n" in value or "\r" in value:
+        raise InvalidRecord(f"tag value {value!r} contains a line break")
+    if value.endswith("\\"):
+        # A trailing backslash would escape the separator after it and corrupt the line.
+        raise InvalidRecord(f"tag value {value!r} ends with a backslash")
+    return value.translate(_TAG_ESCAPES)
+
+
+def float_field(value: Any, name: str = "result") -> str:
+    """A finite number as a line-protocol float (never an integer: `1` becomes `1.0`)."""
+    if not is_finite_number(value):
+        raise InvalidRecord(f"{name} must be a finite number, got {value!r}")
+    return repr(float(value))
+
+
+def string_field(value: str) -> str:
+    return '"' + value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
+
+
+# InfluxDB stores int64 nanoseconds: roughly the years 1677 to 2262.
+_MIN_NS, _MAX_NS = -(2**63) + 2, 2**63 - 2
+
+
+def epoch_ms_to_ns(time_ms: float | int) -> int:
+    """Epoch ms (int or float) to integer ns, exact for integers and half milliseconds."""
+    if isinstance(time_ms, int):
+        time_ns = time_ms * NS_PER_MS
+    else:
+        whole = math.floor(time_ms)
+        time_ns = int(whole) * NS_PER_MS + round((time_ms - whole) * NS_PER_MS)
+    return _in_range(time_ns)
+
+
+def _in_range(time_ns: int) -> int:
+    if not _MIN_NS <= time_ns <= _MAX_NS:
+        raise InvalidRecord(f"phenomenonTime {time_ns / NS_PER_MS:.0f} ms is outside InfluxDB's time range "
+                            "(epoch milliseconds expected)")
+    return time_ns
+
+
+@dataclass(frozen=True)
+class PowerLevels:
+    """Buckets of |result| for the join results' `level` tag; above the first bound is `active`."""
+
+    bounds: tuple[float, float, float]
+
+    @classmethod
+    def parse(cls, text: str) -> PowerLevels:
+        try:
+            bounds = tuple(float(part) for part in text.split(","))
+        except ValueError:
+            raise ValueError(f"level thresholds must be numbers, got {text!r}") from None
+        if len(bounds) != len(LEVEL_NAMES) - 1 or list(bounds) != sorted(bounds):
+            raise ValueError(f"level thresholds must be {len(LEVEL_NAMES) - 1} ascending numbers, got {text!r}")
+        return cls(bounds)  # type: ignore[arg-type]
+
+    def level(self, value: float) -> str:
+        magnitude = abs(value)
+        for name, bound in zip(LEVEL_NAMES, self.bounds):
+            if magnitude < bound:
+                return name
+        return LEVEL_NAMES[-1]
+
+
+def data_point(measurement: str, record: MachineRecord) -> str:
+    """The line of one validated machine.data record."""
+    return (f"{escape_measurement(measurement)},quantity={escape_tag(record['quantity'])},"
+            f"thing={escape_tag(record['thing'])} result={float_field(record['result'])} "
+            f"{epoch_ms_to_ns(record['phenomenonTime'])}")
+
+
+def _input_time(record: dict[str, Any], side: str) -> float | int:
+    part = record.get(side)
+    if not isinstance(part, dict) or not is_finite_number(part.get("phenomenonTime")):
+        raise InvalidRecord(f"join result needs {side}.phenomenonTime as a finite number")
+    return part["phenomenonTime"]
+
+
+def joined_time_ns(record: dict[str, Any]) -> int:
+    """The point time of a join result: its mean time's millisecond, the input distance below it."""
+    distance_ms = round(_input_time(record, "left") - _input_time(record, "right"))
+    return _in_range(math.floor(record["phenomenonTime"]) * NS_PER_MS + distance_ms % NS_PER_MS)
+
+
+def joined_point(measurement: str, record: MachineRecord, levels: PowerLevels) -> str:
+    """The line of one validated machine.out record."""
+    result = float_field(record["result"])
+    case = record.get("case")  # type: ignore[misc]
+    if not isinstance(case, str) or not case:
+        raise InvalidRecord(f"join result needs a non-empty string 'case', got {case!r}")
+    level = levels.level(float(record["result"]))
+    active = "0.0" if level == LEVEL_NAMES[0] else "1.0"
+    return (f"{escape_measurement(measurement)},case={escape_tag(case)},level={level},"
+            f"quantity={escape_tag(record['quantity'])},thing={escape_tag(record['thing'])} "
+            f"result={result},active={active} {joined_time_ns(record)}")  # type: ignore[arg-type]
+
+
+def deadletter_point(measurement: str, payload: bytes | None, timestamp_ms: int, offset: int) -> str:
+    """The line counting one machine.dlq record; an unreadable envelope still counts."""
+    stage, reason = "unknown", "unreadable dead letter"
+    try:
+        envelope = json.loads(payload or b"")
+        if isinstance(envelope, dict):
+            stage = str(envelope.get("stage") or stage)
+            reason = str(envelope.get("reason") or reason)
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        pass
+    try:
+        stage_tag = escape_tag(stage)
+    except InvalidRecord:
+        stage_tag = "unknown"
+    return (f"{escape_measurement(measurement)},stage={stage_tag} reason={string_field(reason[:1000])} "
+            f"{timestamp_ms * NS_PER_MS + offset % NS_PER_MS}")
+
+
+def body(lines: Sequence[str]) -> bytes:
+    """A write request's body."""
+    return "\n".join(lines).encode()

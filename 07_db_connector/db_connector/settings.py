@@ -1,0 +1,31 @@
+"""Settings of the DB connector: topics, consumer group, InfluxDB measurements, batching."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from stack.settings import ConnectionSettings, setting
+from stack.topics import MACHINE_DATA, MACHINE_DLQ, MACHINE_OUT
+
+
+@dataclass(frozen=True)
+class DbConnectorSettings(ConnectionSettings):
+    """Load machine.data and machine.out (and the dead-letter counts of machine.dlq) into InfluxDB."""
+
+    data_topic: str = setting(MACHINE_DATA.name, "DATA_TOPIC", "topic of the raw quantities")
+    out_topic: str = setting(MACHINE_OUT.name, "OUT_TOPIC", "topic of the join results")
+    dlq_topic: str = setting(MACHINE_DLQ.name, "DLQ_TOPIC",
+                             "dead-letter topic: rejected records go there, and its records are counted")
+    group_id: str = setting("db-connector", "DB_CONNECTOR_GROUP_ID", "Kafka consumer group")
+    data_measurement: str = setting("machinedata", "DATA_MEASUREMENT", "measurement of the raw quantities")
+    joined_measurement: str = setting("joined", "JOINED_MEASUREMENT", "measurement of the join results")
+    deadletter_measurement: str = setting("deadletters", "DEADLETTER_MEASUREMENT",
+                                          "measurement counting the records of the dead-letter topic")
+    batch_size: int = setting(5000, "DB_CONNECTOR_BATCH_SIZE", "points per InfluxDB write")
+    flush_interval_s: float = setting(1.0, "DB_CONNECTOR_FLUSH_INTERVAL_S",
+                                      "write a partial batch after this many seconds")
+    level_thresholds: str = setting("100,1000,5000", "DB_CONNECTOR_LEVEL_THRESHOLDS",
+                                    "ascending |result| bounds of the join results' power levels "
+                                    "idle/low/medium/high (W); 'active' means above the first")
+    retry_max_s: float = setting(30.0, "DB_CONNECTOR_RETRY_MAX_S",
+                                 "longest wait between retries while InfluxDB is unreachable")
+    stats_interval_s: float = setting(10.0, "DB_CONNECTOR_STATS_INTERVAL_S", "seconds between progress log lines")
