@@ -7,7 +7,10 @@ A series is a list of (time in epoch seconds, result); an ingestion order lists 
 from __future__ import annotations
 
 import random
+from typing import Iterable, Sequence
 
+from .record import Record
+from .stream_buffer import StreamBuffer
 from .two_stream_join import LEFT, RIGHT
 
 SEED_START_TIME = 1600000000
@@ -49,3 +52,16 @@ def random_walks(
     order = [LEFT] * n_left + [RIGHT] * n_right
     rng.shuffle(order)
     return series[LEFT], series[RIGHT], order
+
+
+def as_records(series: Series, quantity: str) -> list[Record]:
+    """The series as the seed's tests built it: ``Record(timestamp=t, quantity=..., result=v)``."""
+    return [Record(timestamp=t, quantity=quantity, result=value) for t, value in series]
+
+
+def replay(stream_buffer: StreamBuffer, left: Sequence[Record], right: Sequence[Record], order: Iterable[int]) -> None:
+    """Ingest ``left`` and ``right`` into ``stream_buffer``, each in its order, interleaved as ``order`` says."""
+    ingest = (stream_buffer.ingest_left, stream_buffer.ingest_right)
+    next_record = (iter(left).__next__, iter(right).__next__)
+    for side in order:
+        ingest[side](next_record[side]())
