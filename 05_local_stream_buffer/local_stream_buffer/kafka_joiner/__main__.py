@@ -1,0 +1,28 @@
+"""Entry point: ``python -m local_stream_buffer.kafka_joiner [--flags]``; SIGTERM commits, then exits."""
+from __future__ import annotations
+
+import logging
+import signal
+
+from stack.logs import announce_ready, configure_logging
+from stack.settings import load_settings
+
+from .service import KafkaJoiner
+from .settings import KafkaJoinerSettings
+
+log = logging.getLogger("local_stream_buffer.kafka_joiner")
+
+
+def main(argv: list[str] | None = None) -> None:
+    settings = load_settings(KafkaJoinerSettings, argv, prog="python -m local_stream_buffer.kafka_joiner")
+    configure_logging()
+    joiner = KafkaJoiner(settings)
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda *_: joiner.stop())
+    joiner.start()
+    announce_ready(log, f"kafka joiner {joiner.transactional_id}: {settings.input_topic} -> {settings.output_topic}")
+    joiner.run()
+
+
+if __name__ == "__main__":
+    main()

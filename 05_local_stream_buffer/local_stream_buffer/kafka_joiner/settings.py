@@ -1,0 +1,47 @@
+"""Settings of the standalone Kafka joiner: topics, group, transactions and join specs."""
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+from stack.settings import ConnectionSettings, setting
+from stack.topics import MACHINE_DATA, MACHINE_DLQ, MACHINE_OUT
+
+from ..two_stream_join import DEFAULT_MAX_PENDING_PER_SIDE
+
+
+@dataclasses.dataclass(frozen=True)
+class KafkaJoinerSettings(ConnectionSettings):
+    """Exactly-once join of machine.data into machine.out, state included, surviving crashes and rebalances."""
+
+    input_topic: str = setting(MACHINE_DATA.name, "KAFKA_JOINER_INPUT_TOPIC", "topic of the measured records")
+    output_topic: str = setting(MACHINE_OUT.name, "KAFKA_JOINER_OUTPUT_TOPIC", "topic of the join results")
+    dlq_topic: str = setting(MACHINE_DLQ.name, "KAFKA_JOINER_DLQ_TOPIC", "topic of rejected records, with reason")
+    group_id: str = setting("kafka-joiner", "KAFKA_JOINER_GROUP_ID",
+                            "consumer group; instances of one group share the work")
+    repartition_topic: str | None = setting(
+        None, "KAFKA_JOINER_REPARTITION_TOPIC",
+        "internal topic holding the input co-partitioned by thing (default: <group-id>.<input-topic>.by-thing)")
+    transactional_id_prefix: str = setting("kafka-joiner", "KAFKA_JOINER_TRANSACTIONAL_ID_PREFIX",
+                                           "transactional.id is <prefix>.<instance id>")
+    instance_id: str | None = setting(
+        None, "KAFKA_JOINER_INSTANCE_ID",
+        "stable name of this instance (static group membership, stable transactional.id): a restart with the "
+        "same name takes over at once and aborts the crashed run's open transaction; default: random per run")
+    join_specs: Path | None = setting(None, "KAFKA_JOINER_JOIN_SPECS",
+                                      "join-spec TOML file (default: local_stream_buffer/join_specs.toml)")
+    commit_interval_ms: int = setting(100, "KAFKA_JOINER_COMMIT_INTERVAL_MS",
+                                      "a transaction commits at least this often while records flow")
+    max_transaction_records: int = setting(50_000, "KAFKA_JOINER_MAX_TRANSACTION_RECORDS",
+                                           "a transaction commits early once it consumed this many records")
+    transaction_timeout_ms: int = setting(
+        10_000, "KAFKA_JOINER_TRANSACTION_TIMEOUT_MS",
+        "the broker aborts a crashed instance's open transaction after this (read_committed readers wait)")
+    session_timeout_ms: int = setting(10_000, "KAFKA_JOINER_SESSION_TIMEOUT_MS",
+                                      "group session timeout: how soon a vanished instance's partitions move")
+    max_pending_per_side: int = setting(DEFAULT_MAX_PENDING_PER_SIDE, "KAFKA_JOINER_MAX_PENDING_PER_SIDE",
+                                        "pending records per side and key before the oldest are forced (memory bound)")
+    log_interval_s: float = setting(5.0, "KAFKA_JOINER_LOG_INTERVAL_S", "seconds between progress log lines")
+
+    def repartition_topic_name(self) -> str:
+        return self.repartition_topic or f"{self.group_id}.{self.input_topic}.by-thing"
