@@ -1,0 +1,53 @@
+"""`python -m simulator`: replay machine states (or synthetic ones) to MQTT, or write them to a file."""
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import sys
+
+from stack.logs import configure_logging
+from stack.settings import load_settings
+
+from .events import EventsFileError, write_events
+from .publisher import Publisher, PublishError
+from .replay import publish_rows, selected_rows
+from .settings import SimulatorSettings
+
+log = logging.getLogger("simulator")
+
+
+def main(argv: list[str] | None = None) -> int:
+    settings = load_settings(SimulatorSettings, argv, prog="python -m simulator")
+    configure_logging()
+    try:
+        rows, total = selected_rows(settings)
+        if settings.output is not None:
+            if total is None:
+                raise ValueError("--output needs --limit when the rows have no end (--synthetic, --loop)")
+            count = write_events(settings.output, rows)
+            print(f"wrote {count} rows to {settings.output}")
+            return 0
+        publisher = Publisher(settings, settings.mqtt_client_id or f"simulator-{os.getpid()}",
+                              window=settings.window, inflight=settings.inflight)
+        publisher.connect()
+    except (EventsFileError, PublishError, ValueError) as error:
+        log.error("%s", error)
+        return 2
+
+    stop_requested = []
+
+    def request_stop(signum: int, _frame) -> None:
+        log.info("received %s: waiting for the acknowledgements of what was sent", signal.Signals(signum).name)
+        stop_requested.append(signum)
+
+    signal.signal(signal.SIGTERM, request_stop)
+    signal.signal(signal.SIGINT, request_stop)
+    summary = publish_rows(publisher, settings, rows, total, should_stop=lambda: bool(stop_requested))
+    publisher.close()
+    print(summary)
+    return 1 if summary.failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,111 @@
+"""A QoS 1 MQTT publisher over one persistent connection, with a window of unacknowledged rows.
+
+Facts that shaped it (Mosquitto 2.0.11, paho-mqtt 2.2): a large paho inflight limit is slow (every
+PUBACK scans the in-flight set), and paho refuses a publish once 65,535 are unacknowledged, so paho
+keeps a modest inflight limit and the window bounds what waits behind it. Every publish return code
+is checked; a row counts as delivered only when its PUBACK came back.
+"""
+from __future__ import annotations
+
+import logging
+import time
+
+from paho.mqtt.enums import MQTTErrorCode, MQTTProtocolVersion
+
+from stack.settings import ConnectionSettings
+from stream_connector.mqtt_io import new_client, pump
+
+log = logging.getLogger(__name__)
+
+MAX_RECONNECT_DELAY_S = 5.0
+
+
+class PublishError(RuntimeError):
+    """The broker could not be reached or refused the connection."""
+
+
+class Publisher:
+    def __init__(self, settings: ConnectionSettings, client_id: str, *, window: int = 100,
+                 inflight: int = 100) -> None:
+        if not 1 <= window < 65_535 or inflight < 0:
+            raise ValueError("need 1 <= window < 65535 and inflight >= 0")
+        self.settings = settings
+        self.window = window
+        self.client = new_client(settings, client_id, protocol=MQTTProtocolVersion.MQTTv311,
+                                 clean_session=True)
+        self.client.max_inflight_messages_set(inflight)
+        self.client.on_connect = self._on_connect
+        self.client.on_publish = self._on_publish
+        self.sent = 0  # handed to paho and queued or on the wire
+        self.acked = 0  # PUBACK received
+        self.failed = 0  # refused by paho, or never acknowledged
+        self._connected = False
+        self._refused: str | None = None
+
+    @property
+    def unacked(self) -> int:
+        return self.sent - self.acked
+
+    def _on_connect(self, client, userdata, flags, reason_code, properties) -> None:
+        if reason_code.is_failure:
+            self._refused = f"MQTT broker refused the connection: {reason_code}"
+        else:
+            self._connected = True
+
+    def _on_publish(self, client, userdata, mid, reason_code, properties) -> None:
+        self.acked += 1
+
+    def connect(self, deadline_s: float = 10.0) -> None:
+        host, port = self.settings.mqtt_host, self.settings.mqtt_port
+        try:
+            self.client.connect(host, port, keepalive=30)
+        except OSError as error:
+            raise PublishError(f"cannot reach the MQTT broker at {host}:{port}: {error}") from None
+        end = time.monotonic() + deadline_s
+        while not self._connected:
+            if self._refused:
+                raise PublishError(self._refused)
+            if time.monotonic() > end:
+                raise PublishError(f"no answer from the MQTT broker at {host}:{port} within {deadline_s:.0f} s")
+            self.pump(0.1)
+
+    def publish(self, topic: str, payload: bytes | str) -> None:
+        """Publish one row at QoS 1, first waiting while the window is full."""
+        while self.sent - self.acked >= self.window:
+            self.pump(0.05)
+        info = self.client.publish(topic, payload, qos=1)
+        # NO_CONN: paho keeps the message and sends it again after the reconnect.
+        if info.rc in (MQTTErrorCode.MQTT_ERR_SUCCESS, MQTTErrorCode.MQTT_ERR_NO_CONN):
+            self.sent += 1
+        else:
+            self.failed += 1
+            log.error("publish refused by the client (rc %s: %s)", int(info.rc), info.rc.name)
+
+    def pump(self, timeout: float) -> None:
+        """Handle acknowledgements (waiting up to `timeout` s for them); reconnect if the link broke."""
+        if pump(self.client, timeout) != MQTTErrorCode.MQTT_ERR_SUCCESS:
+            self._reconnect()
+
+    def _reconnect(self) -> None:
+        delay = 0.2
+        log.warning("MQTT connection lost with %d rows unacknowledged; reconnecting", self.unacked)
+        while True:
+            try:
+                self.client.reconnect()  # unacknowledged rows are sent again once connected
+                return
+            except OSError as error:
+                log.warning("MQTT reconnect failed: %s; retrying in %.1f s", error, delay)
+                time.sleep(delay)
+                delay = min(delay * 2, MAX_RECONNECT_DELAY_S)
+
+    def drain(self, deadline_s: float) -> int:
+        """Wait until every row is acknowledged or the deadline passed; unacknowledged rows fail."""
+        end = time.monotonic() + deadline_s
+        while self.unacked and time.monotonic() < end:
+            self.pump(0.05)
+        missing = self.unacked
+        self.failed += missing
+        return missing
+
+    def close(self) -> None:
+        self.client.disconnect()

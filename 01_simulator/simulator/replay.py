@@ -1,0 +1,90 @@
+"""Which rows to publish, at what pace, and the summary of a run."""
+from __future__ import annotations
+
+import itertools
+import json
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+from tqdm import tqdm
+
+from .events import Row, event_time_ms, in_order, read_events, repeat
+from .publisher import Publisher
+from .settings import SimulatorSettings
+from .synthetic import synthetic_rows
+
+
+@dataclass(frozen=True)
+class Summary:
+    rows: int  # acknowledged by the broker
+    failures: int
+    seconds: float
+
+    @property
+    def rate(self) -> float:
+        return self.rows / self.seconds if self.seconds > 0 else 0.0
+
+    def __str__(self) -> str:
+        return f"published {self.rows} rows in {self.seconds:.1f} s ({self.rate:,.0f} rows/s), {self.failures} failures"
+
+
+def selected_rows(settings: SimulatorSettings) -> tuple[Iterator[Row], int | None]:
+    """The rows of this run after --skip and --limit, and how many there are (None: without end)."""
+    if settings.skip < 0 or settings.limit < 0:
+        raise ValueError("--skip and --limit must not be negative")
+    if settings.synthetic:
+        rows: Iterator[Row] = synthetic_rows(settings.machines, settings.axes, settings.seed,
+                                             settings.start_ms, settings.interval_ms)
+        available = None
+    else:
+        events = in_order(read_events(settings.events_file), settings.order)
+        rows = repeat(events) if settings.loop else iter(events)
+        available = None if settings.loop else max(0, len(events) - settings.skip)
+    rows = itertools.islice(rows, settings.skip, None)
+    if settings.limit:
+        rows = itertools.islice(rows, settings.limit)
+        available = settings.limit if available is None else min(available, settings.limit)
+    return rows, available
+
+
+def due_times(settings: SimulatorSettings) -> Callable[[int, Row], float] | None:
+    """When (s after the start) row number i is due, or None to publish as fast as acks allow."""
+    if settings.rate < 0 or settings.speedup < 0:
+        raise ValueError("--rate and --speedup must not be negative")
+    if settings.rate and settings.speedup:
+        raise ValueError("choose --rate or --speedup, not both")
+    if settings.rate:
+        return lambda index, _row: index / settings.rate
+    if settings.speedup:
+        first: list[float] = []
+
+        def due(_index: int, row: Row) -> float:
+            time_ms = event_time_ms(row)
+            if not first:
+                first.append(time_ms)
+            return max(0.0, time_ms - first[0]) / 1000 / settings.speedup
+
+        return due
+    return None
+
+
+def publish_rows(publisher: Publisher, settings: SimulatorSettings, rows: Iterator[Row], total: int | None,
+                 should_stop: Callable[[], bool] = lambda: False) -> Summary:
+    """Publish `rows` at the configured pace, then wait for the last acknowledgements."""
+    due = due_times(settings)
+    topic = settings.mqtt_topic
+    started = time.perf_counter()
+    with tqdm(total=total, unit=" rows", disable=not settings.progress, smoothing=0.05,
+              mininterval=0.5) as progress:
+        for index, row in enumerate(rows):
+            if should_stop():
+                break
+            if due is not None:
+                due_at = started + due(index, row)
+                while (wait := due_at - time.perf_counter()) > 0:
+                    publisher.pump(min(wait, 0.05))
+            publisher.publish(topic, json.dumps(row))
+            progress.update()
+        publisher.drain(settings.drain_timeout_s)
+    return Summary(publisher.acked, publisher.failed, time.perf_counter() - started)

@@ -1,0 +1,46 @@
+"""Settings of the machine-state simulator (flags > environment > defaults)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from stack.settings import ConnectionSettings, setting
+from stream_connector.settings import DEFAULT_MQTT_TOPIC
+
+from .synthetic import DEFAULT_START_MS
+
+# The 5,000 real rows of three machines (not in time order), shipped as the default replay.
+DEFAULT_EVENTS_FILE = Path(__file__).resolve().parents[1] / "data" / "test_events.json"
+
+
+@dataclass(frozen=True)
+class SimulatorSettings(ConnectionSettings):
+    """Replay machine states from an events file (or synthetic ones) to MQTT at QoS 1."""
+
+    events_file: Path = setting(DEFAULT_EVENTS_FILE, "SIMULATOR_EVENTS_FILE",
+                                "events file to replay: one JSON row per line; .gz and .zip too")
+    mqtt_topic: str = setting(DEFAULT_MQTT_TOPIC, "MQTT_TOPIC", "MQTT topic to publish the rows to")
+    mqtt_client_id: str | None = setting(None, "SIMULATOR_CLIENT_ID", "MQTT client id (default: simulator-<pid>)")
+    rate: float = setting(0.0, "SIMULATOR_RATE", "rows per second; 0 = as fast as acknowledged delivery allows")
+    speedup: float = setting(0.0, "SIMULATOR_SPEEDUP",
+                             "replay with the rows' own timing, this many times faster (0 = off)")
+    limit: int = setting(0, "SIMULATOR_LIMIT", "publish at most this many rows (0 = all; with --loop or "
+                                               "--synthetic: without end)")
+    skip: int = setting(0, "SIMULATOR_SKIP", "leave out this many rows at the start")
+    loop: bool = setting(False, "SIMULATOR_LOOP", "replay the file again and again, each pass later in time")
+    order: str = setting("time", "SIMULATOR_ORDER", "time: each machine in time order; file: as the file "
+                                                    "has them (exercises late data downstream)")
+    synthetic: bool = setting(False, "SIMULATOR_SYNTHETIC", "generate rows instead of reading the events file")
+    machines: int = setting(3, "SIMULATOR_MACHINES", "synthetic: number of machines")
+    axes: int = setting(2, "SIMULATOR_AXES", "synthetic: drive axes per machine")
+    seed: int = setting(42, "SIMULATOR_SEED", "synthetic: random seed (same seed, same rows)")
+    start_ms: int = setting(DEFAULT_START_MS, "SIMULATOR_START_MS", "synthetic: epoch ms of the first row")
+    interval_ms: int = setting(1000, "SIMULATOR_INTERVAL_MS", "synthetic: ms between a machine's rows")
+    output: Path | None = setting(None, "SIMULATOR_OUTPUT",
+                                  "write the rows to this file (.gz compresses) instead of publishing")
+    window: int = setting(1000, "SIMULATOR_WINDOW", "rows published but not yet acknowledged, at most")
+    inflight: int = setting(100, "SIMULATOR_INFLIGHT", "paho's own inflight limit, 0 = none (keep it <= the broker's "
+                                                       "max_inflight_messages)")
+    progress: bool = setting(True, "SIMULATOR_PROGRESS", "show a progress bar")
+    drain_timeout_s: float = setting(60.0, "SIMULATOR_DRAIN_TIMEOUT_S",
+                                     "how long to wait at the end for the last acknowledgements")

@@ -1,0 +1,24 @@
+"""`python -m stream_connector`: bridge MQTT machine-state rows into Kafka until SIGTERM."""
+from __future__ import annotations
+
+import signal
+import sys
+
+from stack.logs import configure_logging
+from stack.settings import load_settings
+
+from .connector import Connector
+from .settings import ConnectorSettings
+
+
+def main(argv: list[str] | None = None) -> int:
+    settings = load_settings(ConnectorSettings, argv, prog="python -m stream_connector")
+    configure_logging()
+    connector = Connector(settings)
+    signal.signal(signal.SIGTERM, connector.request_stop)
+    signal.signal(signal.SIGINT, connector.request_stop)
+    return connector.run()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

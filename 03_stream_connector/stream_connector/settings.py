@@ -1,0 +1,27 @@
+"""Settings of the MQTT -> Kafka stream connector (flags > environment > defaults)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from stack.settings import ConnectionSettings, setting
+from stack.topics import MACHINE_DATA, MACHINE_DLQ
+
+DEFAULT_MQTT_TOPIC = "machine/states"
+
+
+@dataclass(frozen=True)
+class ConnectorSettings(ConnectionSettings):
+    """Bridge machine-state rows from MQTT into one Kafka record per quantity."""
+
+    mqtt_topic: str = setting(DEFAULT_MQTT_TOPIC, "MQTT_TOPIC", "MQTT topic (filter) to subscribe to")
+    mqtt_client_id: str = setting("stream-connector", "CONNECTOR_CLIENT_ID",
+                                  "MQTT client id; fixed, so the broker keeps the session across restarts")
+    data_topic: str = setting(MACHINE_DATA.name, "DATA_TOPIC", "Kafka topic for the records")
+    dlq_topic: str = setting(MACHINE_DLQ.name, "DLQ_TOPIC", "Kafka topic for rejected input")
+    max_payload_bytes: int = setting(1_000_000, "CONNECTOR_MAX_PAYLOAD_BYTES",
+                                     "larger MQTT payloads are dead-lettered unread")
+    linger_ms: int = setting(5, "CONNECTOR_LINGER_MS", "Kafka producer linger (batching delay)")
+    stats_interval_s: float = setting(10.0, "CONNECTOR_STATS_INTERVAL_S",
+                                      "seconds between progress log lines")
+    shutdown_timeout_s: float = setting(30.0, "CONNECTOR_SHUTDOWN_TIMEOUT_S",
+                                        "how long SIGTERM waits for Kafka to confirm what is in flight")
