@@ -33,6 +33,13 @@ from .two_stream_join import DEFAULT_MAX_PENDING_PER_SIDE, Entry, TwoStreamJoin
 
 logger = logging.getLogger(__name__)
 
+# Enum members as module constants: attribute access on an Enum class is slow on the hot path.
+_ACCEPTED = IngestStatus.ACCEPTED
+_DUPLICATE = IngestStatus.DUPLICATE
+_REJECTED = IngestStatus.REJECTED
+_LATE = IngestStatus.LATE
+_UNROUTED = IngestStatus.UNROUTED
+
 OutputRecord = dict[str, Any]
 
 
@@ -126,11 +133,11 @@ class KeyedJoiner:
             thing, quantity, t, value = _fields(record)
         except (KeyError, TypeError, ValueError) as error:
             counters.rejected += 1
-            return IngestOutcome(IngestStatus.REJECTED, [], f"invalid: {error}")
+            return IngestOutcome(_REJECTED, [], f"invalid: {error}")
         routes = self.resolver.routes(quantity)
         if not routes:
             counters.unrouted += 1
-            return IngestOutcome(IngestStatus.UNROUTED, [])
+            return IngestOutcome(_UNROUTED, [])
         held = _Held(source)
         outputs: list[OutputRecord] = []
         statuses = []
@@ -140,7 +147,7 @@ class KeyedJoiner:
                 key = self._keys[(thing, binding)] = _KeyJoin(thing, binding, self)
             held.keys += 1
             status = key.join.ingest(side, t, value, held)
-            if status is not IngestStatus.ACCEPTED:
+            if status is not _ACCEPTED:
                 held.keys -= 1
             statuses.append(status)
             if key.outputs:
@@ -150,18 +157,18 @@ class KeyedJoiner:
             self._held[held] = None
         counters.joins_out += len(outputs)
         # Every route sees the same stream (thing, quantity), so order verdicts agree; only late differs.
-        if IngestStatus.ACCEPTED in statuses:
-            status = IngestStatus.ACCEPTED
+        if _ACCEPTED in statuses:
+            status = _ACCEPTED
         else:
             status = statuses[0]
         reason = None
-        if status is IngestStatus.DUPLICATE:
+        if status is _DUPLICATE:
             counters.duplicates += 1
-        elif status is IngestStatus.REJECTED:
+        elif status is _REJECTED:
             counters.rejected += 1
             reason = self._order_violation(thing, quantity, routes[0], t)
             logger.debug("rejected %s", reason)
-        if IngestStatus.LATE in statuses:
+        if _LATE in statuses:
             counters.late += 1
             if self._on_late is not None:
                 self._on_late(record, source)

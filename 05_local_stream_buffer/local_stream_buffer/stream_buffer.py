@@ -14,6 +14,10 @@ from .two_stream_join import DEFAULT_MAX_PENDING_PER_SIDE, LEFT, RIGHT, Entry, T
 
 logger = logging.getLogger(__name__)
 
+# Enum members as module constants: attribute access on an Enum class is slow on the hot path.
+_ACCEPTED = IngestStatus.ACCEPTED
+_LATE = IngestStatus.LATE
+
 JoinFunction = Callable[..., Any]
 
 
@@ -68,23 +72,28 @@ class StreamBuffer:
         self._late_function = late_function
         self._verbose = verbose
         self._results: list[Any] = []
+        self._fetched = 0  # results handed out by fetch_results
         self._left_counter = 0
         self._right_counter = 0
         self._join_counter = 0
+        # The common case, the seed's result dicts buffered, appends one dict per join: the results then
+        # count the joins, and the emitter is a closure over the list (the hot path of this class).
+        self._results_count_joins = join_function is None and buffer_results and not verbose
         self._join = TwoStreamJoin(
-            emit=self._emit_join if join_function is not None or verbose else self._emit_default,
+            emit=_seed_result_appender(self._results.append) if self._results_count_joins else self._emit_join,
             release=_commit_hook(commit_function),
             delta_time=delta_time,
             max_pending_per_side=max_pending_per_side,
             max_latency=max_latency,
             clock=clock,
         )
+        self._ingest = self._join.ingest
 
     def ingest_left(self, record: Record) -> IngestStatus:
         """Ingest the next record of the left stream and emit the pairs it makes certain."""
         self._left_counter += 1
-        status = self._join.ingest(LEFT, record.phenomenonTime, record.result, record)
-        if status is not IngestStatus.ACCEPTED:
+        status = self._ingest(LEFT, record.phenomenonTime, record.result, record)
+        if status is not _ACCEPTED:
             self._not_accepted(status, LEFT, record)
         elif self._verbose:
             logger.info("ingested into '%s': %s", self.left_quantity, record)
@@ -93,8 +102,8 @@ class StreamBuffer:
     def ingest_right(self, record: Record) -> IngestStatus:
         """Ingest the next record of the right stream and emit the pairs it makes certain."""
         self._right_counter += 1
-        status = self._join.ingest(RIGHT, record.phenomenonTime, record.result, record)
-        if status is not IngestStatus.ACCEPTED:
+        status = self._ingest(RIGHT, record.phenomenonTime, record.result, record)
+        if status is not _ACCEPTED:
             self._not_accepted(status, RIGHT, record)
         elif self._verbose:
             logger.info("ingested into '%s': %s", self.right_quantity, record)
@@ -106,8 +115,9 @@ class StreamBuffer:
 
     def fetch_results(self) -> list[Any]:
         """The join results since the last fetch (the buffer is emptied)."""
-        results = self._results
-        self._results = []
+        results = self._results.copy()
+        self._results.clear()  # the same list: the emitter appends to it
+        self._fetched += len(results)
         return results
 
     def get_left_counter(self) -> int:
@@ -119,6 +129,8 @@ class StreamBuffer:
         return self._right_counter
 
     def get_join_counter(self) -> int:
+        if self._results_count_joins:
+            return self._fetched + len(self._results)
         return self._join_counter
 
     def get_duplicate_counter(self) -> int:
@@ -148,48 +160,52 @@ class StreamBuffer:
 
     def _not_accepted(self, status: IngestStatus, side: int, record: Record) -> None:
         stream = self.right_quantity if side else self.left_quantity
-        if status is IngestStatus.LATE:
+        if status is _LATE:
             logger.debug("late record in '%s': %s", stream, record)
             if self._late_function is not None:
                 self._late_function(record)
         else:
             logger.debug("%s record in '%s' (last t=%s): %s", status.value, stream, self._join.last_time(side), record)
 
-    def _emit_default(self, case: int, left: Entry, right: Entry) -> None:
-        # The hot path: the seed's result dict, built inline.
-        record_left = left[2]
-        record_right = right[2]
-        result = {
-            "r.quantity": record_left.quantity,
-            "r.phenomenonTime": left[0],
-            "r.result": left[1],
-            "s.quantity": record_right.quantity,
-            "s.phenomenonTime": right[0],
-            "s.result": right[1],
-            "case": CASE_LABELS[case],
-        }
-        if record_left.metadata:
-            result["r.metadata"] = record_left.metadata
-        if record_right.metadata:
-            result["s.metadata"] = record_right.metadata
-        self._join_counter += 1
-        if self._buffer_results:
-            self._results.append(result)
-
     def _emit_join(self, case: int, left: Entry, right: Entry) -> None:
         if self._join_function is None:
-            self._emit_default(case, left, right)
-            result = self._results[-1] if self._buffer_results else None
+            result = _seed_result(case, left, right)
+        elif self._join_function_takes_case:
+            result = self._join_function(record_left=left[2], record_right=right[2], case=JoinCase(case))
         else:
-            if self._join_function_takes_case:
-                result = self._join_function(record_left=left[2], record_right=right[2], case=JoinCase(case))
-            else:
-                result = self._join_function(record_left=left[2], record_right=right[2])
-            self._join_counter += 1
-            if self._buffer_results and result is not None:
-                self._results.append(result)
+            result = self._join_function(record_left=left[2], record_right=right[2])
+        self._join_counter += 1
+        if self._buffer_results and result is not None:
+            self._results.append(result)
         if self._verbose:
             logger.info("join case %s: %s", CASE_LABELS[case], result)
+
+
+def _seed_result(case: int, left: Entry, right: Entry) -> dict[str, Any]:
+    """The seed's default join result, plus the case."""
+    record_left = left[2]
+    record_right = right[2]
+    result = {
+        "r.quantity": record_left.quantity,
+        "r.phenomenonTime": left[0],
+        "r.result": left[1],
+        "s.quantity": record_right.quantity,
+        "s.phenomenonTime": right[0],
+        "s.result": right[1],
+        "case": CASE_LABELS[case],
+    }
+    if record_left.metadata:
+        result["r.metadata"] = record_left.metadata
+    if record_right.metadata:
+        result["s.metadata"] = record_right.metadata
+    return result
+
+
+def _seed_result_appender(append: Callable[[Any], None]) -> Callable[[int, Entry, Entry], None]:
+    def emit(case: int, left: Entry, right: Entry) -> None:
+        append(_seed_result(case, left, right))
+
+    return emit
 
 
 def _accepts_case(join_function: JoinFunction) -> bool:

@@ -142,7 +142,8 @@ class TwoStreamJoin:
         other = side ^ 1
         own = self._buffers[side]
         theirs = self._buffers[other]
-        if theirs:
+        # A stream that already leads cannot pair yet: the other holds nothing after its frontier.
+        if theirs and frontier[other] >= own_frontier:
             emit = self._emit
             delta = self._delta
             prev = own[-1] if own else None
