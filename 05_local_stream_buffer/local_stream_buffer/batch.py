@@ -132,19 +132,24 @@ def join_batch(
         _accept_in_order(new, LEFT, left_times, left_values),
         _accept_in_order(new, RIGHT, right_times, right_values),
     ]
-    times = [np.concatenate((old.times[side], accepted[side][0])) for side in (LEFT, RIGHT)]
-    values = [np.concatenate((old.values[side], accepted[side][1])) for side in (LEFT, RIGHT)]
+    times = [_append(old.times[side], accepted[side][0]) for side in (LEFT, RIGHT)]
+    values = [_append(old.values[side], accepted[side][1]) for side in (LEFT, RIGHT)]
     for side in (LEFT, RIGHT):
         if len(accepted[side][0]):
             new.frontier[side] = float(accepted[side][0][-1])
-    n_old = [len(old.times[LEFT]), len(old.times[RIGHT])]
-    pieces = _certain_new_pairs(times, values, n_old, old.frontier, delta)
+    n_old = (len(old.times[LEFT]), len(old.times[RIGHT]))
+    pairs = _gather(_certain_new_pairs(times, n_old, old.frontier, delta), times, values)
     _trim(new, times, values)
-    pieces.extend(_force_over_limit(new, max_pending_per_side, delta))
-    pairs = _gather(pieces)
+    forced = _force_over_limit(new, max_pending_per_side, delta)
+    if forced is not None:
+        pairs = PairArrays(*(np.concatenate(columns) for columns in zip(pairs, forced)))
     new.records += len(accepted[LEFT][0]) + len(accepted[RIGHT][0])
     new.pairs += pairs.count
     return new, pairs
+
+
+def _append(held: np.ndarray, arriving: np.ndarray) -> np.ndarray:
+    return np.concatenate((held, arriving)) if len(held) else arriving
 
 
 def _accept_in_order(state: BatchJoinState, side: int, times: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -156,26 +161,8 @@ def _accept_in_order(state: BatchJoinState, side: int, times: np.ndarray, values
     if not len(times):
         return times, values
     last_time = state.last_time[side]
-    latest_before = np.empty_like(times)  # the latest time seen before each record
-    latest_before[0] = last_time
-    np.maximum.accumulate(times[:-1], out=latest_before[1:])
-    np.maximum(latest_before, last_time, out=latest_before)
-    in_order = times > latest_before
-    if not in_order.all():
-        # Compare a record at the same time as the latest before it with that record's value: the latest
-        # record accepted before it (the state's last one for the first records).
-        positions = np.where(in_order, np.arange(len(times)), -1)
-        np.maximum.accumulate(positions, out=positions)
-        previous = np.empty_like(positions)
-        previous[0] = -1
-        previous[1:] = positions[:-1]
-        previous_value = np.where(previous >= 0, values[np.maximum(previous, 0)], state.last_value[side])
-        duplicate = ~in_order & (times == latest_before) & (values == previous_value)
-        n_duplicates = int(duplicate.sum())
-        state.duplicates += n_duplicates
-        state.rejected += int((~in_order).sum()) - n_duplicates
-        times = times[in_order]
-        values = values[in_order]
+    if times[0] <= last_time or not (times[1:] > times[:-1]).all():
+        times, values = _drop_out_of_order(state, side, times, values)
         if not len(times):
             return times, values
     state.last_time[side] = float(times[-1])
@@ -186,55 +173,97 @@ def _accept_in_order(state: BatchJoinState, side: int, times: np.ndarray, values
     return times[n_late:], values[n_late:]
 
 
-def _certain_new_pairs(
-    times: list[np.ndarray], values: list[np.ndarray], n_old: list[int], old_frontier: list[float], delta: float
-) -> list[PairArrays]:
-    """The pairs that are certain now and were not before.
+def _drop_out_of_order(state: BatchJoinState, side: int, times: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Keep the records later than every record before them; count the others as duplicates or rejected."""
+    latest_before = np.empty_like(times)  # the latest time seen before each record
+    latest_before[0] = state.last_time[side]
+    np.maximum.accumulate(times[:-1], out=latest_before[1:])
+    np.maximum(latest_before, state.last_time[side], out=latest_before)
+    in_order = times > latest_before
+    # A record at the same time as the latest before it is a duplicate if it also has that record's value:
+    # the value of the latest record kept before it (the state's last one for the first records).
+    positions = np.where(in_order, np.arange(len(times)), -1)
+    np.maximum.accumulate(positions, out=positions)
+    previous = np.empty_like(positions)
+    previous[0] = -1
+    previous[1:] = positions[:-1]
+    previous_value = np.where(previous >= 0, values[np.maximum(previous, 0)], state.last_value[side])
+    n_duplicates = int((~in_order & (times == latest_before) & (values == previous_value)).sum())
+    state.duplicates += n_duplicates
+    state.rejected += int((~in_order).sum()) - n_duplicates
+    return times[in_order], values[in_order]
+
+
+IndexPieces = list[tuple[np.ndarray, np.ndarray, np.ndarray]]  # (left indices, right indices, case codes)
+
+
+def _certain_new_pairs(times: list[np.ndarray], n_old: tuple[int, int], old_frontier: list[float], delta: float) -> IndexPieces:
+    """The pairs that are certain now and were not before, as indices into ``times``.
 
     Each pair is found once, by its case: same-time and left-successor pairs from the left records'
     successors, right-successor pairs from the right records' successors, and predecessor pairs from each
     record's predecessor when the other side has reached it and the pair is not also a successor pair.
     A pair is new if one of its records is, or if it is the predecessor pair of an old record that the
-    other side had not reached (nor forcing closed) before.
+    other side had not reached (nor forcing closed) before. The first ``n_old`` records per side are old.
     """
-    pieces: list[PairArrays] = []
+    pieces: IndexPieces = []
     if not len(times[LEFT]) or not len(times[RIGHT]):
         return pieces
+    limited = math.isfinite(delta)
     for side in (LEFT, RIGHT):
         other = side ^ 1
         own, theirs = times[side], times[other]
-        successor = np.searchsorted(theirs, own, side="left")
-        index = np.flatnonzero(successor < len(theirs))
-        partner = successor[index]
-        own_time = own[index]
-        gap = theirs[partner] - own_time
-        tie = gap == 0
+        # Only the records up to the other side's last time have a successor and a certain predecessor.
+        count = int(np.searchsorted(own, theirs[-1], side="right"))
+        if not count:
+            continue
+        own_time = own[:count]
+        partner = np.searchsorted(theirs, own_time, side="left")
+        partner_time = theirs[partner]
+        tie = partner_time == own_time
+        has_old = n_old[side] or n_old[other]
+
         # Successor pairs (same-time pairs once, from the left): new if one of the two records is.
-        keep = ((index >= n_old[side]) | (partner >= n_old[other])) & (gap <= delta)
-        if side == RIGHT:
-            keep &= ~tie
-        codes = np.where(tie[keep], np.int8(JoinCase.SAME_TIME), np.int8(_SUCCESSOR_CODE[side]))
-        pieces.append(_pair_arrays(side, index[keep], partner[keep], codes, times, values))
-        # Predecessor pairs, certain because the successor exists; left out where the times tie (the
-        # same-time pair) or where the record is its predecessor's successor (then it is that pair).
+        keep = ~tie if side == RIGHT else np.ones(count, dtype=bool)
+        if limited:
+            keep &= partner_time - own_time <= delta
+        if has_old:
+            new = partner >= n_old[other]
+            new[n_old[side]:] = True
+            keep &= new
+        index = np.flatnonzero(keep)
+        codes = (np.where(tie[index], np.int8(JoinCase.SAME_TIME), np.int8(_SUCCESSOR_CODE[side]))
+                 if side == LEFT else np.full(len(index), _SUCCESSOR_CODE[side], dtype=np.int8))
+        pieces.append(_oriented(side, index, partner[index], codes))
+
+        # Predecessor pairs, left out where the times tie (that is the same-time pair) or where the record
+        # is its predecessor's successor (then it is that successor pair).
         before = partner - 1
-        before_time = theirs[np.maximum(before, 0)]
-        own_previous_time = own[np.maximum(index - 1, 0)]
-        keep = (
-            ~tie & (before >= 0) & (index > 0) & (own_previous_time >= before_time)
-            & (own_time - before_time <= delta)
-            & ((index >= n_old[side]) | (before >= n_old[other]) | (own_time > old_frontier[other]))
-        )
-        codes = np.full(int(keep.sum()), _PREDECESSOR_CODE[side], dtype=np.int8)
-        pieces.append(_pair_arrays(side, index[keep], before[keep], codes, times, values))
+        before_time = theirs[before]  # where before is -1 this wraps to the last time; the test below fails there,
+        own_previous = np.empty(count)  # because every own time here is at most that last time
+        own_previous[0] = -math.inf
+        own_previous[1:] = own_time[:-1]
+        keep = ~tie & (own_previous >= before_time)
+        if limited:
+            keep &= own_time - before_time <= delta
+        if has_old:
+            new = (before >= n_old[other]) | (own_time > old_frontier[other])
+            new[n_old[side]:] = True
+            keep &= new
+        index = np.flatnonzero(keep)
+        codes = np.full(len(index), _PREDECESSOR_CODE[side], dtype=np.int8)
+        pieces.append(_oriented(side, index, before[index], codes))
     return pieces
 
 
-def _pair_arrays(
-    side: int, own: np.ndarray, theirs: np.ndarray, codes: np.ndarray, times: list[np.ndarray], values: list[np.ndarray]
-) -> PairArrays:
-    """Pairs given as indices into ``side``'s arrays (own) and the other side's arrays (theirs)."""
-    left, right = (theirs, own) if side else (own, theirs)
+def _oriented(side: int, own: np.ndarray, theirs: np.ndarray, codes: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    return (theirs, own, codes) if side else (own, theirs, codes)
+
+
+def _gather(pieces: IndexPieces, times: list[np.ndarray], values: list[np.ndarray]) -> PairArrays:
+    if not pieces:
+        return PairArrays(_EMPTY, _EMPTY, _EMPTY, _EMPTY, np.empty(0, dtype=np.int8))
+    left, right, codes = (np.concatenate(column) for column in zip(*pieces))
     return PairArrays(times[LEFT][left], values[LEFT][left], times[RIGHT][right], values[RIGHT][right], codes)
 
 
@@ -252,42 +281,35 @@ def _trim(state: BatchJoinState, times: list[np.ndarray], values: list[np.ndarra
         state.values[side] = values[side][start:]
 
 
-def _force_over_limit(state: BatchJoinState, limit: int, delta: float) -> list[PairArrays]:
+def _force_over_limit(state: BatchJoinState, limit: int, delta: float) -> PairArrays | None:
     """Resolve the oldest pending records beyond ``limit`` as they stand (see two_stream_join's doc)."""
-    for lead in (LEFT, RIGHT):
-        lag = lead ^ 1
-        lead_times = state.times[lead]
-        lag_frontier = state.frontier[lag]
-        if not len(lead_times) or state.frontier[lead] <= lag_frontier:
-            continue  # not the leading side: nothing pending
-        anchored = bool(lead_times[0] <= lag_frontier)
-        start = 1 if anchored else 0
-        count = len(lead_times) - start - limit
-        if count <= 0:
-            return []
-        forced = np.arange(start, start + count)
-        pieces = []
-        lag_times = state.times[lag]
-        if len(lag_times):
-            last = lag_times[-1]
-            # The first pending record is the last lagging record's successor (already paired) unless the
-            # anchor ties with that record or forcing already moved the frontier past it.
-            if last == lag_frontier and not (anchored and lead_times[0] == lag_frontier):
-                forced = forced[1:]
-            forced = forced[lead_times[forced] - last <= delta]
-            codes = np.full(len(forced), _PREDECESSOR_CODE[lead], dtype=np.int8)
-            last_index = np.full(len(forced), len(lag_times) - 1)
-            pieces.append(_pair_arrays(lead, forced, last_index, codes, state.times, state.values))
-        newest = start + count - 1  # stays as the anchor: the predecessor of the stalled side's next record
-        state.frontier[lag] = float(lead_times[newest])
-        state.times[lead] = lead_times[newest:]
-        state.values[lead] = state.values[lead][newest:]
-        state.forced += int(count)
-        return pieces
-    return []
-
-
-def _gather(pieces: list[PairArrays]) -> PairArrays:
-    if not pieces:
-        return PairArrays(_EMPTY, _EMPTY, _EMPTY, _EMPTY, np.empty(0, dtype=np.int8))
-    return PairArrays(*(np.concatenate(column) for column in zip(*pieces)))
+    lead = LEFT if state.frontier[LEFT] > state.frontier[RIGHT] else RIGHT
+    lag = lead ^ 1
+    lead_times = state.times[lead]
+    lag_frontier = state.frontier[lag]
+    if not len(lead_times) or state.frontier[lead] <= lag_frontier:
+        return None  # level: nothing pending
+    anchored = bool(lead_times[0] <= lag_frontier)
+    start = 1 if anchored else 0
+    count = len(lead_times) - start - limit
+    if count <= 0:
+        return None
+    forced = np.arange(start, start + count)
+    lag_times = state.times[lag]
+    pairs = None
+    if len(lag_times):
+        last = lag_times[-1]
+        # The first pending record is the last lagging record's successor (already paired) unless the
+        # anchor ties with that record or forcing already moved the frontier past it.
+        if last == lag_frontier and not (anchored and lead_times[0] == lag_frontier):
+            forced = forced[1:]
+        forced = forced[lead_times[forced] - last <= delta]
+        last_index = np.full(len(forced), len(lag_times) - 1)
+        codes = np.full(len(forced), _PREDECESSOR_CODE[lead], dtype=np.int8)
+        pairs = _gather([_oriented(lead, forced, last_index, codes)], state.times, state.values)
+    newest = start + count - 1  # stays as the anchor: the predecessor of the stalled side's next record
+    state.frontier[lag] = float(lead_times[newest])
+    state.times[lead] = lead_times[newest:]
+    state.values[lead] = state.values[lead][newest:]
+    state.forced += int(count)
+    return pairs
