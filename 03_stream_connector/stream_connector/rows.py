@@ -8,7 +8,6 @@ are listed, so one bad value never costs the good values of the same row.
 from __future__ import annotations
 
 import json
-import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -51,9 +50,7 @@ def event_time_ms(value: Any) -> int | float:
 
 
 def _describe(value: Any) -> str:
-    if isinstance(value, float) and not math.isfinite(value):
-        return str(value)
-    text = json.dumps(value, default=repr)
+    text = json.dumps(value, default=repr)  # NaN and Infinity as JSON spells them
     return text if len(text) <= 80 else text[:77] + "..."
 
 

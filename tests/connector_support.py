@@ -1,0 +1,134 @@
+"""Helpers for the simulator and stream-connector tests: the connector as a real subprocess, MQTT
+sessions, expected records computed from an events file."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Consumer, TopicPartition
+from paho.mqtt.enums import MQTTProtocolVersion
+
+from stack.kafka_clients import consumer_config
+from stack.logs import READY_MARKER
+from stack.records import record_key
+from stack.settings import ConnectionSettings
+from stream_connector.mqtt_io import new_client, pump
+from support import unique, wait_for
+
+QUANTITY_EXCLUDED = ("Thing", "Timestamp", "id")
+
+
+def expected_records(rows: list[dict]) -> list[dict]:
+    """One record per (row, quantity): every key of a row except Thing, Timestamp and id."""
+    return [{"thing": row["Thing"], "quantity": quantity, "phenomenonTime": row["Timestamp"],
+             "result": value, "id": row["id"]}
+            for row in rows for quantity, value in row.items() if quantity not in QUANTITY_EXCLUDED]
+
+
+def read_rows(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def topic_size(bootstrap: str, topic: str) -> int:
+    """Messages in `topic` (sum of high watermarks): cheap enough to poll."""
+    consumer = Consumer(consumer_config(bootstrap, unique("test-size")))
+    try:
+        partitions = consumer.list_topics(topic, timeout=10).topics[topic].partitions
+        return sum(consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] for p in partitions)
+    finally:
+        consumer.close()
+
+
+@dataclass
+class ConnectorProcess:
+    """`python -m stream_connector` with its own MQTT topic, client id and Kafka topics."""
+
+    mqtt_topic: str
+    client_id: str
+    data_topic: str
+    dlq_topic: str
+    log_path: Path
+    extra: list[str] = field(default_factory=list)
+    process: subprocess.Popen | None = None
+    _log_offset: int = 0
+
+    def start(self) -> ConnectorProcess:
+        self._log_offset = self.log_path.stat().st_size if self.log_path.exists() else 0
+        with open(self.log_path, "ab") as log:
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", "stream_connector", "--mqtt-topic", self.mqtt_topic,
+                 "--mqtt-client-id", self.client_id, "--data-topic", self.data_topic,
+                 "--dlq-topic", self.dlq_topic, "--stats-interval-s", "1", *self.extra],
+                stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        wait_for(lambda: READY_MARKER in self.log() or self.process.poll() is not None, 30, "connector READY")
+        assert self.process.poll() is None, f"connector exited early:\n{self.log()}"
+        return self
+
+    def log(self) -> str:
+        with open(self.log_path, "rb") as log:
+            log.seek(self._log_offset)
+            return log.read().decode(errors="replace")
+
+    def kill(self) -> None:
+        if self.process and self.process.poll() is None:
+            self.process.send_signal(signal.SIGKILL)
+            self.process.wait(10)
+
+    def terminate(self, deadline_s: float = 60) -> int:
+        self.process.send_signal(signal.SIGTERM)
+        return self.process.wait(deadline_s)
+
+
+def forget_session(settings: ConnectionSettings, client_id: str) -> None:
+    """Connect once with a clean session, which makes the broker drop the persistent one."""
+    client = new_client(settings, client_id, protocol=MQTTProtocolVersion.MQTTv311, clean_session=True)
+    client.connect(settings.mqtt_host, settings.mqtt_port)
+    end = time.monotonic() + 10
+    while not client.is_connected() and time.monotonic() < end:
+        pump(client, 0.1)
+    client.disconnect()
+
+
+@pytest.fixture
+def connector(stack: ConnectionSettings, new_topics, tmp_path: Path) -> Iterator:
+    """Factory: a started connector on fresh topics; killed and its MQTT session removed afterwards."""
+    started: list[ConnectorProcess] = []
+
+    def make(*extra: str) -> ConnectorProcess:
+        topics = new_topics()
+        name = unique("connector").replace(".", "-")
+        process = ConnectorProcess(mqtt_topic=f"test/{name}/states", client_id=name, data_topic=topics.data,
+                                   dlq_topic=topics.dlq, log_path=tmp_path / f"{name}.log", extra=list(extra))
+        started.append(process)
+        return process.start()
+
+    yield make
+    for process in started:
+        process.kill()
+        forget_session(stack, process.client_id)
+
+
+def run_simulator(mqtt_topic: str, *args: str, timeout_s: float = 120) -> subprocess.CompletedProcess:
+    """`python -m simulator` to completion (the broker comes from the same environment as `stack`)."""
+    return subprocess.run([sys.executable, "-m", "simulator", "--mqtt-topic", mqtt_topic, "--no-progress", *args],
+                          capture_output=True, text=True, timeout=timeout_s)
+
+
+def start_simulator(mqtt_topic: str, *args: str) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "simulator", "--mqtt-topic", mqtt_topic, "--no-progress", *args],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def by_key(records: list[dict]) -> dict[str, list[dict]]:
+    grouped: dict[str, list[dict]] = {}
+    for record in records:
+        grouped.setdefault(record_key(record["thing"], record["quantity"]), []).append(record)
+    return grouped

@@ -1,0 +1,79 @@
+"""Bad input beside good rows: good quantities pass, every rejected payload is dead-lettered with a
+reason, and the connector keeps running."""
+from __future__ import annotations
+
+import base64
+import json
+
+from conftest import EVENTS_FILE
+from connector_support import connector, expected_records, read_rows  # noqa: F401
+from simulator.publisher import Publisher
+from support import read_topic, wait_for
+
+T_MS = 1_554_096_460_415
+
+# (payload, records it must still yield) for rows that are partly or wholly bad.
+BAD_ROWS: list[tuple[bytes, list[dict]]] = [
+    (b'{"Thing": "R0815", "Timestamp": 1554096460415, "vaTorque_C11": 2.8', []),  # cut-off JSON
+    (b"\xff\xfe\x00garbage", []),  # not UTF-8
+    (b"[1, 2, 3]", []),  # JSON, but not an object
+    (b'{"Timestamp": 1554096460415, "vaTorque_C11": 1.0, "id": "no-thing"}', []),
+    (b'{"Thing": "", "Timestamp": 1554096460415, "vaTorque_C11": 1.0, "id": "empty-thing"}', []),
+    (b'{"Thing": 42, "Timestamp": 1554096460415, "vaTorque_C11": 1.0, "id": "numeric-thing"}', []),
+    (b'{"Thing": "BAD1", "vaTorque_C11": 1.0, "id": "no-time"}', []),
+    (b'{"Thing": "BAD1", "Timestamp": "yesterday", "vaTorque_C11": 1.0, "id": "word-time"}', []),
+    (b'{"Thing": "BAD1", "Timestamp": NaN, "vaTorque_C11": 1.0, "id": "nan-time"}', []),
+    (b'{"Thing": "BAD1", "Timestamp": 1554096460415, "id": "no-quantity"}', []),
+    (b'{"Thing": "BAD2", "Timestamp": 1554096460415, "good": 1.5, "text": "abc", "id": "r1"}',
+     [{"thing": "BAD2", "quantity": "good", "phenomenonTime": T_MS, "result": 1.5, "id": "r1"}]),
+    (b'{"Thing": "BAD2", "Timestamp": 1554096461415, "good": 2, "nan": NaN, "inf": Infinity, "id": "r2"}',
+     [{"thing": "BAD2", "quantity": "good", "phenomenonTime": T_MS + 1000, "result": 2, "id": "r2"}]),
+    (b'{"Thing": "BAD2", "Timestamp": 1554096462415, "good": -3.5, "flag": true, "none": null, '
+     b'"list": [1], "object": {"a": 1}, "id": "r3"}',
+     [{"thing": "BAD2", "quantity": "good", "phenomenonTime": T_MS + 2000, "result": -3.5, "id": "r3"}]),
+    (json.dumps({"Thing": "BAD3", "Timestamp": T_MS, "big": 1.0, "padding": "x" * 1_100_000}).encode(), []),
+]
+
+# The same instant in other units: all become epoch milliseconds.
+ODD_TIMES = [("s", 1554096460.415), ("us", 1554096460415000), ("ns", 1554096460415000000),
+             ("iso", "2019-04-01T05:27:40.415Z"), ("iso-naive", "2019-04-01T05:27:40.415")]
+
+
+def test_bad_input_is_dead_lettered_and_good_values_pass(connector, stack, bootstrap):
+    bridge = connector()
+    good_rows = read_rows(EVENTS_FILE)[:100]
+    time_rows = [{"Thing": "UNITS", "Timestamp": value, f"q_{unit}": 1.0, "id": unit} for unit, value in ODD_TIMES]
+    expected = (expected_records(good_rows) + [record for _, records in BAD_ROWS for record in records]
+                + [{"thing": "UNITS", "quantity": f"q_{unit}", "phenomenonTime": T_MS, "result": 1.0, "id": unit}
+                   for unit, _ in ODD_TIMES])
+
+    publisher = Publisher(stack, f"{bridge.client_id}-publisher")
+    publisher.connect()
+    payloads = [json.dumps(row).encode() for row in good_rows[:50]] + [payload for payload, _ in BAD_ROWS]
+    payloads += [json.dumps(row).encode() for row in time_rows + good_rows[50:]]
+    for payload in payloads:
+        publisher.publish(bridge.mqtt_topic, payload)
+    assert publisher.drain(30) == 0
+    publisher.close()
+
+    data = read_topic(bootstrap, bridge.data_topic, expected=len(expected), deadline_s=60)
+    key = lambda r: (r["thing"], r["quantity"], r["phenomenonTime"])  # noqa: E731
+    assert sorted((json.loads(m.value) for m in data), key=key) == sorted(expected, key=key)
+
+    letters = [json.loads(m.value) for m in read_topic(bootstrap, bridge.dlq_topic, expected=len(BAD_ROWS))]
+    assert len(letters) == len(BAD_ROWS)
+    originals = {letter["payload"].encode() if "payload" in letter else base64.b64decode(letter["payloadBase64"])
+                 for letter in letters}
+    assert originals == {payload for payload, _ in BAD_ROWS}
+    for letter in letters:
+        assert letter["reason"] and letter["stage"] == "stream_connector"
+        assert letter["mqttTopic"] == bridge.mqtt_topic
+    reasons = " | ".join(letter["reason"] for letter in letters)
+    for fragment in ("malformed JSON", "expected a JSON object", "missing field Thing", "missing field Timestamp",
+                     "Thing must be a non-empty string", "is not a time", "not a finite time", "no quantity",
+                     '"abc" is not a finite number', "nan: NaN", "inf: Infinity", "flag: true",
+                     "exceeds the limit of 1000000"):
+        assert fragment in reasons, fragment
+
+    assert bridge.process.poll() is None, bridge.log()
+    wait_for(lambda: f"rejected rows {len(BAD_ROWS)}," in bridge.log(), 10, "the rejected-row count in the log")
