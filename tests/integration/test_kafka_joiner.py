@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import random
+import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -49,3 +51,86 @@ def test_time_order_replay_equals_offline_join(bootstrap, new_topics, joiners, t
     assert read_topic(bootstrap, topics.dlq, idle_s=0.5) == []
     assert joiner.terminate() == 0
     assert "stopped" in joiner.log()
+
+
+def test_file_order_dead_letters_late_records_and_joins_the_rest(bootstrap, new_topics, joiners, tmp_path) -> None:
+    topics = new_topics()
+    records = rows_as_records(EVENTS_FILE, time_order=False)  # the file's own order: many late records
+    expected, rejected = offline_join(records)
+    assert rejected
+    joiner = start_joiner(joiners, bootstrap, topics, new_group(), tmp_path)
+    produce_records(bootstrap, topics.data, records, key=key_of)
+
+    dead = read_topic(bootstrap, topics.dlq, expected=len(rejected), deadline_s=90)
+    envelopes = [json.loads(m.value) for m in dead]
+    assert all(e["reason"].startswith(("out_of_order:", "conflict:")) and e["stage"] == "kafka_joiner"
+               for e in envelopes)
+    assert as_multiset([e["payload"].encode() for e in envelopes]) == as_multiset(rejected)
+    assert all(e["topic"] == topics.data and e["offset"] >= 0 for e in envelopes)
+    outputs = read_outputs(bootstrap, topics.out, len(expected))
+    assert as_multiset([m.value for m in outputs]) == as_multiset(expected)
+    assert len(read_topic(bootstrap, topics.dlq, idle_s=0.5)) == len(rejected)  # each dead-lettered once
+    assert joiner.alive()
+
+
+def produce_paced(bootstrap: str, topic: str, records: list[dict], chunks: int, pause_s: float = 0.0
+                  ) -> Iterator[int]:
+    """Produce in `chunks` parts, yielding after each (and pausing, to spread the input over time)."""
+    size = -(-len(records) // chunks)
+    for start in range(0, len(records), size):
+        produce_records(bootstrap, topic, records[start:start + size], key=key_of)
+        yield start + size
+        time.sleep(pause_s)  # pacing the input, not waiting for anything
+
+
+def test_kill_9_at_random_moments_loses_and_repeats_nothing(bootstrap, new_topics, joiners, tmp_path) -> None:
+    topics = new_topics()
+    records = rows_as_records(EVENTS_FILE, time_order=True)
+    expected, _ = offline_join(records)
+    seed = random.randrange(1 << 30)
+    rng = random.Random(seed)
+    joiner = start_joiner(joiners, bootstrap, topics, new_group(), tmp_path, instance_id="crashy")
+    # Input keeps flowing in a background thread while the joiner is killed and restarted, so kills land
+    # mid-transaction, mid-rebuild and between transactions alike.
+    producer = threading.Thread(target=lambda: list(produce_paced(bootstrap, topics.data, records, chunks=40,
+                                                                  pause_s=0.25)))
+    producer.start()
+    try:
+        for _ in range(6):
+            moment = time.monotonic() + rng.uniform(0.1, 2.0)
+            wait_for(lambda: time.monotonic() >= moment, 10, "a random moment")
+            joiner.kill()
+            joiner.start()
+    finally:
+        producer.join(120)
+    assert joiner.runs == 7
+
+    outputs = read_outputs(bootstrap, topics.out, len(expected))
+    assert as_multiset([m.value for m in outputs]) == as_multiset(expected), f"seed {seed}"
+    assert joiner.terminate() == 0
+
+
+def test_two_instances_one_stopped_midway(bootstrap, new_topics, joiners, tmp_path) -> None:
+    topics = new_topics()
+    records = rows_as_records(EVENTS_FILE, time_order=True)
+    expected, _ = offline_join(records)
+    group = new_group()
+    first = start_joiner(joiners, bootstrap, topics, group, tmp_path)
+    second = None
+    for produced in produce_paced(bootstrap, topics.data, records, chunks=4):
+        if second is None:
+            second = start_joiner(joiners, bootstrap, topics, group, tmp_path)
+            wait_for(lambda: "assigned" in second.log(), 30, "the second instance to get partitions")
+        elif first.alive():
+            assert first.terminate() == 0  # leaves the group: its partitions move to the second instance
+
+    outputs = read_outputs(bootstrap, topics.out, len(expected))
+    assert as_multiset([m.value for m in outputs]) == as_multiset(expected)
+    assert records_in(first.log()) > 0 and records_in(second.log()) > 0
+    assert second.terminate() == 0
+
+
+def records_in(log: str) -> int:
+    """Input records the instance reported in its last progress line."""
+    lines = [line for line in log.splitlines() if "records in" in line]
+    return int(lines[-1].split("records in ")[1].split()[0]) if lines else 0
