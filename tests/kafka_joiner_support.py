@@ -75,10 +75,11 @@ class JoinerProcess:
         self.process: subprocess.Popen | None = None
         self.log_path: Path | None = None
         self.runs = 0
+        self.name = unique(instance_id or "joiner")
 
     def start(self, wait_ready: bool = True) -> JoinerProcess:
         self.runs += 1
-        self.log_path = self.log_dir / f"joiner-{self.instance_id or 'x'}-{self.runs}.log"
+        self.log_path = self.log_dir / f"{self.name}-{self.runs}.log"
         command = [sys.executable, "-m", "local_stream_buffer.kafka_joiner",
                    "--kafka-bootstrap-servers", self.bootstrap,
                    "--input-topic", self.topics.data, "--output-topic", self.topics.out,
