@@ -61,8 +61,9 @@ class DbConnector:
         self.stop = stop or threading.Event()
         self.counters = Counters()
         self._levels = PowerLevels.parse(settings.level_thresholds)
+        static_membership = {"group.instance.id": settings.group_instance_id} if settings.group_instance_id else {}
         self._consumer = Consumer(consumer_config(settings.kafka_bootstrap_servers, settings.group_id,
-                                                  **{"client.id": STAGE}))
+                                                  **{"client.id": STAGE}, **static_membership))
         self._producer = Producer(producer_config(settings.kafka_bootstrap_servers))
         self._writer = InfluxWriter(influx_client(settings), settings.influxdb_database,
                                     retry_max_s=settings.retry_max_s, should_stop=self.stop.is_set,
@@ -130,7 +131,8 @@ class DbConnector:
         settings = self.settings
         if topic == settings.dlq_topic:
             timestamp_ms = message.timestamp()[1]
-            batch.lines.append(deadletter_point(settings.deadletter_measurement, payload, timestamp_ms, offset))
+            batch.lines.append(deadletter_point(settings.deadletter_measurement, payload, timestamp_ms, partition,
+                                                offset))
             batch.sources.append(message)
             return
         try:

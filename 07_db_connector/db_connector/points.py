@@ -12,9 +12,10 @@ Series and timestamps (all written with nanosecond precision):
   (1, 3) and (2, 2) both have mean 2), and then the distance differs, so they land on different
   nanoseconds and never overwrite each other (joins pair neighbours seconds apart, far inside the
   ~16 minutes the nanoseconds can tell apart). The same result replayed lands on the same point.
-* dead letters (machine.dlq): ``<deadletter measurement>,stage=<stage> reason="<reason>" <time>``,
-  time the Kafka timestamp in ms plus the Kafka offset modulo 1,000,000 in nanoseconds, so each
-  dead letter is its own point and a re-read one overwrites itself.
+* dead letters (machine.dlq): ``<deadletter measurement>,partition=<p>,stage=<stage> reason="<reason>"
+  <time>``, time the Kafka timestamp in ms plus the Kafka offset modulo 1,000,000 in nanoseconds, so
+  each dead letter is its own point (two in one partition and millisecond are fewer than a million
+  offsets apart) and a re-read one overwrites itself.
 
 `result` is always written as a float: InfluxDB rejects an integer written into a float field.
 """
@@ -138,7 +139,8 @@ def joined_point(measurement: str, record: MachineRecord, levels: PowerLevels) -
             f"result={result},active={active} {joined_time_ns(record)}")  # type: ignore[arg-type]
 
 
-def deadletter_point(measurement: str, payload: bytes | None, timestamp_ms: int, offset: int) -> str:
+def deadletter_point(measurement: str, payload: bytes | None, timestamp_ms: int, partition: int,
+                     offset: int) -> str:
     """The line counting one machine.dlq record; an unreadable envelope still counts."""
     stage, reason = "unknown", "unreadable dead letter"
     try:
@@ -152,7 +154,7 @@ def deadletter_point(measurement: str, payload: bytes | None, timestamp_ms: int,
         stage_tag = escape_tag(stage)
     except InvalidRecord:
         stage_tag = "unknown"
-    return (f"{escape_measurement(measurement)},stage={stage_tag} reason={string_field(reason[:1000])} "
+    return (f"{escape_measurement(measurement)},partition={partition},stage={stage_tag} reason={string_field(reason[:1000])} "
             f"{timestamp_ms * NS_PER_MS + offset % NS_PER_MS}")
 
 

@@ -16,6 +16,9 @@ class DbConnectorSettings(ConnectionSettings):
     dlq_topic: str = setting(MACHINE_DLQ.name, "DLQ_TOPIC",
                              "dead-letter topic: rejected records go there, and its records are counted")
     group_id: str = setting("db-connector", "DB_CONNECTOR_GROUP_ID", "Kafka consumer group")
+    group_instance_id: str | None = setting(None, "DB_CONNECTOR_INSTANCE_ID",
+                                            "static group membership: a restarted connector with the same id "
+                                            "takes its partitions back at once instead of after the session timeout")
     data_measurement: str = setting("machinedata", "DATA_MEASUREMENT", "measurement of the raw quantities")
     joined_measurement: str = setting("joined", "JOINED_MEASUREMENT", "measurement of the join results")
     deadletter_measurement: str = setting("deadletters", "DEADLETTER_MEASUREMENT",

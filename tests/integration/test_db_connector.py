@@ -1,0 +1,164 @@
+"""The DB connector against real Kafka and InfluxDB: exact counts through replays, crashes and outages."""
+from __future__ import annotations
+
+import json
+import math
+import signal
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from confluent_kafka import Producer
+from influxdb import InfluxDBClient
+
+from conftest import EVENTS_FILE
+from db_connector_support import (ConnectorProcess, PrivateInfluxDB, connector_args, count, distinct_series_times,
+                                  join_results, key_of, raw_records, wait_for_count)
+from stack.kafka_clients import producer_config
+from stack.settings import ConnectionSettings
+from support import produce_records, read_topic, unique, wait_for
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module")
+def raw() -> list[dict[str, Any]]:
+    return raw_records(EVENTS_FILE)
+
+
+@pytest.fixture(scope="module")
+def joined(raw: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return join_results(raw)
+
+
+@pytest.fixture
+def database(stack: ConnectionSettings) -> Iterator[tuple[str, InfluxDBClient]]:
+    """A database of this test only, dropped afterwards."""
+    name = unique("test_db_connector").replace(".", "_")
+    client = InfluxDBClient(stack.influxdb_host, stack.influxdb_port, database=name, timeout=30)
+    client.create_database(name)
+    yield name, client
+    client.drop_database(name)
+
+
+@pytest.fixture
+def connectors(tmp_path: Path) -> Iterator[Callable[..., ConnectorProcess]]:
+    """Starts connector subprocesses; every one is killed at the end of the test."""
+    started: list[ConnectorProcess] = []
+
+    def start(args: list[str], name: str = "connector") -> ConnectorProcess:
+        process = ConnectorProcess(tmp_path / f"{name}.log", args)
+        started.append(process)
+        return process.start()
+
+    yield start
+    for process in started:
+        process.kill()
+
+
+def test_replay_lands_every_record_and_join_result_once(bootstrap, new_topics, database, connectors, raw, joined):
+    topics = new_topics()
+    name, client = database
+    produce_records(bootstrap, topics.data, raw, key=key_of)
+    # Join results twice: a replay must overwrite, not duplicate.
+    produce_records(bootstrap, topics.out, joined + joined, key=key_of)
+    connectors(connector_args(topics, name))
+
+    wait_for_count(client, "machinedata", distinct_series_times(raw))
+    # One point per distinct join result: none overwrote another, none was duplicated.
+    wait_for_count(client, "joined", len({result["id"] for result in joined}))
+
+    first = next(r for r in raw if isinstance(r["result"], float))
+    stored = list(client.query(
+        f"SELECT result FROM machinedata WHERE thing='{first['thing']}' AND quantity='{first['quantity']}' "
+        f"AND time = {first['phenomenonTime']}ms").get_points())
+    assert [point["result"] for point in stored] == [first["result"]]
+    levels = {tags["level"] for (_, tags) in client.query(
+        "SELECT count(result) FROM joined WHERE time > 0 GROUP BY level").keys()}
+    assert levels <= {"idle", "low", "medium", "high"} and len(levels) > 1
+
+
+def test_kill_9_mid_replay_then_restart_counts_exact(bootstrap, new_topics, database, connectors, raw):
+    topics = new_topics()
+    name, client = database
+    group = unique("db-connector-kill")
+    half = len(raw) // 2
+    produce_records(bootstrap, topics.data, raw[:half], key=key_of)
+    # Small batches, so the kill lands between commits with work in flight.
+    args = connector_args(topics, name, group, "--batch-size", "500", "--group-instance-id", unique("instance"))
+    first = connectors(args, "first")
+    wait_for(lambda: count(client, "machinedata") > 0, 60, "the first points")
+    assert first.kill(signal.SIGKILL) == -signal.SIGKILL
+    produce_records(bootstrap, topics.data, raw[half:], key=key_of)
+
+    connectors(args, "second")
+    wait_for_count(client, "machinedata", distinct_series_times(raw))
+
+
+def test_influxdb_outage_mid_replay_loses_nothing(bootstrap, new_topics, connectors, raw, tmp_path):
+    """A private influxd (the shared one serves other tests) is killed mid-replay and started again."""
+    topics = new_topics()
+    influxd = PrivateInfluxDB(tmp_path / "influxd").start()
+    try:
+        client = influxd.client("machinedata")
+        half = len(raw) // 2
+        produce_records(bootstrap, topics.data, raw[:half], key=key_of)
+        connector = connectors(connector_args(topics, "machinedata", None, "--influxdb-port", str(influxd.port),
+                                              "--batch-size", "1000", "--retry-max-s", "1"))
+        wait_for(lambda: count(client, "machinedata") > 0, 60, "the first points")
+
+        influxd.stop()
+        produce_records(bootstrap, topics.data, raw[half:], key=key_of)
+        wait_for(lambda: connector.log().count("retrying") >= 3, 60, "the connector retrying")
+        assert connector.alive(), connector.log()
+
+        influxd.start()
+        wait_for_count(client, "machinedata", distinct_series_times(raw))
+        assert connector.alive(), connector.log()
+    finally:
+        influxd.stop()
+
+
+def produce_raw(bootstrap: str, topic: str, payloads: list[bytes]) -> None:
+    producer = Producer(producer_config(bootstrap))
+    for payload in payloads:
+        producer.produce(topic, payload)
+    assert producer.flush(30) == 0
+
+
+def test_poisoned_records_go_to_the_dlq_and_the_good_ones_are_stored(bootstrap, new_topics, database,
+                                                                     connectors, raw):
+    topics = new_topics()
+    name, client = database
+    # A string-typed `result` in a week of its own: InfluxDB refuses float points of that shard
+    # (a field type conflict), which only InfluxDB can tell.
+    conflict_ms = 978_307_200_000  # 2001-01-01
+    client.write_points([f"machinedata,quantity=other,thing=X result=\"text\" {conflict_ms * 1_000_000}"],
+                        protocol="line", time_precision="n")
+    good = raw[:300]
+    poisoned = [
+        (json.dumps({**raw[0], "result": "288.2"}).encode(), "result must be a finite number"),
+        (b'{"thing": "R0815", "quantity": "vaTorque_C11", "phenomenonTime": 1554096460415, "result": NaN}',
+         "result must be a finite number"),
+        (json.dumps({**raw[0], "phenomenonTime": 1e20}).encode(), "time range"),
+        (b'{"thing": "R0815", "quantity": ', "malformed JSON"),
+        (json.dumps({**raw[0], "phenomenonTime": conflict_ms}).encode(), "field type conflict"),
+    ]
+    produce_records(bootstrap, topics.data, good[:150], key=key_of)
+    produce_raw(bootstrap, topics.data, [payload for payload, _ in poisoned])
+    produce_records(bootstrap, topics.data, good[150:], key=key_of)
+    connectors(connector_args(topics, name))
+
+    # count() counts the float points only, not the conflicting string.
+    wait_for_count(client, "machinedata", distinct_series_times(good))
+    letters = [json.loads(message.value) for message in read_topic(bootstrap, topics.dlq, expected=len(poisoned))]
+    assert sorted(letter["payload"] for letter in letters) == sorted(payload.decode() for payload, _ in poisoned)
+    for letter in letters:
+        reason = next(reason for payload, reason in poisoned if payload.decode() == letter["payload"])
+        assert reason in letter["reason"], letter
+        assert letter["stage"] == "db_connector" and letter["topic"] == topics.data
+    # The connector counts the dead-letter topic too, for the pipeline-health dashboard.
+    wait_for_count(client, "deadletters", len(poisoned), field="reason")
+    assert not any(math.isnan(p["result"]) for p in client.query(
+        "SELECT result FROM machinedata WHERE time > 0").get_points())
