@@ -1,0 +1,144 @@
+"""`python -m db_connector.bench`: points/s from Kafka into InfluxDB, the seed's way and ours, same run.
+
+The seed's way: one point per HTTP request (its connector called `write_points([point])` per record).
+Ours: the DB connector's batched line-protocol writes with commits after each batch. Both read the same
+records from one fresh topic into their own fresh database, which is dropped afterwards; each rate is
+counted from the first record consumed to the last point stored.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import logging
+import threading
+import time
+import uuid
+
+from confluent_kafka import Consumer, Producer
+
+from stack.influx import influx_client
+from stack.kafka_clients import admin_client, consumer_config, producer_config
+from stack.logs import configure_logging
+from stack.records import encode_record, record_key
+from stack.settings import ConnectionSettings, add_arguments, from_namespace
+from stack.topics import MACHINE_DATA, MACHINE_DLQ, MACHINE_OUT, ensure_topics
+
+from .connector import DbConnector
+from .settings import DbConnectorSettings
+
+log = logging.getLogger("db_connector.bench")
+
+THINGS = ("R0815", "H31415", "R27182")
+QUANTITIES = ("actSpeed_C11", "vaTorque_C11", "vaCurr_C11", "vaLoad_C11", "cmdSpeed_C11", "vaPower_C11")
+START_MS = 1_554_096_380_468
+
+
+def synthetic_records(count: int) -> list[dict]:
+    """`count` machine.data records: every thing and quantity once per millisecond step."""
+    per_step = len(THINGS) * len(QUANTITIES)
+    return [{"thing": THINGS[i % len(THINGS)], "quantity": QUANTITIES[(i // len(THINGS)) % len(QUANTITIES)],
+             "phenomenonTime": START_MS + i // per_step, "result": (i % 1000) * 0.5, "id": str(i)}
+            for i in range(count)]
+
+
+def produce(bootstrap: str, topic: str, records: list[dict]) -> None:
+    producer = Producer(producer_config(bootstrap, **{"linger.ms": 20}))
+    for record in records:
+        while True:
+            try:
+                producer.produce(topic, encode_record(record), key=record_key(record["thing"], record["quantity"]))
+                break
+            except BufferError:
+                producer.poll(0.1)
+    if producer.flush(120):
+        raise RuntimeError("records not delivered to Kafka")
+
+
+def seed_rate(settings: ConnectionSettings, topic: str, count: int) -> float:
+    """The seed's connector: consume, and write each record as its own request."""
+    client = influx_client(settings)
+    client.create_database(settings.influxdb_database)
+    consumer = Consumer(consumer_config(settings.kafka_bootstrap_servers, f"bench-seed-{uuid.uuid4().hex[:8]}"))
+    consumer.subscribe([topic])
+    written, started = 0, None
+    try:
+        while written < count:
+            message = consumer.poll(1.0)
+            if message is None or message.error():
+                continue
+            started = started or time.perf_counter()
+            record = json.loads(message.value())
+            client.write_points([{"measurement": "machinedata",
+                                  "tags": {"thing": record["thing"], "quantity": record["quantity"]},
+                                  "time": record["phenomenonTime"], "fields": {"result": float(record["result"])}}],
+                                time_precision="ms")
+            written += 1
+    finally:
+        consumer.close()
+    return count / (time.perf_counter() - started)
+
+
+def connector_rate(settings: DbConnectorSettings, count: int) -> float:
+    """Our connector, in-process, until it has stored `count` points."""
+    stop = threading.Event()
+    connector = DbConnector(settings, stop)
+    runner = threading.Thread(target=connector.run, name="db-connector")
+    runner.start()
+    started = None
+    try:
+        while connector.counters.written < count:
+            if not runner.is_alive():
+                raise RuntimeError("the connector stopped")
+            if started is None and connector.counters.consumed:
+                started = time.perf_counter()
+            time.sleep(0.005)
+        return count / (time.perf_counter() - (started or time.perf_counter()))
+    finally:
+        stop.set()
+        runner.join(60)
+
+
+def main() -> None:
+    configure_logging("WARNING")
+    parser = argparse.ArgumentParser(prog="python -m db_connector.bench", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--records", type=int, default=200_000, help="records for our connector")
+    parser.add_argument("--seed-records", type=int, default=3_000, help="records for the seed's method")
+    add_arguments(parser, ConnectionSettings)
+    args = parser.parse_args()
+    connection = from_namespace(ConnectionSettings, args)
+    suffix = uuid.uuid4().hex[:10]
+    topics = [dataclasses.replace(spec, name=f"{spec.name}.bench.{suffix}")
+              for spec in (MACHINE_DATA, MACHINE_OUT, MACHINE_DLQ)]
+    admin = admin_client(connection.kafka_bootstrap_servers)
+    ensure_topics(admin, tuple(topics))
+    databases = [f"bench_seed_{suffix}", f"bench_ours_{suffix}"]
+    try:
+        total = max(args.records, args.seed_records)
+        print(f"producing {total:,} records to {topics[0].name} ...", flush=True)
+        produce(connection.kafka_bootstrap_servers, topics[0].name, synthetic_records(total))
+
+        print(f"seed's method (one point per request), {args.seed_records:,} points ...", flush=True)
+        seed = seed_rate(dataclasses.replace(connection, influxdb_database=databases[0]), topics[0].name,
+                         args.seed_records)
+        print(f"db_connector (batched line protocol), {args.records:,} points ...", flush=True)
+        ours = connector_rate(DbConnectorSettings(**{
+            **dataclasses.asdict(connection), "influxdb_database": databases[1],
+            "data_topic": topics[0].name, "out_topic": topics[1].name, "dlq_topic": topics[2].name,
+            "group_id": f"bench-ours-{suffix}", "stats_interval_s": 3600.0}), args.records)
+        stored = list(influx_client(dataclasses.replace(connection, influxdb_database=databases[1])).query(
+            "SELECT count(result) FROM machinedata WHERE time > 0").get_points())[0]["count"]
+        print()
+        print(f"{'method':<42}{'points':>10}{'points/s':>12}")
+        print(f"{'seed: one point per HTTP request':<42}{args.seed_records:>10,}{seed:>12,.0f}")
+        print(f"{'db_connector: batched line protocol':<42}{stored:>10,}{ours:>12,.0f}")
+        print(f"speed-up: {ours / seed:,.0f}x (target >= 100x)")
+    finally:
+        for database in databases:
+            influx_client(dataclasses.replace(connection, influxdb_database=database)).drop_database(database)
+        admin.delete_topics([spec.name for spec in topics], operation_timeout=30)
+
+
+if __name__ == "__main__":
+    main()
