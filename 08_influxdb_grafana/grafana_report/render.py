@@ -1,0 +1,174 @@
+"""A dashboard to one PNG: its panels laid out on Grafana's grid, each drawn from its own queries."""
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")  # files only: no display on servers and in tests
+
+import matplotlib.dates as mdates  # noqa: E402
+import matplotlib.pyplot as plt  # noqa: E402
+from influxdb import InfluxDBClient  # noqa: E402
+
+from .dashboards import Dashboard, Panel  # noqa: E402
+from .macros import TimeRange, alias, interval_ms, substitute  # noqa: E402
+
+log = logging.getLogger(__name__)
+
+GRID_COLUMNS = 24
+ROW_HEIGHT_IN = 0.32  # one Grafana grid row (30 px) on the page
+PAGE_WIDTH_IN = 16.0
+GAP_MS = 60_000  # the dashboards' spanNulls: longer gaps break the line
+_UNIT_LABELS = {"watt": "W", "rotrpm": "rpm", "torque": "Nm", "percent": "%", "short": ""}
+
+
+@dataclass
+class Series:
+    label: str
+    times_ms: list[int] = field(default_factory=list)
+    values: list[float] = field(default_factory=list)
+    columns: list[str] = field(default_factory=list)
+    rows: list[list[Any]] = field(default_factory=list)
+
+
+def run_panel(client: InfluxDBClient, panel: Panel, time_range: TimeRange,
+              variables: Mapping[str, Sequence[str]]) -> list[Series]:
+    """Every series the panel's targets return (time in ms, first value column)."""
+    series = []
+    for target in panel.targets:
+        result = client.query(substitute(target.query, time_range, variables), epoch="ms")
+        for raw in result.raw.get("series", []):
+            entry = Series(alias(target.alias, raw["name"], raw.get("tags") or {}), columns=raw["columns"],
+                           rows=raw["values"])
+            for row in raw["values"]:
+                if row[1] is not None and isinstance(row[1], (int, float)):
+                    entry.times_ms.append(row[0])
+                    entry.values.append(float(row[1]))
+            series.append(entry)
+    return series
+
+
+def _threshold_color(panel: Panel, value: float) -> str:
+    color = "tab:blue"
+    for step in panel.config.get("thresholds", {}).get("steps", []):
+        if step.get("value") is None or value >= step["value"]:
+            color = {"green": "tab:green", "orange": "tab:orange", "red": "tab:red", "blue": "tab:blue"}.get(
+                step["color"], step["color"])
+    return color
+
+
+def _unit(panel: Panel) -> str:
+    return _UNIT_LABELS.get(panel.config.get("unit", ""), panel.config.get("unit", ""))
+
+
+def draw_panel(ax: plt.Axes, panel: Panel, series: list[Series], time_range: TimeRange) -> None:
+    ax.set_title(panel.title + (f"  (last {panel.time_from})" if panel.time_from else ""), fontsize=10, loc="left")
+    if not any(s.values or s.rows for s in series):
+        ax.text(0.5, 0.5, "No data", ha="center", va="center", fontsize=12, color="grey", transform=ax.transAxes)
+        ax.set_axis_off()
+        return
+    if panel.type == "timeseries":
+        for entry in series:
+            times, values = _with_gaps(entry, max(GAP_MS, 3 * interval_ms(time_range)))
+            ax.plot(times, values, linewidth=0.8, label=entry.label,
+                    marker="o" if len(entry.values) < 20 else None, markersize=3)
+        ax.set_xlim(datetime.fromtimestamp(time_range.start_ms / 1000, tz=timezone.utc),
+                    datetime.fromtimestamp(time_range.end_ms / 1000, tz=timezone.utc))
+        ax.xaxis.set_major_formatter(mdates.DateFormatter("%m-%d %H:%M"))
+        ax.tick_params(labelsize=7)
+        ax.set_ylabel(_unit(panel), fontsize=8)
+        ax.grid(alpha=0.3)
+        if len(series) <= 12:
+            ax.legend(fontsize=6, loc="upper right", ncol=min(3, len(series)))
+    elif panel.type in ("gauge", "bargauge"):
+        labels = [entry.label for entry in series]
+        values = [entry.values[-1] if entry.values else 0.0 for entry in series]
+        ax.barh(labels, values, color=[_threshold_color(panel, v) for v in values])
+        ax.set_xlim(panel.config.get("min", 0), panel.config.get("max", max(values) * 1.1 or 1))
+        for step in panel.config.get("thresholds", {}).get("steps", []):
+            if step.get("value") is not None:
+                ax.axvline(step["value"], color="grey", linestyle="--", linewidth=0.8)
+        for index, value in enumerate(values):
+            ax.text(value, index, f" {value:.1f} {_unit(panel)}", va="center", fontsize=8)
+        ax.tick_params(labelsize=8)
+    elif panel.type == "piechart":
+        labels = [entry.label for entry in series]
+        values = [sum(entry.values) for entry in series]
+        ax.pie(values, labels=[f"{label} ({value:,.0f})" for label, value in zip(labels, values)],
+               autopct="%1.0f%%", wedgeprops={"width": 0.45}, textprops={"fontsize": 7})
+        ax.axis("equal")
+    elif panel.type == "stat":
+        value = sum(entry.values[-1] for entry in series if entry.values)
+        ax.text(0.5, 0.45, f"{value:,.0f}", ha="center", va="center", fontsize=22,
+                color=_threshold_color(panel, value), transform=ax.transAxes)
+        ax.set_axis_off()
+    elif panel.type == "table":
+        entry = series[0]
+        rows = [[_cell(value) for value in row] for row in entry.rows[:8]]
+        widths = [0.2 if column in ("time", "stage") else 0.6 for column in entry.columns]
+        table = ax.table(cellText=rows, colLabels=entry.columns, loc="upper center", cellLoc="left",
+                         colWidths=widths)
+        table.auto_set_font_size(False)
+        table.set_fontsize(6)
+        ax.set_axis_off()
+    else:
+        ax.text(0.5, 0.5, f"panel type {panel.type!r} is not rendered", ha="center", va="center",
+                transform=ax.transAxes)
+        ax.set_axis_off()
+
+
+def _with_gaps(entry: Series, gap_ms: int) -> tuple[list[datetime], list[float]]:
+    """Points as datetimes, with a break wherever data is missing for longer than `gap_ms`
+    (Grafana's spanNulls): a line across a weekend without data would invent values."""
+    times: list[datetime] = []
+    values: list[float] = []
+    previous = None
+    for time_ms, value in zip(entry.times_ms, entry.values):
+        if previous is not None and time_ms - previous > gap_ms:
+            times.append(datetime.fromtimestamp((previous + 1) / 1000, tz=timezone.utc))
+            values.append(math.nan)
+        times.append(datetime.fromtimestamp(time_ms / 1000, tz=timezone.utc))
+        values.append(value)
+        previous = time_ms
+    return times, values
+
+
+def _cell(value: Any) -> str:
+    if isinstance(value, int) and value > 10**11:  # epoch ms
+        return datetime.fromtimestamp(value / 1000, tz=timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
+    return str(value)[:70]
+
+
+def render_dashboard(client: InfluxDBClient, dashboard: Dashboard, time_range: TimeRange,
+                     variables: Mapping[str, Sequence[str]], out_dir: Path) -> Path:
+    """Draw every panel where Grafana places it and save `<out_dir>/<uid>.png`."""
+    rows = max(panel.grid["y"] + panel.grid["h"] for panel in dashboard.panels)
+    height = rows * ROW_HEIGHT_IN + 0.6
+    figure = plt.figure(figsize=(PAGE_WIDTH_IN, height), dpi=80)
+    start = datetime.fromtimestamp(time_range.start_ms / 1000, tz=timezone.utc)
+    end = datetime.fromtimestamp(time_range.end_ms / 1000, tz=timezone.utc)
+    figure.suptitle(f"{dashboard.title}   {start:%Y-%m-%d %H:%M} – {end:%Y-%m-%d %H:%M} UTC",
+                    x=0.01, ha="left", fontsize=13, y=1 - 0.15 / height)
+    top = 1 - 0.6 / height
+    for panel in dashboard.panels:
+        grid = panel.grid
+        panel_range = TimeRange.last(panel.time_from) if panel.time_from else time_range
+        # Margins inside each cell for titles, tick labels and legends.
+        left = grid["x"] / GRID_COLUMNS + 0.045
+        width = grid["w"] / GRID_COLUMNS - 0.07
+        bottom = top - (grid["y"] + grid["h"]) * ROW_HEIGHT_IN / height + 0.45 / height
+        cell_height = grid["h"] * ROW_HEIGHT_IN / height - 0.85 / height
+        ax = figure.add_axes((left, bottom, width, cell_height))
+        draw_panel(ax, panel, run_panel(client, panel, panel_range, variables), panel_range)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    target = out_dir / f"{dashboard.uid}.png"
+    figure.savefig(target)
+    plt.close(figure)
+    return target

@@ -1,0 +1,100 @@
+"""The Grafana dashboards, tested by what they query: every panel's InfluxQL, with Grafana's macros
+and variables filled in, runs against InfluxDB filled by a real replay and returns data; and
+`python -m grafana_report` (`make report`) renders them to PNG files."""
+from __future__ import annotations
+
+import dataclasses
+import re
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Producer
+from influxdb import InfluxDBClient
+
+from conftest import EVENTS_FILE
+from db_connector_support import (ConnectorProcess, connector_args, distinct_series_times, join_results, key_of,
+                                  raw_records, wait_for_count)
+from grafana_report.__main__ import data_range
+from grafana_report.dashboards import load_dashboards, panel_queries
+from grafana_report.macros import TimeRange, all_values, substitute
+from stack.kafka_clients import admin_client, producer_config
+from stack.settings import ConnectionSettings
+from stack.topics import MACHINE_DATA, MACHINE_DLQ, MACHINE_OUT, ensure_topics
+from support import produce_records, unique
+
+pytestmark = pytest.mark.integration
+
+DASHBOARDS = load_dashboards()
+
+
+@pytest.fixture(scope="module")
+def replayed(stack: ConnectionSettings, bootstrap: str, tmp_path_factory) -> Iterator[tuple[str, InfluxDBClient]]:
+    """A database of this module filled by the DB connector from the real rows, their joins and a dead letter."""
+    suffix = unique("dash").split(".", 1)[1]
+    topics = [dataclasses.replace(spec, name=f"{spec.name}.{suffix}") for spec in (MACHINE_DATA, MACHINE_OUT, MACHINE_DLQ)]
+    admin = admin_client(bootstrap)
+    ensure_topics(admin, tuple(topics))
+    names = type("Topics", (), {"data": topics[0].name, "out": topics[1].name, "dlq": topics[2].name})
+    database = f"test_dashboards_{suffix}"
+    client = InfluxDBClient(stack.influxdb_host, stack.influxdb_port, database=database, timeout=30)
+    connector = ConnectorProcess(tmp_path_factory.mktemp("dashboards") / "connector.log",
+                                 connector_args(names, database))
+    try:
+        raw = raw_records(EVENTS_FILE)
+        joined = join_results(raw)
+        produce_records(bootstrap, names.data, raw, key=key_of)
+        produce_records(bootstrap, names.out, joined, key=key_of)
+        producer = Producer(producer_config(bootstrap))
+        producer.produce(names.data, b'{"thing": "R0815", "quantity": "vaTorque_C11"}')
+        assert producer.flush(30) == 0
+        connector.start()
+        wait_for_count(client, "machinedata", distinct_series_times(raw))
+        wait_for_count(client, "joined", len(joined))
+        wait_for_count(client, "deadletters", 1, field="reason")
+        yield database, client
+    finally:
+        if connector.process is not None:
+            connector.kill()
+        client.drop_database(database)
+        for future in admin.delete_topics([spec.name for spec in topics], operation_timeout=30).values():
+            future.result(30)
+
+
+def test_the_dashboards_exist() -> None:
+    assert {dashboard.uid for dashboard in DASHBOARDS} == {"machine-power", "pipeline-health"}
+    titles = {panel.title for dashboard in DASHBOARDS for panel in dashboard.panels}
+    assert {"Power per axis and machine", "Duty cycle (ED) per machine", "Load distribution by power level",
+            "Records in", "Joins out", "Dead letters"} <= titles
+
+
+@pytest.mark.parametrize("dashboard", DASHBOARDS, ids=lambda dashboard: dashboard.uid)
+def test_every_panel_query_parses_and_returns_data(replayed, dashboard) -> None:
+    _, client = replayed
+    stored = data_range(client)
+    assert stored is not None
+    variables = all_values(client, dashboard)
+    for name, values in variables.items():
+        assert values, f"template variable ${name} offers no values"
+    assert variables.get("axis", ["C11"]) == ["C11"]
+    for panel, target in panel_queries(dashboard):
+        time_range = TimeRange.last(panel.time_from) if panel.time_from else stored
+        query = substitute(target.query, time_range, variables)
+        # A `$` left before a name is a macro or variable Grafana would have replaced (`$/` is a regex anchor).
+        assert not re.search(r"\$[\w{]|\[\[", query), f"{panel.title}: unsubstituted macro in {query}"
+        series = client.query(query).raw.get("series", [])
+        assert series and any(s["values"] for s in series), f"{panel.title}: no data from {query}"
+
+
+def test_report_renders_every_dashboard_to_a_png(replayed, tmp_path: Path) -> None:
+    database, _ = replayed
+    out = tmp_path / "reports"
+    done = subprocess.run([sys.executable, "-m", "grafana_report", "--out", str(out),
+                           "--influxdb-database", database], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    for dashboard in DASHBOARDS:
+        png = out / f"{dashboard.uid}.png"
+        assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+        assert png.stat().st_size > 20_000, f"{png} looks empty"
