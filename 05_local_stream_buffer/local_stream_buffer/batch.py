@@ -26,6 +26,7 @@ from .two_stream_join import DEFAULT_MAX_PENDING_PER_SIDE, LEFT, RIGHT
 _FLOAT = np.float64
 _EMPTY = np.empty(0, dtype=_FLOAT)
 _NEVER = -math.inf
+_SAME_TIME_CODE = int(JoinCase.SAME_TIME)
 _SUCCESSOR_CODE = (int(JoinCase.LEFT_SUCCESSOR), int(JoinCase.RIGHT_SUCCESSOR))
 _PREDECESSOR_CODE = (int(JoinCase.LEFT_PREDECESSOR), int(JoinCase.RIGHT_PREDECESSOR))
 
@@ -100,10 +101,15 @@ class BatchJoinState:
         return state
 
     def copy(self) -> BatchJoinState:
+        """A copy sharing the (never modified in place) arrays."""
         state = BatchJoinState()
-        for name in self.__slots__:
-            value = getattr(self, name)
-            setattr(state, name, list(value) if isinstance(value, list) else value)
+        state.times = list(self.times)
+        state.values = list(self.values)
+        state.frontier = list(self.frontier)
+        state.last_time = list(self.last_time)
+        state.last_value = list(self.last_value)
+        state.records, state.pairs, state.duplicates = self.records, self.pairs, self.duplicates
+        state.rejected, state.late, state.forced = self.rejected, self.late, self.forced
         return state
 
 
@@ -168,7 +174,7 @@ def _accept_in_order(state: BatchJoinState, side: int, times: np.ndarray, values
     state.last_time[side] = float(times[-1])
     state.last_value[side] = float(values[-1])
     # Records inside a gap closed by forcing are late (a prefix, the times being ordered now).
-    n_late = int(np.searchsorted(times, state.frontier[side], side="right"))
+    n_late = int(times.searchsorted(state.frontier[side], side="right"))
     state.late += n_late
     return times[n_late:], values[n_late:]
 
@@ -194,7 +200,7 @@ def _drop_out_of_order(state: BatchJoinState, side: int, times: np.ndarray, valu
     return times[in_order], values[in_order]
 
 
-IndexPieces = list[tuple[np.ndarray, np.ndarray, np.ndarray]]  # (left indices, right indices, case codes)
+IndexPieces = list[tuple[np.ndarray, np.ndarray, int]]  # (left indices, right indices, their case code)
 
 
 def _certain_new_pairs(times: list[np.ndarray], n_old: tuple[int, int], old_frontier: list[float], delta: float) -> IndexPieces:
@@ -214,11 +220,11 @@ def _certain_new_pairs(times: list[np.ndarray], n_old: tuple[int, int], old_fron
         other = side ^ 1
         own, theirs = times[side], times[other]
         # Only the records up to the other side's last time have a successor and a certain predecessor.
-        count = int(np.searchsorted(own, theirs[-1], side="right"))
+        count = int(own.searchsorted(theirs[-1], side="right"))
         if not count:
             continue
         own_time = own[:count]
-        partner = np.searchsorted(theirs, own_time, side="left")
+        partner = theirs.searchsorted(own_time, side="left")
         partner_time = theirs[partner]
         tie = partner_time == own_time
         has_old = n_old[side] or n_old[other]
@@ -231,10 +237,12 @@ def _certain_new_pairs(times: list[np.ndarray], n_old: tuple[int, int], old_fron
             new = partner >= n_old[other]
             new[n_old[side]:] = True
             keep &= new
-        index = np.flatnonzero(keep)
-        codes = (np.where(tie[index], np.int8(JoinCase.SAME_TIME), np.int8(_SUCCESSOR_CODE[side]))
-                 if side == LEFT else np.full(len(index), _SUCCESSOR_CODE[side], dtype=np.int8))
-        pieces.append(_oriented(side, index, partner[index], codes))
+        if side == LEFT:
+            index = (keep & tie).nonzero()[0]
+            pieces.append(_oriented(side, index, partner[index], _SAME_TIME_CODE))
+            keep &= ~tie
+        index = keep.nonzero()[0]
+        pieces.append(_oriented(side, index, partner[index], _SUCCESSOR_CODE[side]))
 
         # Predecessor pairs, left out where the times tie (that is the same-time pair) or where the record
         # is its predecessor's successor (then it is that successor pair).
@@ -250,21 +258,22 @@ def _certain_new_pairs(times: list[np.ndarray], n_old: tuple[int, int], old_fron
             new = (before >= n_old[other]) | (own_time > old_frontier[other])
             new[n_old[side]:] = True
             keep &= new
-        index = np.flatnonzero(keep)
-        codes = np.full(len(index), _PREDECESSOR_CODE[side], dtype=np.int8)
-        pieces.append(_oriented(side, index, before[index], codes))
+        index = keep.nonzero()[0]
+        pieces.append(_oriented(side, index, before[index], _PREDECESSOR_CODE[side]))
     return pieces
 
 
-def _oriented(side: int, own: np.ndarray, theirs: np.ndarray, codes: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    return (theirs, own, codes) if side else (own, theirs, codes)
+def _oriented(side: int, own: np.ndarray, theirs: np.ndarray, code: int) -> tuple[np.ndarray, np.ndarray, int]:
+    return (theirs, own, code) if side else (own, theirs, code)
 
 
 def _gather(pieces: IndexPieces, times: list[np.ndarray], values: list[np.ndarray]) -> PairArrays:
     if not pieces:
         return PairArrays(_EMPTY, _EMPTY, _EMPTY, _EMPTY, np.empty(0, dtype=np.int8))
-    left, right, codes = (np.concatenate(column) for column in zip(*pieces))
-    return PairArrays(times[LEFT][left], values[LEFT][left], times[RIGHT][right], values[RIGHT][right], codes)
+    lefts, rights, codes = zip(*pieces)
+    left, right = np.concatenate(lefts), np.concatenate(rights)
+    case = np.repeat(np.array(codes, dtype=np.int8), [len(piece) for piece in lefts])
+    return PairArrays(times[LEFT][left], values[LEFT][left], times[RIGHT][right], values[RIGHT][right], case)
 
 
 def _trim(state: BatchJoinState, times: list[np.ndarray], values: list[np.ndarray]) -> None:
@@ -275,7 +284,7 @@ def _trim(state: BatchJoinState, times: list[np.ndarray], values: list[np.ndarra
         if frontier[side] <= other_frontier:
             start = max(len(times[side]) - 1, 0)  # lagging or level: the last record only
         else:
-            anchor = int(np.searchsorted(times[side], other_frontier, side="right")) - 1
+            anchor = int(times[side].searchsorted(other_frontier, side="right")) - 1
             start = max(anchor, 0)
         state.times[side] = times[side][start:]
         state.values[side] = values[side][start:]
@@ -305,8 +314,7 @@ def _force_over_limit(state: BatchJoinState, limit: int, delta: float) -> PairAr
             forced = forced[1:]
         forced = forced[lead_times[forced] - last <= delta]
         last_index = np.full(len(forced), len(lag_times) - 1)
-        codes = np.full(len(forced), _PREDECESSOR_CODE[lead], dtype=np.int8)
-        pairs = _gather([_oriented(lead, forced, last_index, codes)], state.times, state.values)
+        pairs = _gather([_oriented(lead, forced, last_index, _PREDECESSOR_CODE[lead])], state.times, state.values)
     newest = start + count - 1  # stays as the anchor: the predecessor of the stalled side's next record
     state.frontier[lag] = float(lead_times[newest])
     state.times[lead] = lead_times[newest:]

@@ -1,10 +1,11 @@
 """Benchmark of the join engine: ``python -m local_stream_buffer.bench`` (what ``make bench`` runs).
 
 Two workloads, as issue 3 asks: the seed's five_five_many shape (100k records in time order, runs of
-five per stream) and 1M records of two random walks ingested in shuffled order. Each is run through the
-per-record API (``StreamBuffer`` with the seed's default result dicts) and the batch path (numpy), in
-one batch and in many. Inputs are built before the clock starts; each figure is the best of a few runs
-(wall clock), because other processes share this machine.
+five per stream) and 1M records of two random walks ingested in shuffled order. Each runs through the
+per-record API (``StreamBuffer`` with the seed's default result dicts) and the batch path (numpy), in one
+batch and in 100. Inputs are built before the clock starts. Each figure is the best of a few runs, as
+wall-clock and as CPU time of this process: on a machine shared with other work the CPU figure is the
+engine's own speed, the wall figure what this run got.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from typing import Callable
 import numpy as np
 
 from .batch import join_batch
+from .record import Record
 from .stream_buffer import StreamBuffer
 from .workloads import Series, alternating_runs, as_records, random_walks, replay
 
@@ -29,81 +31,93 @@ SEED_FIGURES = "seed LocalStreamBuffer, five_five_many: ~50-70k records/s, ~90-1
 
 @dataclass
 class Measurement:
-    workload: str
     path: str
     records: int
     joins: int
-    seconds: float
+    wall: float  # seconds, best run
+    cpu: float  # seconds of this process's CPU time, best run
     peak_held: int  # most records held by one side at once
 
     def row(self) -> str:
-        return (f"{self.workload:<30} {self.path:<26} {self.records:>10,} {self.joins:>10,} {self.seconds:>8.3f} s "
-                f"{self.records / self.seconds:>12,.0f} {self.joins / self.seconds:>12,.0f} {self.peak_held:>8,}")
+        return (f"  {self.path:<24} {self.records:>10,} {self.joins:>10,} {self.wall:>7.3f} {self.cpu:>7.3f} "
+                f"{self.records / self.cpu:>12,.0f} {self.joins / self.cpu:>12,.0f} {self.records / self.wall:>12,.0f} "
+                f"{self.peak_held:>6,}")
 
 
-HEADER = (f"{'workload':<30} {'path':<26} {'records':>10} {'joins':>10} {'time':>10} "
-          f"{'records/s':>12} {'joins/s':>12} {'peak held':>9}")
+HEADER = (f"  {'path':<24} {'records':>10} {'joins':>10} {'wall s':>7} {'cpu s':>7} "
+          f"{'records/s':>12} {'joins/s':>12} {'records/s':>12} {'peak':>6}\n"
+          f"  {'':<24} {'':>10} {'':>10} {'':>7} {'':>7} {'(cpu)':>12} {'(cpu)':>12} {'(wall)':>12} {'held':>6}")
 
 
-def best_of(repeats: int, run: Callable[[], Measurement]) -> Measurement:
-    return min((run() for _ in range(repeats)), key=lambda measurement: measurement.seconds)
-
-
-def per_record(workload: str, left: Series, right: Series, order: list[int]) -> Measurement:
-    left_records, right_records = as_records(left, "r"), as_records(right, "s")
+def timed(run: Callable[[], tuple[int, int]]) -> tuple[float, float, int, int]:
+    """(wall s, cpu s, joins, peak held) of one run."""
     gc.collect()
-    gc.freeze()  # the prepared inputs are not the engine's garbage: keep the collector from rescanning them
-    try:
+    wall, cpu = time.perf_counter(), time.process_time()
+    joins, peak = run()
+    return time.perf_counter() - wall, time.process_time() - cpu, joins, peak
+
+
+def best_of(repeats: int, path: str, records: int, run: Callable[[], tuple[int, int]]) -> Measurement:
+    runs = [timed(run) for _ in range(repeats)]
+    return Measurement(path, records, runs[0][2], min(r[0] for r in runs), min(r[1] for r in runs),
+                       max(r[3] for r in runs))
+
+
+def per_record(left: list[Record], right: list[Record], order: list[int]) -> Callable[[], tuple[int, int]]:
+    def run() -> tuple[int, int]:
         stream_buffer = StreamBuffer()
-        started = time.perf_counter()
-        replay(stream_buffer, left_records, right_records, order)
-        seconds = time.perf_counter() - started
-    finally:
-        gc.unfreeze()
-    return Measurement(workload, "per-record StreamBuffer", len(order), stream_buffer.get_join_counter(), seconds,
-                       stream_buffer.get_peak_buffer_size())
+        replay(stream_buffer, left, right, order)
+        return stream_buffer.get_join_counter(), stream_buffer.get_peak_buffer_size()
+
+    return run
 
 
-def batched(workload: str, left: Series, right: Series, n_batches: int) -> Measurement:
-    arrays = [np.array(series, dtype=np.float64).reshape(-1, 2) for series in (left, right)]
-    parts = [np.array_split(array, n_batches) for array in arrays]
+def batched(left: Series, right: Series, n_batches: int) -> Callable[[], tuple[int, int]]:
+    parts = [np.array_split(np.array(series, dtype=np.float64).reshape(-1, 2), n_batches) for series in (left, right)]
     batches = [(l[:, 0].copy(), l[:, 1].copy(), r[:, 0].copy(), r[:, 1].copy()) for l, r in zip(*parts)]
-    state = None
-    joins = peak = 0
-    started = time.perf_counter()
-    for left_times, left_values, right_times, right_values in batches:
-        state, pairs = join_batch(state, left_times, left_values, right_times, right_values)
-        joins += pairs.count
-        peak = max(peak, len(state.times[0]), len(state.times[1]))
-    seconds = time.perf_counter() - started
-    path = "batch, 1 batch" if n_batches == 1 else f"batch, {n_batches:,} batches"
-    return Measurement(workload, path, len(left) + len(right), joins, seconds, peak)
+
+    def run() -> tuple[int, int]:
+        state = None
+        joins = peak = 0
+        for left_times, left_values, right_times, right_values in batches:
+            state, pairs = join_batch(state, left_times, left_values, right_times, right_values)
+            joins += pairs.count
+            peak = max(peak, len(state.times[0]), len(state.times[1]))
+        return joins, peak
+
+    return run
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m local_stream_buffer.bench", description=__doc__.split("\n")[0])
     parser.add_argument("--records", type=int, default=1_000_000, help="records of the random-walk workload")
-    parser.add_argument("--repeats", type=int, default=3, help="runs per figure; the best is shown")
+    parser.add_argument("--repeats", type=int, default=2, help="runs per figure; the best is shown")
     options = parser.parse_args(argv)
 
-    print(f"Join engine benchmark: Python {platform.python_version()}, numpy {np.__version__}, "
-          f"{os.cpu_count()} CPUs; best of {options.repeats} runs, wall clock")
-    print(HEADER)
+    print(f"Join engine benchmark: Python {platform.python_version()}, numpy {np.__version__}, {os.cpu_count()} CPUs, "
+          f"load average {os.getloadavg()[0]:.2f}; best of {options.repeats} runs")
     workloads = [
-        ("five_five_many (in order)", alternating_runs(100_000, 5)),
-        (f"random walks (shuffled)", random_walks(options.records // 2, options.records - options.records // 2)),
+        ("five_five_many: 100k records in time order, runs of 5", alternating_runs(100_000, 5)),
+        (f"random walks: {options.records:,} records, shuffled arrival",
+         random_walks(options.records // 2, options.records - options.records // 2)),
     ]
     for name, (left, right, order) in workloads:
+        print(f"\n{name}\n{HEADER}")
+        records = len(order)
+        left_records, right_records = as_records(left, "r"), as_records(right, "s")
+        gc.freeze()  # the prepared inputs are no garbage of the engine: keep the collector from rescanning them
         results = [
-            best_of(options.repeats, lambda: per_record(name, left, right, order)),
-            best_of(options.repeats, lambda: batched(name, left, right, 1)),
-            best_of(options.repeats, lambda: batched(name, left, right, 100)),
+            best_of(options.repeats, "per-record StreamBuffer", records, per_record(left_records, right_records, order)),
+            best_of(options.repeats, "batch path, 1 batch", records, batched(left, right, 1)),
+            best_of(options.repeats, "batch path, 100 batches", records, batched(left, right, 100)),
         ]
+        gc.unfreeze()
         for result in results:
             print(result.row())
         if len({result.joins for result in results}) != 1:
             raise SystemExit(f"{name}: the paths disagree on the number of joins")
-    print(f"for comparison: {SEED_FIGURES}")
+    print(f"\nfor comparison: {SEED_FIGURES}")
+    print("peak held: most records one side held at once (per-record) or after a batch (batch path)")
 
 
 if __name__ == "__main__":
