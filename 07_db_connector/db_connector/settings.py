@@ -11,17 +11,17 @@ from stack.topics import MACHINE_DATA, MACHINE_DLQ, MACHINE_OUT
 class DbConnectorSettings(ConnectionSettings):
     """Load machine.data and machine.out (and the dead-letter counts of machine.dlq) into InfluxDB."""
 
-    data_topic: str = setting(MACHINE_DATA.name, "DATA_TOPIC", "topic of the raw quantities")
-    out_topic: str = setting(MACHINE_OUT.name, "OUT_TOPIC", "topic of the join results")
-    dlq_topic: str = setting(MACHINE_DLQ.name, "DLQ_TOPIC",
+    data_topic: str = setting(MACHINE_DATA.name, "DB_CONNECTOR_DATA_TOPIC", "topic of the raw quantities")
+    out_topic: str = setting(MACHINE_OUT.name, "DB_CONNECTOR_OUT_TOPIC", "topic of the join results")
+    dlq_topic: str = setting(MACHINE_DLQ.name, "DB_CONNECTOR_DLQ_TOPIC",
                              "dead-letter topic: rejected records go there, and its records are counted")
     group_id: str = setting("db-connector", "DB_CONNECTOR_GROUP_ID", "Kafka consumer group")
     group_instance_id: str | None = setting(None, "DB_CONNECTOR_INSTANCE_ID",
                                             "static group membership: a restarted connector with the same id "
                                             "takes its partitions back at once instead of after the session timeout")
-    data_measurement: str = setting("machinedata", "DATA_MEASUREMENT", "measurement of the raw quantities")
-    joined_measurement: str = setting("joined", "JOINED_MEASUREMENT", "measurement of the join results")
-    deadletter_measurement: str = setting("deadletters", "DEADLETTER_MEASUREMENT",
+    data_measurement: str = setting("machinedata", "DB_CONNECTOR_DATA_MEASUREMENT", "measurement of the raw quantities")
+    joined_measurement: str = setting("joined", "DB_CONNECTOR_JOINED_MEASUREMENT", "measurement of the join results")
+    deadletter_measurement: str = setting("deadletters", "DB_CONNECTOR_DEADLETTER_MEASUREMENT",
                                           "measurement counting the records of the dead-letter topic")
     batch_size: int = setting(5000, "DB_CONNECTOR_BATCH_SIZE", "points per InfluxDB write")
     flush_interval_s: float = setting(1.0, "DB_CONNECTOR_FLUSH_INTERVAL_S",
