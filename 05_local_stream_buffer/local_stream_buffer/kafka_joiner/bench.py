@@ -71,8 +71,9 @@ def delete_topics(bootstrap: str, topics: dict[str, str]) -> None:
     admin = admin_client(bootstrap)
     names = [name for name in admin.list_topics(timeout=10).topics
              if name in topics.values() or name.startswith(topics["group"] + ".")]
-    for future in admin.delete_topics(names, operation_timeout=30).values():
-        future.result(30)
+    if names:
+        for future in admin.delete_topics(names, operation_timeout=30).values():
+            future.result(30)
 
 
 def produce(bootstrap: str, topic: str, records: Iterator[tuple[str, bytes]], rate: float | None = None) -> int:
@@ -124,13 +125,16 @@ def throughput(connection: ConnectionSettings, args: argparse.Namespace) -> None
               f"in {time.monotonic() - started:.1f} s")
         joins = expected_joins(count, args.machines, args.axes)
         joiner = KafkaJoiner(joiner_settings(connection, topics, args.commit_interval_ms))
+        cpu_before = time.process_time()
         run_until(joiner, joins, args.deadline)
+        cpu = time.process_time() - cpu_before
         stats = joiner.stats
         elapsed = stats.last_commit_at - stats.first_record_at
         print(f"throughput at exactly-once: {stats.joins_out:,} joins of {stats.records_in:,} records in "
               f"{elapsed:.1f} s (first record consumed to last output committed): "
               f"{stats.joins_out / elapsed:,.0f} joins/s, {stats.records_in / elapsed:,.0f} records/s, "
-              f"{stats.transactions} transactions")
+              f"{stats.transactions} transactions; joiner CPU {cpu / max(stats.records_in, 1) * 1e6:.0f} µs per record "
+              f"(all threads)")
         if stats.joins_out != joins:
             print(f"WARNING: expected {joins:,} joins, committed {stats.joins_out:,}")
     finally:
@@ -173,7 +177,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--axes", type=int, default=2, help="axes per machine (one power join each)")
     parser.add_argument("--rate", type=float, default=10_000, help="steady input records/s for the latency run")
     parser.add_argument("--latency-seconds", type=float, default=20, help="length of the latency run")
-    parser.add_argument("--commit-interval-ms", type=int, default=100, help="transaction interval of the joiner")
+    parser.add_argument("--commit-interval-ms", type=int, default=50, help="transaction interval of the joiner")
     parser.add_argument("--deadline", type=float, default=300, help="give up a run after this many seconds")
     parser.add_argument("--skip-throughput", action="store_true")
     parser.add_argument("--skip-latency", action="store_true")

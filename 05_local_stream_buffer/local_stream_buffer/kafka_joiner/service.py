@@ -31,7 +31,7 @@ from ..keyed import KeyedJoiner
 from ..specs import SpecResolver, load_join_specs
 from ..status import IngestStatus
 from .progress import PartitionJoin, decode_metadata
-from .repartition import ThingRouter
+from .repartition import FramedRecord, ThingRouter, decode_frame, encode_frame
 from .settings import KafkaJoinerSettings
 from .stats import JoinerStats, ProgressLog
 
@@ -79,6 +79,7 @@ class KafkaJoiner:
         self._assigned_at: dict[tuple[str, int], int] = {}  # where each owned partition started
         self._joins: dict[int, PartitionJoin] = {}  # co-partitioned partition -> its join
         self._assignment_changes = 0
+        self._rewinds = 0  # aborted transactions that sent the consumer back to the last commit
         self._in_transaction = False
         self._transaction_started = 0.0
         self._transaction_records = 0
@@ -91,7 +92,7 @@ class KafkaJoiner:
         admin = admin_client(self.settings.kafka_bootstrap_servers)
         input_partitions = self._partition_count(admin, self.settings.input_topic)
         ensure_topics(admin, (TopicSpec(self.repartition_topic, input_partitions, dict(MACHINE_DATA.config)),))
-        self._router = ThingRouter(self.resolver, self._partition_count(admin, self.repartition_topic))
+        self._router = ThingRouter(self.resolver, self._partition_count(admin, self.repartition_topic, wait=True))
         # Before joining the group: aborts the open transaction of a crashed run with this transactional id,
         # whose pending offsets would otherwise hold up reading the committed ones.
         self._producer.init_transactions(_KAFKA_TIMEOUT_S)
@@ -116,7 +117,7 @@ class KafkaJoiner:
             self.close()
 
     def step(self) -> None:
-        """One round: consume a batch, process it, commit when due, log when due."""
+        """One round: consume a batch, process it (committing whenever due), log when due."""
         changes = self._assignment_changes
         messages = self._consumer.consume(_BATCH, _POLL_TIMEOUT_S)
         if self._assignment_changes != changes:
@@ -124,15 +125,16 @@ class KafkaJoiner:
             self._reposition()
             messages = []
         if messages:
-            if not self._in_transaction:
-                self._begin()
             self._process(messages)
         now = time.monotonic()
-        if self._in_transaction and (now - self._transaction_started >= self.settings.commit_interval_ms / 1000
-                                     or self._transaction_records >= self.settings.max_transaction_records):
+        if self._in_transaction and self._commit_due(now):
             self._commit()
         if self._progress.due(now):
             self._log_progress(now)
+
+    def _commit_due(self, now: float) -> bool:
+        return (now - self._transaction_started >= self.settings.commit_interval_ms / 1000
+                or self._transaction_records >= self.settings.max_transaction_records)
 
     def close(self) -> None:
         if self._in_transaction:
@@ -149,78 +151,97 @@ class KafkaJoiner:
         stats = self.stats
         if stats.first_record_at is None:
             stats.first_record_at = time.monotonic()
+        frames: dict[int, list[FramedRecord]] = {}
+        partition_of = self._router.partition
+        forwarded = self._forwarded
+        rewinds = self._rewinds
         for message in messages:
+            if not self._in_transaction:
+                self._begin()
             if message.error() is not None:
                 self._consumer_error(message.error())
                 continue
             if message.topic() == input_topic:
-                self._forward(message)
-            else:
-                self._join(message)
-        self._transaction_records += len(messages)
+                # Stage one: hand a joinable input record, unchanged, to the partition of its thing.
+                key = message.key()
+                partition = partition_of(key)
+                if partition is not None:
+                    frames.setdefault(partition, []).append(FramedRecord(
+                        message.partition(), message.offset(), max(message.timestamp()[1], 0), key,
+                        message.value()))
+                forwarded[message.partition()] = message.offset() + 1
+                stats.records_in += 1
+                self._transaction_records += 1
+                continue
+            self._join_frame(message)
+            if self._commit_due(time.monotonic()):
+                # Frames can be large: commit between them, so no transaction outlives its interval by much.
+                self._flush_frames(frames)
+                self._commit()
+                if self._rewinds != rewinds:
+                    return  # aborted: the rest of this batch is read again from the last commit
+        self._flush_frames(frames)
 
-    def _forward(self, message: Message) -> None:
-        """Stage one: hand a joinable input record to the partition of its thing, unchanged."""
-        partition = self._router.partition(message.key())
-        self.stats.records_in += 1
-        if partition is not None:
-            source = f"{message.partition()}:{message.offset()}".encode()
-            timestamp = message.timestamp()[1]
-            self._produce(self.repartition_topic, message.value(), message.key(), partition=partition,
-                          timestamp=max(timestamp, 0), headers=[("source", source)])
-            self.stats.forwarded += 1
-        self._forwarded[message.partition()] = message.offset() + 1
+    def _flush_frames(self, frames: dict[int, list[FramedRecord]]) -> None:
+        for partition, records in frames.items():
+            self._produce(self.repartition_topic, encode_frame(records), None, partition=partition)
+            self.stats.forwarded += len(records)
+        frames.clear()
 
-    def _join(self, message: Message) -> None:
-        """Stage two: ingest into the partition's keyed join; emit outputs and dead letters once."""
+    def _join_frame(self, message: Message) -> None:
+        """Stage two: ingest a frame's records into the partition's keyed join; emit outputs and dead
+        letters only for a frame processed for the first time."""
         join = self._joins.get(message.partition())
         if join is None:
             return  # not ours (any more): whoever owns the partition reads it
         offset = message.offset()
         replay = join.is_replay(offset)
-        value = message.value()
-        try:
-            record = decode_record(value)
-            expected_key = record_key(record["thing"], record["quantity"])
-            if message.key() != expected_key.encode():
-                raise InvalidRecord(f"key {message.key()!r} does not match {expected_key!r}")
-        except InvalidRecord as error:
-            join.advance(offset)
-            if not replay:
-                self._dead_letter(str(error), message)
-            return
-        outcome = join.joiner.ingest(record, offset)
         join.advance(offset)
-        if replay:
-            self.stats.rebuilt += 1
-            return
-        self.stats.joined_in += 1
-        status = outcome.status
-        if status is _REJECTED:
-            self._dead_letter(outcome.reason or "rejected", message)
-        elif status is _LATE:
-            self._dead_letter("late: inside a gap of its stream that forcing already closed", message)
-        if outcome.outputs:
-            output_topic = self.settings.output_topic
-            append_time = message.timestamp()[1]
-            for output in outcome.outputs:
-                try:
-                    payload = encode_record(output)
-                except ValueError:
-                    self._dead_letter("join result is not a finite number", message,
-                                      output=json.dumps(output, default=repr))
-                    continue
-                self._produce(output_topic, payload, record_key(output["thing"], output["quantity"]))
-                self._transaction_append_times.append(append_time)
+        ingest = join.joiner.ingest
+        stats = self.stats
+        for framed in decode_frame(message.value() or b""):
+            self._transaction_records += 1
+            try:
+                record = decode_record(framed.value if framed.value is not None else b"")
+                expected_key = record_key(record["thing"], record["quantity"])
+                if framed.key != expected_key.encode():
+                    raise InvalidRecord(f"key {framed.key!r} does not match {expected_key!r}")
+            except InvalidRecord as error:
+                if not replay:
+                    self._dead_letter(str(error), framed)
+                continue
+            # The frame is what is held: its offset is the position a restart re-reads from.
+            outcome = ingest(record, offset)
+            if replay:
+                stats.rebuilt += 1
+                continue
+            stats.joined_in += 1
+            status = outcome.status
+            if status is _REJECTED:
+                self._dead_letter(outcome.reason or "rejected", framed)
+            elif status is _LATE:
+                self._dead_letter("late: inside a gap of its stream that forcing already closed", framed)
+            if outcome.outputs:
+                self._emit(outcome.outputs, framed)
 
-    def _dead_letter(self, reason: str, message: Message, **context: object) -> None:
-        source = dict(message.headers() or ()).get("source", b"")
-        partition, _, offset = source.decode().partition(":")
-        envelope = dead_letter(reason, message.value(), STAGE, topic=self.settings.input_topic,
-                               partition=int(partition) if partition else None,
-                               offset=int(offset) if offset else None,
-                               key=message.key().decode("utf-8", "replace") if message.key() else None, **context)
-        self._produce(self.settings.dlq_topic, envelope, message.key())
+    def _emit(self, outputs: list[dict], framed: FramedRecord) -> None:
+        output_topic = self.settings.output_topic
+        for output in outputs:
+            try:
+                payload = encode_record(output)
+            except ValueError:
+                self._dead_letter("join result is not a finite number", framed,
+                                  output=json.dumps(output, default=repr))
+                continue
+            self._produce(output_topic, payload, record_key(output["thing"], output["quantity"]))
+            self._transaction_append_times.append(framed.append_time)
+
+    def _dead_letter(self, reason: str, framed: FramedRecord, **context: object) -> None:
+        key = framed.key
+        envelope = dead_letter(reason, framed.value, STAGE, topic=self.settings.input_topic,
+                               partition=framed.partition, offset=framed.offset,
+                               key=key.decode("utf-8", "replace") if key is not None else None, **context)
+        self._produce(self.settings.dlq_topic, envelope, key)
         self.stats.dead_letters += 1
 
     def _produce(self, topic: str, value: bytes, key: bytes | str | None, **options: object) -> None:
@@ -284,6 +305,7 @@ class KafkaJoiner:
         self._transaction_append_times.clear()
         self.stats.aborted += 1
         if rewind:
+            self._rewinds += 1
             # The aborted outputs are gone and the state has moved past them: restart every owned
             # partition from its last commit, exactly as after an assignment.
             self._load_state(self._owned)
@@ -399,9 +421,13 @@ class KafkaJoiner:
         return sum(join.joiner.held_count() for join in self._joins.values())
 
     @staticmethod
-    def _partition_count(admin, topic: str) -> int:
-        metadata = admin.list_topics(topic, timeout=_KAFKA_TIMEOUT_S).topics.get(topic)
-        if metadata is None or metadata.error is not None or not metadata.partitions:
-            raise SystemExit(f"topic {topic} does not exist ({metadata.error if metadata else 'unknown'})")
-        return len(metadata.partitions)
-
+    def _partition_count(admin, topic: str, wait: bool = False) -> int:
+        """Partitions of `topic`; with `wait`, until a just created topic shows in the metadata."""
+        deadline = time.monotonic() + _KAFKA_TIMEOUT_S
+        while True:
+            metadata = admin.list_topics(topic, timeout=_KAFKA_TIMEOUT_S).topics.get(topic)
+            if metadata is not None and metadata.error is None and metadata.partitions:
+                return len(metadata.partitions)
+            if not wait or time.monotonic() > deadline:
+                raise SystemExit(f"topic {topic} does not exist ({metadata.error if metadata else 'unknown'})")
+            time.sleep(0.1)  # metadata of a new topic reaches the broker's cache shortly
