@@ -25,6 +25,7 @@ import json
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
 from stack.records import InvalidRecord, MachineRecord, is_finite_number
@@ -106,11 +107,25 @@ class PowerLevels:
         return LEVEL_NAMES[-1]
 
 
+# Few distinct series carry many points: their escaped keys are built once (the hot path of the connector).
+_SERIES_CACHE_SIZE = 100_000
+
+
+@lru_cache(maxsize=_SERIES_CACHE_SIZE)
+def _data_series(measurement: str, quantity: str, thing: str) -> str:
+    return f"{escape_measurement(measurement)},quantity={escape_tag(quantity)},thing={escape_tag(thing)}"
+
+
+@lru_cache(maxsize=_SERIES_CACHE_SIZE)
+def _joined_series(measurement: str, case: str, level: str, quantity: str, thing: str) -> str:
+    return (f"{escape_measurement(measurement)},case={escape_tag(case)},level={level},"
+            f"quantity={escape_tag(quantity)},thing={escape_tag(thing)}")
+
+
 def data_point(measurement: str, record: MachineRecord) -> str:
     """The line of one validated machine.data record."""
-    return (f"{escape_measurement(measurement)},quantity={escape_tag(record['quantity'])},"
-            f"thing={escape_tag(record['thing'])} result={float_field(record['result'])} "
-            f"{epoch_ms_to_ns(record['phenomenonTime'])}")
+    return (f"{_data_series(measurement, record['quantity'], record['thing'])} "
+            f"result={float_field(record['result'])} {epoch_ms_to_ns(record['phenomenonTime'])}")
 
 
 def _input_time(record: dict[str, Any], side: str) -> float | int:
@@ -134,9 +149,8 @@ def joined_point(measurement: str, record: MachineRecord, levels: PowerLevels) -
         raise InvalidRecord(f"join result needs a non-empty string 'case', got {case!r}")
     level = levels.level(float(record["result"]))
     active = "0.0" if level == LEVEL_NAMES[0] else "1.0"
-    return (f"{escape_measurement(measurement)},case={escape_tag(case)},level={level},"
-            f"quantity={escape_tag(record['quantity'])},thing={escape_tag(record['thing'])} "
-            f"result={result},active={active} {joined_time_ns(record)}")  # type: ignore[arg-type]
+    series = _joined_series(measurement, case, level, record["quantity"], record["thing"])
+    return f"{series} result={result},active={active} {joined_time_ns(record)}"  # type: ignore[arg-type]
 
 
 def deadletter_point(measurement: str, payload: bytes | None, timestamp_ms: int, partition: int,
