@@ -20,7 +20,7 @@ from stack.records import InvalidRecord, dead_letter, decode_record
 
 from .points import PowerLevels, data_point, deadletter_point, joined_point
 from .settings import DbConnectorSettings
-from .writer import InfluxWriter
+from .writer import InfluxWriter, WriteAborted
 
 log = logging.getLogger(__name__)
 
@@ -77,15 +77,15 @@ class DbConnector:
 
     def run(self) -> None:
         settings = self.settings
-        self._writer.ensure_database()
-        self._consumer.subscribe([settings.data_topic, settings.out_topic, settings.dlq_topic],
-                                 on_assign=self._on_assign, on_revoke=self._on_revoke)
-        announce_ready(log, f"db_connector: {settings.data_topic}, {settings.out_topic}, {settings.dlq_topic} "
-                            f"-> InfluxDB {settings.influxdb_host}:{settings.influxdb_port}/"
-                            f"{settings.influxdb_database}")
-        next_stats = time.monotonic() + settings.stats_interval_s
         last_stats = (time.monotonic(), 0)
         try:
+            self._writer.ensure_database()
+            self._consumer.subscribe([settings.data_topic, settings.out_topic, settings.dlq_topic],
+                                     on_assign=self._on_assign, on_revoke=self._on_revoke)
+            announce_ready(log, f"db_connector: {settings.data_topic}, {settings.out_topic}, {settings.dlq_topic} "
+                                f"-> InfluxDB {settings.influxdb_host}:{settings.influxdb_port}/"
+                                f"{settings.influxdb_database}")
+            next_stats = time.monotonic() + settings.stats_interval_s
             while not self.stop.is_set():
                 self._consume_once()
                 now = time.monotonic()
@@ -96,6 +96,8 @@ class DbConnector:
                     last_stats = self._log_stats(last_stats)
                     next_stats = now + settings.stats_interval_s
             self._flush()
+        except WriteAborted as aborted:
+            log.warning("%s: %d uncommitted records are read again on the next start", aborted, len(self._batch))
         finally:
             self._log_stats(last_stats)
             self._consumer.close()
