@@ -8,6 +8,7 @@ are listed, so one bad value never costs the good values of the same row.
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -35,6 +36,9 @@ def event_time_ms(value: Any) -> int | float:
 
     Raises ValueError for anything that is not a finite time.
     """
+    if isinstance(value, float) and not math.isfinite(value):
+        # Checked here: the engine's to_epoch_ms divides infinity by 1000 without end.
+        raise ValueError(f"Timestamp {value!r} is not a finite time")
     try:
         millis = to_epoch_ms(value)
     except (TypeError, ValueError, OverflowError) as error:
