@@ -138,7 +138,9 @@ class DbConnector:
             batch.sources.append(message)
             return
         try:
-            record = decode_record(payload)
+            if payload is None:
+                raise InvalidRecord("record without a value (a tombstone)")
+            record = decode_record(_as_text(payload))
             if topic == settings.out_topic:
                 line = joined_point(settings.joined_measurement, record, self._levels)
             else:
@@ -240,3 +242,12 @@ class DbConnector:
                  "InfluxDB requests %d, retries %d", self.counters.consumed, written, rate,
                  self.counters.dead_lettered, self.counters.batches, self._writer.requests, self._writer.retries)
         return now, written
+
+
+def _as_text(payload: bytes) -> str | bytes:
+    """UTF-8 text when it is, so json.loads skips guessing the encoding of every record (a tenth of the
+    time per record); anything else is passed on unchanged for decode_record to reject with its reason."""
+    try:
+        return payload.decode("utf-8")
+    except UnicodeDecodeError:
+        return payload
