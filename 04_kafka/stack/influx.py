@@ -3,10 +3,10 @@ from __future__ import annotations
 
 from influxdb import InfluxDBClient
 
-from .settings import ConnectionSettings
+from .settings import InfluxSettings
 
 
-def influx_client(settings: ConnectionSettings, timeout_s: float = 30.0) -> InfluxDBClient:
+def influx_client(settings: InfluxSettings, timeout_s: float = 30.0) -> InfluxDBClient:
     """A client for the pipeline's database; user/password only when configured (Compose)."""
     return InfluxDBClient(host=settings.influxdb_host, port=settings.influxdb_port,
                           username=settings.influxdb_username or "root",

@@ -88,17 +88,35 @@ def _kafka_default() -> str:
 
 
 @dataclasses.dataclass(frozen=True)
-class ConnectionSettings:
-    """Where the pipeline's servers are. Stage settings inherit these fields."""
+class MqttSettings:
+    """Where the MQTT broker is."""
 
     mqtt_host: str = setting("127.0.0.1", "MQTT_HOST", "MQTT broker host")
     mqtt_port: int = setting(1883, "MQTT_PORT", "MQTT broker port")
     mqtt_username: str | None = setting(None, "MQTT_USERNAME", "MQTT user name, if the broker requires one")
     mqtt_password: str | None = setting(None, "MQTT_PASSWORD", "MQTT password")
+
+
+@dataclasses.dataclass(frozen=True)
+class KafkaSettings:
+    """Where Kafka is."""
+
     kafka_bootstrap_servers: str = setting(_kafka_default(), "KAFKA_BOOTSTRAP_SERVERS",
                                            "Kafka bootstrap servers, host:port[,host:port]")
+
+
+@dataclasses.dataclass(frozen=True)
+class InfluxSettings:
+    """Where InfluxDB is, and which database the pipeline writes."""
+
     influxdb_host: str = setting("127.0.0.1", "INFLUXDB_HOST", "InfluxDB host")
     influxdb_port: int = setting(8086, "INFLUXDB_PORT", "InfluxDB HTTP port")
     influxdb_database: str = setting("machinedata", "INFLUXDB_DATABASE", "InfluxDB database")
     influxdb_username: str | None = setting(None, "INFLUXDB_USERNAME", "InfluxDB user, when auth is on")
     influxdb_password: str | None = setting(None, "INFLUXDB_PASSWORD", "InfluxDB password")
+
+
+@dataclasses.dataclass(frozen=True)
+class ConnectionSettings(MqttSettings, KafkaSettings, InfluxSettings):
+    """Where all of the pipeline's servers are. A stage's settings inherit only the parts it uses
+    (MqttSettings, KafkaSettings, InfluxSettings), so its --help lists only what matters to it."""
