@@ -137,7 +137,9 @@ def main() -> None:
     finally:
         for database in databases:
             influx_client(dataclasses.replace(connection, influxdb_database=database)).drop_database(database)
-        admin.delete_topics([spec.name for spec in topics], operation_timeout=30)
+        # Wait for the deletion: the admin client's request would die with the process otherwise.
+        for future in admin.delete_topics([spec.name for spec in topics], operation_timeout=30).values():
+            future.result(30)
 
 
 if __name__ == "__main__":
