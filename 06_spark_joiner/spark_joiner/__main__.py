@@ -1,0 +1,58 @@
+"""``python -m spark_joiner``: run the join as a Structured Streaming job until SIGTERM/SIGINT."""
+from __future__ import annotations
+
+import logging
+import signal
+import sys
+import threading
+import time
+from collections.abc import Sequence
+
+from stack.logs import announce_ready, configure_logging
+from stack.settings import load_settings
+
+from .job import start_query
+from .progress import log_progress
+from .session import spark_session
+from .settings import SparkJoinerSettings
+from .sink import TransactionalBatchSink
+
+log = logging.getLogger("spark_joiner")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    configure_logging()
+    logging.getLogger("py4j").setLevel(logging.WARNING)  # one line per callback otherwise
+    settings = load_settings(SparkJoinerSettings, argv, prog="python -m spark_joiner")
+    stop = threading.Event()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda *_: stop.set())
+    settings.checkpoint_dir.mkdir(parents=True, exist_ok=True)
+    log.info("starting Spark (%s); checkpoint %s", settings.master, settings.checkpoint_dir)
+    spark = spark_session(settings.master, shuffle_partitions=settings.shuffle_partitions,
+                          driver_memory=settings.driver_memory)
+    sink = TransactionalBatchSink(settings.kafka_bootstrap_servers, settings.output_topic, settings.dlq_topic,
+                                  settings.sink_transactional_id())
+    query = start_query(spark, settings, sink)
+    announce_ready(log, f"spark joiner: {settings.input_topic} -> {settings.output_topic} on {settings.master}")
+    next_log = time.monotonic() + settings.log_interval_seconds
+    try:
+        while not stop.is_set() and query.isActive:
+            query.awaitTermination(0.5)
+            if time.monotonic() >= next_log:
+                log_progress(query, sink.counters)
+                next_log = time.monotonic() + settings.log_interval_seconds
+        if query.exception() is not None:
+            log.error("query failed: %s", query.exception())
+            return 1
+        log.info("stopping: %d batches committed, %d joins, %d dead letters", sink.counters.batches,
+                 sink.counters.joins, sink.counters.dead_letters)
+        query.stop()  # an interrupted batch is neither in Kafka nor in the checkpoint: it runs again
+        return 0
+    finally:
+        sink.close()
+        spark.stop()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

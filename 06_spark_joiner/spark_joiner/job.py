@@ -1,0 +1,44 @@
+"""The streaming query: Kafka source -> route -> keyed join in Spark state -> transactional sink."""
+from __future__ import annotations
+
+from pyspark.sql import SparkSession
+from pyspark.sql.streaming import StreamingQuery
+
+from .parse import KAFKA_COLUMNS, ROUTED_SCHEMA, RecordRouter
+from .processor import OUTPUT_SCHEMA, BucketJoinProcessor
+from .settings import SparkJoinerSettings
+from .sink import TransactionalBatchSink
+
+QUERY_NAME = "spark_joiner"
+
+
+def start_query(spark: SparkSession, settings: SparkJoinerSettings, sink: TransactionalBatchSink) -> StreamingQuery:
+    """Start the join query; it resumes from ``settings.checkpoint_dir`` when that holds a checkpoint."""
+    reader = (
+        spark.readStream.format("kafka")
+        .option("kafka.bootstrap.servers", settings.kafka_bootstrap_servers)
+        .option("subscribe", settings.input_topic)
+        .option("startingOffsets", "earliest")
+        # Only committed input; the connector writes without transactions, so this changes nothing there.
+        .option("kafka.isolation.level", "read_committed")
+        # Records past retention are gone for every reader: log and go on rather than stop the pipeline.
+        .option("failOnDataLoss", "false")
+    )
+    if settings.max_offsets_per_trigger > 0:
+        reader = reader.option("maxOffsetsPerTrigger", settings.max_offsets_per_trigger)
+    routed = reader.load().select(*KAFKA_COLUMNS).mapInArrow(
+        RecordRouter(settings.join_specs, settings.buckets), ROUTED_SCHEMA)
+    joined = routed.groupBy("bucket").transformWithStateInPandas(
+        statefulProcessor=BucketJoinProcessor(settings.join_specs, settings.input_topic,
+                                              settings.max_pending_per_side),
+        outputStructType=OUTPUT_SCHEMA,
+        outputMode="Append",
+        timeMode="None",
+    )
+    return (
+        joined.writeStream.queryName(QUERY_NAME)
+        .foreachBatch(sink)
+        .option("checkpointLocation", str(settings.checkpoint_dir))
+        .trigger(processingTime=f"{int(settings.trigger_seconds * 1000)} milliseconds")
+        .start()
+    )

@@ -1,0 +1,70 @@
+"""The one place a Spark session is built: connector jars from the local cache, RocksDB state, quiet logs.
+
+The Kafka connector jars come from the project's Maven cache (``make setup`` fills it), so a session
+starts without network. The environment variables must be set before the JVM starts, which is why
+`spark_session` sets them and not the caller.
+"""
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+from pyspark.sql import SparkSession
+
+from stack.paths import SPARK_JARS
+
+CONF_DIR = Path(__file__).resolve().parents[1] / "conf"  # log4j2.properties
+ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
+# Exactly the connector and what it needs beyond pyspark's own jars (Scala, Hadoop, slf4j).
+CONNECTOR_JARS = (
+    "spark-sql-kafka-0-10_2.13-4.1.1.jar",
+    "spark-token-provider-kafka-0-10_2.13-4.1.1.jar",
+    "kafka-clients-3.9.1.jar",
+    "commons-pool2-2.12.1.jar",
+)
+
+
+def connector_jars() -> list[Path]:
+    """Paths of the Kafka connector jars in the cache; a clear error when `make setup` has not run."""
+    jars = [SPARK_JARS / name for name in CONNECTOR_JARS]
+    missing = [jar.name for jar in jars if not jar.is_file()]
+    if missing:
+        raise SystemExit(f"Spark's Kafka connector jars are missing from {SPARK_JARS}: {', '.join(missing)}; "
+                         "run `make setup` (it resolves them from Maven Central once)")
+    return jars
+
+
+def prepare_environment() -> None:
+    """Environment the JVM and the Python workers inherit: our log4j2 config, loopback, this Python."""
+    os.environ.setdefault("SPARK_CONF_DIR", str(CONF_DIR))
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    # Without these, workers would run whatever `python3` is on PATH, without our packages.
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+
+
+def spark_session(master: str = "local[*]", app_name: str = "spark-joiner", shuffle_partitions: int = 4,
+                  driver_memory: str = "1g", extra: dict[str, str] | None = None) -> SparkSession:
+    """A Spark session ready for the joiner: Kafka source, RocksDB state store, Arrow, quiet."""
+    prepare_environment()
+    builder = (
+        SparkSession.builder.master(master).appName(app_name)
+        .config("spark.jars", ",".join(str(jar) for jar in connector_jars()))
+        .config("spark.driver.memory", driver_memory)
+        .config("spark.driver.host", os.environ["SPARK_LOCAL_IP"])
+        .config("spark.driver.bindAddress", os.environ["SPARK_LOCAL_IP"])
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.shuffle.partitions", str(shuffle_partitions))
+        .config("spark.sql.streaming.stateStore.providerClass", ROCKSDB_PROVIDER)
+        .config("spark.sql.execution.arrow.pyspark.enabled", "true")
+        # A stopped query must not leave a state-store maintenance thread behind in tests.
+        .config("spark.sql.streaming.stopTimeout", "30s")
+        .config("spark.sql.session.timeZone", "UTC")
+    )
+    for key, value in (extra or {}).items():
+        builder = builder.config(key, value)
+    session = builder.getOrCreate()
+    session.sparkContext.setLogLevel("ERROR")
+    return session

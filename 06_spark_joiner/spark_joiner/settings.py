@@ -1,0 +1,51 @@
+"""The Spark joiner's settings: command-line flags over environment variables over defaults."""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+from pathlib import Path
+
+from local_stream_buffer import DEFAULT_MAX_PENDING_PER_SIDE
+from stack.paths import STATE_DIR
+from stack.settings import ConnectionSettings, setting
+from stack.topics import MACHINE_DATA, MACHINE_DLQ, MACHINE_OUT
+
+DEFAULT_CHECKPOINT_DIR = STATE_DIR / "spark_joiner" / "checkpoint"
+
+
+@dataclasses.dataclass(frozen=True)
+class SparkJoinerSettings(ConnectionSettings):
+    """machine.data -> deterministic join in Spark's keyed state -> machine.out, exactly once."""
+
+    input_topic: str = setting(MACHINE_DATA.name, "SPARK_JOINER_INPUT_TOPIC", "topic with the machine records")
+    output_topic: str = setting(MACHINE_OUT.name, "SPARK_JOINER_OUTPUT_TOPIC", "topic for the join results")
+    dlq_topic: str = setting(MACHINE_DLQ.name, "SPARK_JOINER_DLQ_TOPIC", "topic for rejected records")
+    join_specs: Path | None = setting(None, "SPARK_JOINER_JOIN_SPECS",
+                                      "join-spec file (default: the engine's join_specs.toml)")
+    master: str = setting("local[*]", "SPARK_JOINER_MASTER",
+                          "Spark master: local[*], local-cluster[2,1,1024], spark://host:7077, k8s://...")
+    checkpoint_dir: Path = setting(DEFAULT_CHECKPOINT_DIR, "SPARK_JOINER_CHECKPOINT_DIR",
+                                   "Structured Streaming checkpoint (offsets, join state); a restart resumes it")
+    trigger_seconds: float = setting(0.5, "SPARK_JOINER_TRIGGER_SECONDS",
+                                     "micro-batch trigger interval in seconds (0: as fast as possible)")
+    max_offsets_per_trigger: int = setting(500_000, "SPARK_JOINER_MAX_OFFSETS_PER_TRIGGER",
+                                           "most input records per micro-batch (0: no limit)")
+    shuffle_partitions: int = setting(4, "SPARK_JOINER_SHUFFLE_PARTITIONS",
+                                      "state partitions; fixed once a checkpoint exists")
+    buckets: int = setting(64, "SPARK_JOINER_BUCKETS",
+                           "hash buckets the join keys are grouped into (one Spark group each); "
+                           "fixed once a checkpoint exists")
+    max_pending_per_side: int = setting(DEFAULT_MAX_PENDING_PER_SIDE, "SPARK_JOINER_MAX_PENDING_PER_SIDE",
+                                        "pending records per side and key before the oldest are forced")
+    transactional_id: str | None = setting(None, "SPARK_JOINER_TRANSACTIONAL_ID",
+                                           "Kafka transactional id of the sink (default: derived from the "
+                                           "checkpoint directory, so a restart fences its predecessor)")
+    driver_memory: str = setting("1g", "SPARK_JOINER_DRIVER_MEMORY", "Spark driver memory")
+    log_interval_seconds: float = setting(10.0, "SPARK_JOINER_LOG_INTERVAL_SECONDS", "seconds between progress log lines")
+
+    def sink_transactional_id(self) -> str:
+        """One id per job: the checkpoint is the job's identity, so it names the sink too."""
+        if self.transactional_id:
+            return self.transactional_id
+        digest = hashlib.sha1(str(Path(self.checkpoint_dir).resolve()).encode()).hexdigest()[:12]
+        return f"spark-joiner.{digest}"

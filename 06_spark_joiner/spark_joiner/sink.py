@@ -1,0 +1,113 @@
+"""The exactly-once sink: each micro-batch's records in one Kafka transaction, each batch id once.
+
+Spark's own Kafka sink is at-least-once: a batch that ran but whose checkpoint commit was lost runs
+again after a restart and writes again. Here every batch commits in a Kafka transaction that also
+stores the batch id, as the committed offset of a marker partition in the sink's own consumer group
+(``send_offsets_to_transaction``), atomically with the records. On restart the sink reads the marker
+and skips every batch id at or below it: a replayed batch is never written twice. The transactional id
+is fixed per job, so a restarted driver fences its predecessor and aborts whatever it left open.
+"""
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+from pyspark.sql import DataFrame
+
+from stack.kafka_clients import consumer_config, transactional_producer_config
+
+from .processor import DLQ
+
+log = logging.getLogger(__name__)
+
+# Records the driver may queue while producing one batch before it has to wait for deliveries.
+_QUEUE_MESSAGES = 1_000_000
+
+
+@dataclass
+class SinkCounters:
+    batches: int = 0
+    skipped_batches: int = 0  # replayed batch ids already committed before a restart
+    joins: int = 0
+    dead_letters: int = 0
+    last_batch_id: int = -1
+
+
+class TransactionalBatchSink:
+    """``foreachBatch`` function writing the processor's rows to machine.out / machine.dlq exactly once."""
+
+    def __init__(self, bootstrap_servers: str, output_topic: str, dlq_topic: str, transactional_id: str) -> None:
+        self.output_topic = output_topic
+        self.dlq_topic = dlq_topic
+        self.producer = Producer(transactional_producer_config(
+            bootstrap_servers, transactional_id,
+            **{"queue.buffering.max.messages": _QUEUE_MESSAGES, "linger.ms": 20, "transaction.timeout.ms": 120_000}))
+        # Fences an earlier instance of this job and aborts its open transaction, before the marker is read.
+        self.producer.init_transactions(60)
+        # The marker lives in the group named like the transactional id; this consumer never subscribes.
+        self._marker_group = Consumer(consumer_config(bootstrap_servers, transactional_id))
+        self._marker = TopicPartition(output_topic, 0)
+        self.counters = SinkCounters(last_batch_id=self._committed_batch_id())
+        log.info("sink ready: transactional id %s, last committed batch %d", transactional_id,
+                 self.counters.last_batch_id)
+
+    def _committed_batch_id(self) -> int:
+        committed = self._marker_group.committed([self._marker], timeout=60)[0]
+        return committed.offset - 1 if committed.offset >= 0 else -1
+
+    def __call__(self, batch: DataFrame, batch_id: int) -> None:
+        if batch_id <= self.counters.last_batch_id:
+            self.counters.skipped_batches += 1
+            log.info("batch %d was committed before the restart: skipped", batch_id)
+            return
+        rows = batch.toArrow()
+        kinds = rows.column("kind").to_pylist()
+        keys = rows.column("key").to_pylist()
+        values = rows.column("value").to_pylist()
+        self.producer.begin_transaction()
+        try:
+            dead_letters = self._produce(kinds, keys, values)
+            marker = TopicPartition(self.output_topic, 0, batch_id + 1, f"spark batch {batch_id}")
+            self.producer.send_offsets_to_transaction([marker], self._marker_group.consumer_group_metadata(), 60)
+            self._commit()
+        except KafkaException:
+            self.producer.abort_transaction(60)
+            raise
+        counters = self.counters
+        counters.batches += 1
+        counters.joins += len(kinds) - dead_letters
+        counters.dead_letters += dead_letters
+        counters.last_batch_id = batch_id
+
+    def _produce(self, kinds: list[str], keys: list[str | None], values: list[bytes]) -> int:
+        producer = self.producer
+        dead_letters = 0
+        for kind, key, value in zip(kinds, keys, values):
+            if kind == DLQ:
+                topic = self.dlq_topic
+                dead_letters += 1
+            else:
+                topic = self.output_topic
+            while True:
+                try:
+                    producer.produce(topic, value, key)
+                    break
+                except BufferError:
+                    producer.poll(0.1)  # queue full: let deliveries drain
+        return dead_letters
+
+    def _commit(self) -> None:
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                self.producer.commit_transaction(60)
+                return
+            except KafkaException as error:
+                if not error.args[0].retriable() or time.monotonic() > deadline:
+                    raise
+
+    def close(self) -> None:
+        self._marker_group.close()
+        self.producer.flush(30)
