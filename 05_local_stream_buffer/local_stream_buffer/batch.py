@@ -183,8 +183,8 @@ def _drop_out_of_order(state: BatchJoinState, side: int, times: np.ndarray, valu
     """Keep the records later than every record before them; count the others as duplicates or rejected."""
     latest_before = np.empty_like(times)  # the latest time seen before each record
     latest_before[0] = state.last_time[side]
-    np.maximum.accumulate(times[:-1], out=latest_before[1:])
-    np.maximum(latest_before, state.last_time[side], out=latest_before)
+    np.fmax.accumulate(times[:-1], out=latest_before[1:])  # fmax: a NaN time is rejected, not carried on
+    np.fmax(latest_before, state.last_time[side], out=latest_before)
     in_order = times > latest_before
     # A record at the same time as the latest before it is a duplicate if it also has that record's value:
     # the value of the latest record kept before it (the state's last one for the first records).
@@ -246,9 +246,11 @@ def _certain_new_pairs(times: list[np.ndarray], n_old: tuple[int, int], old_fron
 
         # Predecessor pairs, left out where the times tie (that is the same-time pair) or where the record
         # is its predecessor's successor (then it is that successor pair).
+        # Where before is -1, theirs[before] wraps to the other side's last time; the own_previous test then
+        # fails as it should, because every own time here is at most that last time.
         before = partner - 1
-        before_time = theirs[before]  # where before is -1 this wraps to the last time; the test below fails there,
-        own_previous = np.empty(count)  # because every own time here is at most that last time
+        before_time = theirs[before]
+        own_previous = np.empty(count)
         own_previous[0] = -math.inf
         own_previous[1:] = own_time[:-1]
         keep = ~tie & (own_previous >= before_time)

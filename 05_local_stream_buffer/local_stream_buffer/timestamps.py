@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import numbers
 from datetime import datetime, timedelta, timezone
 
@@ -23,6 +24,8 @@ def _parse_iso8601(text: str) -> datetime:
 def _require_number(value: object) -> numbers.Real:
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise TypeError(f"a time must be a number or an ISO-8601 string, not {value!r}")
+    if not math.isfinite(value):
+        raise ValueError(f"a time must be finite, not {value!r}")  # NaN would defeat every order check
     return value
 
 

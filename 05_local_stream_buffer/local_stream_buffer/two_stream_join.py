@@ -176,7 +176,7 @@ class TwoStreamJoin:
                         emit(successor_of_theirs, record, entry)
                     else:
                         emit(successor_of_theirs, entry, record)
-                # ... and prev, the new record's predecessor in its own stream, is certainly its predecessor.
+                # ... and prev (the previous record of the new record's stream) is now certainly its predecessor.
                 if skip_first:
                     skip_first = False
                 elif prev is not None and record_time - prev[0] <= delta:
