@@ -96,3 +96,11 @@ def test_results_need_not_be_buffered_and_verbose_logs(caplog: pytest.LogCapture
 def test_only_instant_emission_as_in_the_seed() -> None:
     with pytest.raises(NotImplementedError):
         StreamBuffer(instant_emit=False)
+
+
+def test_times_must_be_finite() -> None:
+    for value in (float("nan"), float("inf")):
+        with pytest.raises(ValueError):
+            Record("q", timestamp=value)
+        with pytest.raises(ValueError):
+            to_epoch_ms(value)

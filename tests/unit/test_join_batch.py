@@ -59,3 +59,9 @@ def test_empty_batches_are_fine() -> None:
     state, pairs = join_batch(state, [1.0], [1.0], [], [])
     state, pairs = join_batch(state, [], [], [], [])
     assert pairs.count == 0 and state.held() == 1
+
+
+def test_a_nan_time_is_rejected_without_rejecting_the_rest() -> None:
+    state, pairs = join_batch(None, np.array([1.0, np.nan, 2.0, 3.0]), np.ones(4), np.array([2.5]), np.ones(1))
+    assert state.rejected == 1 and state.records == 4
+    assert set(zip(pairs.left_time.tolist(), pairs.right_time.tolist())) == {(1.0, 2.5), (2.0, 2.5), (3.0, 2.5)}
