@@ -7,7 +7,6 @@ counted from the first record consumed to the last point stored.
 """
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 import logging
@@ -21,7 +20,7 @@ from stack.influx import influx_client
 from stack.kafka_clients import admin_client, consumer_config, producer_config
 from stack.logs import configure_logging
 from stack.records import encode_record, record_key
-from stack.settings import ConnectionSettings, add_arguments, from_namespace
+from stack.settings import InfluxSettings, KafkaSettings, load_settings, setting
 from stack.topics import MACHINE_DATA, MACHINE_DLQ, MACHINE_OUT, ensure_topics
 
 from .connector import DbConnector
@@ -55,7 +54,15 @@ def produce(bootstrap: str, topic: str, records: list[dict]) -> None:
         raise RuntimeError("records not delivered to Kafka")
 
 
-def seed_rate(settings: ConnectionSettings, topic: str, count: int) -> float:
+@dataclasses.dataclass(frozen=True)
+class BenchSettings(KafkaSettings, InfluxSettings):
+    """Points/s into InfluxDB from Kafka: the seed's one point per request beside the DB connector."""
+
+    records: int = setting(200_000, "BENCH_RECORDS", "records for the DB connector")
+    seed_records: int = setting(3_000, "BENCH_SEED_RECORDS", "records for the seed's method")
+
+
+def seed_rate(settings: BenchSettings, topic: str, count: int) -> float:
     """The seed's connector: consume, and write each record as its own request."""
     client = influx_client(settings)
     client.create_database(settings.influxdb_database)
@@ -101,33 +108,29 @@ def connector_rate(settings: DbConnectorSettings, count: int) -> float:
 
 def main() -> None:
     configure_logging("WARNING")
-    parser = argparse.ArgumentParser(prog="python -m db_connector.bench", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--records", type=int, default=200_000, help="records for our connector")
-    parser.add_argument("--seed-records", type=int, default=3_000, help="records for the seed's method")
-    add_arguments(parser, ConnectionSettings)
-    args = parser.parse_args()
-    connection = from_namespace(ConnectionSettings, args)
+    args = load_settings(BenchSettings, prog="python -m db_connector.bench")
+    connection = {field.name: getattr(args, field.name)
+                  for field in dataclasses.fields(KafkaSettings) + dataclasses.fields(InfluxSettings)}
     suffix = uuid.uuid4().hex[:10]
     topics = [dataclasses.replace(spec, name=f"{spec.name}.bench.{suffix}")
               for spec in (MACHINE_DATA, MACHINE_OUT, MACHINE_DLQ)]
-    admin = admin_client(connection.kafka_bootstrap_servers)
+    admin = admin_client(args.kafka_bootstrap_servers)
     ensure_topics(admin, tuple(topics))
     databases = [f"bench_seed_{suffix}", f"bench_ours_{suffix}"]
     try:
         total = max(args.records, args.seed_records)
         print(f"producing {total:,} records to {topics[0].name} ...", flush=True)
-        produce(connection.kafka_bootstrap_servers, topics[0].name, synthetic_records(total))
+        produce(args.kafka_bootstrap_servers, topics[0].name, synthetic_records(total))
 
         print(f"seed's method (one point per request), {args.seed_records:,} points ...", flush=True)
-        seed = seed_rate(dataclasses.replace(connection, influxdb_database=databases[0]), topics[0].name,
+        seed = seed_rate(dataclasses.replace(args, influxdb_database=databases[0]), topics[0].name,
                          args.seed_records)
         print(f"db_connector (batched line protocol), {args.records:,} points ...", flush=True)
         ours = connector_rate(DbConnectorSettings(**{
-            **dataclasses.asdict(connection), "influxdb_database": databases[1],
+            **connection, "influxdb_database": databases[1],
             "data_topic": topics[0].name, "out_topic": topics[1].name, "dlq_topic": topics[2].name,
             "group_id": f"bench-ours-{suffix}", "stats_interval_s": 3600.0}), args.records)
-        stored = list(influx_client(dataclasses.replace(connection, influxdb_database=databases[1])).query(
+        stored = list(influx_client(dataclasses.replace(args, influxdb_database=databases[1])).query(
             "SELECT count(result) FROM machinedata WHERE time > 0").get_points())[0]["count"]
         print()
         print(f"{'method':<42}{'points':>10}{'points/s':>12}")
@@ -136,7 +139,7 @@ def main() -> None:
         print(f"speed-up: {ours / seed:,.0f}x (target >= 100x)")
     finally:
         for database in databases:
-            influx_client(dataclasses.replace(connection, influxdb_database=database)).drop_database(database)
+            influx_client(dataclasses.replace(args, influxdb_database=database)).drop_database(database)
         # Wait for the deletion: the admin client's request would die with the process otherwise.
         for future in admin.delete_topics([spec.name for spec in topics], operation_timeout=30).values():
             future.result(30)

@@ -3,12 +3,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from stack.settings import ConnectionSettings, setting
+from stack.settings import InfluxSettings, KafkaSettings, setting
 from stack.topics import MACHINE_DATA, MACHINE_DLQ, MACHINE_OUT
 
 
 @dataclass(frozen=True)
-class DbConnectorSettings(ConnectionSettings):
+class DbConnectorSettings(KafkaSettings, InfluxSettings):
     """Load machine.data and machine.out (and the dead-letter counts of machine.dlq) into InfluxDB."""
 
     data_topic: str = setting(MACHINE_DATA.name, "DB_CONNECTOR_DATA_TOPIC", "topic of the raw quantities")

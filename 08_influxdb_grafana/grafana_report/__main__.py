@@ -10,7 +10,7 @@ from pathlib import Path
 
 from stack.influx import influx_client
 from stack.logs import configure_logging
-from stack.settings import ConnectionSettings, load_settings, setting
+from stack.settings import InfluxSettings, load_settings, setting
 
 from .dashboards import DASHBOARDS_DIR, load_dashboards
 from .macros import TimeRange, all_values
@@ -20,7 +20,7 @@ log = logging.getLogger("grafana_report")
 
 
 @dataclass(frozen=True)
-class ReportSettings(ConnectionSettings):
+class ReportSettings(InfluxSettings):
     """Render the Grafana dashboards' panels to PNG files with the same InfluxQL queries."""
 
     out: Path = setting(Path("reports"), "REPORT_DIR", "folder for the PNG files")
