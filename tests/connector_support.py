@@ -7,20 +7,18 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 from confluent_kafka import Consumer, TopicPartition
-from paho.mqtt.enums import MQTTProtocolVersion
 
 from stack.kafka_clients import consumer_config
 from stack.logs import READY_MARKER
 from stack.records import record_key
 from stack.settings import ConnectionSettings
-from stream_connector.mqtt_io import new_client, pump
+from stream_connector.mqtt_io import drop_session
 from support import unique, wait_for
 
 QUANTITY_EXCLUDED = ("Thing", "Timestamp", "id")
@@ -87,16 +85,6 @@ class ConnectorProcess:
         return self.process.wait(deadline_s)
 
 
-def forget_session(settings: ConnectionSettings, client_id: str) -> None:
-    """Connect once with a clean session, which makes the broker drop the persistent one."""
-    client = new_client(settings, client_id, protocol=MQTTProtocolVersion.MQTTv311, clean_session=True)
-    client.connect(settings.mqtt_host, settings.mqtt_port)
-    end = time.monotonic() + 10
-    while not client.is_connected() and time.monotonic() < end:
-        pump(client, 0.1)
-    client.disconnect()
-
-
 @pytest.fixture
 def connector(stack: ConnectionSettings, new_topics, tmp_path: Path) -> Iterator:
     """Factory: a started connector on fresh topics; killed and its MQTT session removed afterwards."""
@@ -113,7 +101,7 @@ def connector(stack: ConnectionSettings, new_topics, tmp_path: Path) -> Iterator
     yield make
     for process in started:
         process.kill()
-        forget_session(stack, process.client_id)
+        drop_session(stack, process.client_id)
 
 
 def run_simulator(mqtt_topic: str, *args: str, timeout_s: float = 120) -> subprocess.CompletedProcess:

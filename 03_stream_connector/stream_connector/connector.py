@@ -109,14 +109,15 @@ class Connector:
         pending = PendingRow(message.mid, message.qos)
         self.unacked.append(pending)
         split = split_row(message.payload, self.settings.max_payload_bytes)
+        delivered = self._delivery_callback(pending)
         data_topic = self.settings.data_topic
         for record in split.records:
             self._produce(data_topic, encode_record(record), record_key(record["thing"], record["quantity"]),
-                          pending)
+                          pending, delivered)
         self.counters.records += len(split.records)
         if split.rejections:
             self.counters.rejected_rows += 1
-            self._dead_letter(pending, "; ".join(split.rejections), message.payload, message.topic,
+            self._dead_letter(pending, delivered, "; ".join(split.rejections), message.payload, message.topic,
                               rejectedQuantities=split.rejected_quantities or None)
 
     def _ack_delivered(self) -> None:
@@ -133,14 +134,18 @@ class Connector:
 
     # --- Kafka side ----------------------------------------------------------------------------
 
-    def _produce(self, topic: str, value: bytes, key: str | None, pending: PendingRow) -> None:
-        pending.remaining += 1
+    def _delivery_callback(self, pending: PendingRow):
+        """One callback for all records of a row: counts them down, keeps the first real error."""
 
         def delivered(error: KafkaError | None, message: Message) -> None:
-            if error is not None and not self._dead_letter_refused_record(pending, error, message):
+            if error is not None and not self._dead_letter_refused_record(pending, delivered, error, message):
                 pending.error = error
             pending.remaining -= 1
 
+        return delivered
+
+    def _produce(self, topic: str, value: bytes, key: str | None, pending: PendingRow, delivered) -> None:
+        pending.remaining += 1
         while True:
             try:
                 self.producer.produce(topic, value, key, on_delivery=delivered)
@@ -148,11 +153,11 @@ class Connector:
             except BufferError:  # the local queue is full: let deliveries drain it
                 self.producer.poll(0.05)
 
-    def _dead_letter(self, pending: PendingRow, reason: str, payload: bytes, mqtt_topic: str,
+    def _dead_letter(self, pending: PendingRow, delivered, reason: str, payload: bytes, mqtt_topic: str,
                      **context) -> None:
         letter = dead_letter(reason, payload, STAGE, mqttTopic=mqtt_topic, **context)
         try:
-            self._produce(self.settings.dlq_topic, letter, None, pending)
+            self._produce(self.settings.dlq_topic, letter, None, pending, delivered)
         except KafkaException as error:
             if error.args[0].code() != KafkaError.MSG_SIZE_TOO_LARGE:
                 raise
@@ -162,14 +167,15 @@ class Connector:
             letter = dead_letter(f"{reason} (payload truncated to {TRUNCATED_PAYLOAD_BYTES} bytes for Kafka)",
                                  payload[:TRUNCATED_PAYLOAD_BYTES], STAGE, mqttTopic=mqtt_topic,
                                  payloadBytes=len(payload), **context)
-            self._produce(self.settings.dlq_topic, letter, None, pending)
+            self._produce(self.settings.dlq_topic, letter, None, pending, delivered)
         self.counters.dead_letters += 1
 
-    def _dead_letter_refused_record(self, pending: PendingRow, error: KafkaError, message: Message) -> bool:
+    def _dead_letter_refused_record(self, pending: PendingRow, delivered, error: KafkaError,
+                                    message: Message) -> bool:
         """A record Kafka refuses for itself (not for a broken connection) goes to the DLQ, not lost."""
         if message.topic() != self.settings.data_topic or error.retriable() or error.fatal():
             return False
-        self._dead_letter(pending, f"Kafka refused the record: {error.str()}", message.value(),
+        self._dead_letter(pending, delivered, f"Kafka refused the record: {error.str()}", message.value(),
                           self.settings.mqtt_topic, key=(message.key() or b"").decode(errors="replace"))
         return True
 

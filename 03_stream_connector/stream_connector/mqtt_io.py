@@ -9,15 +9,13 @@ run on that thread with no locking and no thread hand-off.
 """
 from __future__ import annotations
 
-import logging
 import select
+import time
 
 import paho.mqtt.client as mqtt
 from paho.mqtt.enums import CallbackAPIVersion, MQTTErrorCode, MQTTProtocolVersion
 
 from stack.settings import ConnectionSettings
-
-log = logging.getLogger(__name__)
 
 READ_CHUNK_BYTES = 256 * 1024
 # Packets handled per `pump` before control returns to the caller (who polls Kafka, sends acks).
@@ -85,3 +83,37 @@ def pump(client: FastClient, timeout: float) -> MQTTErrorCode:
         if rc != MQTTErrorCode.MQTT_ERR_SUCCESS:
             return rc
     return client.loop_misc()
+
+
+def wait_connected(client: FastClient, deadline_s: float) -> bool:
+    """Pump until the CONNACK arrived; False at the deadline."""
+    end = time.monotonic() + deadline_s
+    while not client.is_connected():
+        if time.monotonic() > end or pump(client, 0.1) != MQTTErrorCode.MQTT_ERR_SUCCESS:
+            return False
+    return True
+
+
+def open_session(settings: ConnectionSettings, client_id: str, topic: str, deadline_s: float = 10.0) -> None:
+    """Create a persistent QoS 1 session subscribed to `topic`: the broker queues rows from now on."""
+    client = new_client(settings, client_id, protocol=MQTTProtocolVersion.MQTTv311, clean_session=False)
+    granted: list[int] = []
+    client.on_subscribe = lambda _c, _u, mid, _codes, _p: granted.append(mid)
+    client.connect(settings.mqtt_host, settings.mqtt_port)
+    if not wait_connected(client, deadline_s):
+        raise ConnectionError(f"no CONNACK from {settings.mqtt_host}:{settings.mqtt_port}")
+    client.subscribe(topic, qos=1)
+    end = time.monotonic() + deadline_s
+    while not granted and time.monotonic() < end:
+        pump(client, 0.1)
+    client.disconnect()
+    if not granted:
+        raise ConnectionError(f"no SUBACK for {topic!r}")
+
+
+def drop_session(settings: ConnectionSettings, client_id: str, deadline_s: float = 10.0) -> None:
+    """Make the broker forget a persistent session (and its queued rows): connect once, clean."""
+    client = new_client(settings, client_id, protocol=MQTTProtocolVersion.MQTTv311, clean_session=True)
+    client.connect(settings.mqtt_host, settings.mqtt_port)
+    wait_connected(client, deadline_s)
+    client.disconnect()

@@ -3,12 +3,16 @@ reason, and the connector keeps running."""
 from __future__ import annotations
 
 import base64
+import dataclasses
 import json
+import os
 
 from conftest import EVENTS_FILE
-from connector_support import connector, expected_records, read_rows  # noqa: F401
+from connector_support import connector, expected_records, read_rows, topic_size  # noqa: F401
 from simulator.publisher import Publisher
-from support import read_topic, wait_for
+from stack.kafka_clients import admin_client
+from stack.topics import MACHINE_DATA, ensure_topics
+from support import read_topic, unique, wait_for
 
 T_MS = 1_554_096_460_415
 
@@ -77,3 +81,42 @@ def test_bad_input_is_dead_lettered_and_good_values_pass(connector, stack, boots
 
     assert bridge.process.poll() is None, bridge.log()
     wait_for(lambda: f"rejected rows {len(BAD_ROWS)}," in bridge.log(), 10, "the rejected-row count in the log")
+
+
+def test_a_record_kafka_refuses_is_dead_lettered_and_the_connector_goes_on(connector, bootstrap, stack):
+    """A record over the topic's max.message.bytes cannot be written. Kafka refuses its whole batch,
+    so neighbours in that batch may share its fate: all of them go to the DLQ, none is lost, and the
+    connector carries on with the next rows."""
+    small = f"machine.data.small.{unique('t').split('.', 1)[1]}"
+    admin = admin_client(bootstrap)
+    ensure_topics(admin, (dataclasses.replace(MACHINE_DATA, name=small,
+                                              config={**MACHINE_DATA.config, "max.message.bytes": "20000"}),))
+    try:
+        bridge = connector("--data-topic", small)
+        incompressible = os.urandom(20_000).hex()
+        publisher = Publisher(stack, f"{bridge.client_id}-publisher")
+        publisher.connect()
+
+        def send(row: dict) -> None:
+            publisher.publish(bridge.mqtt_topic, json.dumps(row))
+            assert publisher.drain(30) == 0
+
+        send({"Thing": "BIG", "Timestamp": T_MS, incompressible: 1.0, "id": "huge"})
+        send({"Thing": "BIG", "Timestamp": T_MS + 1, "ok": 2.0, "id": "neighbour"})
+        wait_for(lambda: topic_size(bootstrap, bridge.dlq_topic) >= 1, 30, "the refused record in the DLQ")
+        send({"Thing": "BIG", "Timestamp": T_MS + 2, "ok": 3.0, "id": "later"})
+        publisher.close()
+        wait_for(lambda: topic_size(bootstrap, small) + topic_size(bootstrap, bridge.dlq_topic) >= 3, 30,
+                 "all three records, written or dead-lettered")
+
+        data = [json.loads(m.value) for m in read_topic(bootstrap, small, idle_s=1.0)]
+        letters = [json.loads(m.value) for m in read_topic(bootstrap, bridge.dlq_topic, idle_s=1.0)]
+        dead = [json.loads(letter["payload"]) for letter in letters]
+        assert all("Kafka refused the record" in letter["reason"] for letter in letters)
+        assert "huge" in [record["id"] for record in dead]
+        assert sorted(record["id"] for record in data + dead) == ["huge", "later", "neighbour"]
+        assert data[-1]["id"] == "later"
+        assert bridge.process.poll() is None, bridge.log()
+    finally:
+        for future in admin.delete_topics([small], operation_timeout=30).values():
+            future.result(30)

@@ -1,0 +1,228 @@
+"""`python -m stream_connector.bench`: MQTT -> Kafka throughput, the seed's method beside ours.
+
+Sustained throughput is measured on a backlog: real rows are queued in the broker for a persistent
+session, then the connector under test drains them into a fresh copy of machine.data while the
+broker and Kafka share the two cores with it. The rate runs from the first record in Kafka to the
+last, so process start-up is not counted. The seed's method (Kafka `flush()` after every message,
+MQTT auto-ack) and ours take turns in alternating rounds, since the machine is shared. A last run
+has the simulator and the connector work at the same time: rows/s end to end.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import itertools
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from dataclasses import dataclass
+
+import paho.mqtt.client as mqtt
+from confluent_kafka import Consumer, Producer, TopicPartition
+from paho.mqtt.enums import CallbackAPIVersion
+
+from simulator.events import in_order, read_events, repeat
+from simulator.publisher import Publisher
+from simulator.settings import DEFAULT_EVENTS_FILE
+from stack.kafka_clients import admin_client, consumer_config
+from stack.logs import READY_MARKER
+from stack.records import encode_record, record_key
+from stack.settings import ConnectionSettings, load_settings
+from stack.topics import MACHINE_DATA, MACHINE_DLQ, ensure_topics
+
+from .mqtt_io import drop_session, open_session
+from .rows import ROW_FIELDS
+
+@dataclass(frozen=True)
+class Result:
+    method: str
+    rows: int
+    records: int
+    seconds: float
+
+    @property
+    def rows_per_s(self) -> float:
+        return self.rows / self.seconds
+
+    @property
+    def records_per_s(self) -> float:
+        return self.records / self.seconds
+
+
+def _real_rows(count: int) -> list[dict]:
+    return list(itertools.islice(repeat(in_order(read_events(DEFAULT_EVENTS_FILE), "time")), count))
+
+
+def _records_of(rows: list[dict]) -> int:
+    return sum(1 for row in rows for key in row if key not in ROW_FIELDS)
+
+
+class Topics:
+    """Fresh copies of machine.data and machine.dlq, deleted afterwards."""
+
+    def __init__(self, bootstrap: str) -> None:
+        self.admin = admin_client(bootstrap)
+        suffix = uuid.uuid4().hex[:10]
+        self.data = f"{MACHINE_DATA.name}.bench.{suffix}"
+        self.dlq = f"{MACHINE_DLQ.name}.bench.{suffix}"
+        ensure_topics(self.admin, (dataclasses.replace(MACHINE_DATA, name=self.data),
+                                   dataclasses.replace(MACHINE_DLQ, name=self.dlq)))
+        self.consumer = Consumer(consumer_config(bootstrap, f"bench-{suffix}"))
+        self.partitions = [TopicPartition(self.data, p) for p in
+                           self.consumer.list_topics(self.data, timeout=10).topics[self.data].partitions]
+
+    def data_size(self) -> int:
+        return sum(self.consumer.get_watermark_offsets(tp, timeout=10)[1] for tp in self.partitions)
+
+    def delete(self) -> None:
+        self.consumer.close()
+        for future in self.admin.delete_topics([self.data, self.dlq], operation_timeout=30).values():
+            future.result(30)
+
+
+def _queue_backlog(settings: ConnectionSettings, client_id: str, topic: str, rows: list[dict]) -> None:
+    open_session(settings, client_id, topic)
+    publisher = Publisher(settings, f"{client_id}-publisher")
+    publisher.connect()
+    for row in rows:
+        publisher.publish(topic, json.dumps(row))
+    if publisher.drain(120) or publisher.failed:
+        raise RuntimeError(f"{publisher.failed} backlog rows were not acknowledged by the broker")
+    publisher.close()
+
+
+def _watch(topics: Topics, start_size: int, records: int, deadline_s: float, alive=lambda: True) -> float:
+    """Seconds from the first new record in Kafka to the last expected one."""
+    end = time.monotonic() + deadline_s
+    first: float | None = None
+    while time.monotonic() < end and alive():
+        size = topics.data_size() - start_size
+        if size and first is None:
+            first = time.perf_counter()
+        if size >= records:
+            return time.perf_counter() - first
+        time.sleep(0.02)
+    raise RuntimeError(f"only {topics.data_size() - start_size} of {records} records within {deadline_s:.0f} s")
+
+
+def ours_on_backlog(settings: ConnectionSettings, topics: Topics, rows: list[dict], log_path: str) -> Result:
+    client_id, topic = f"bench-connector-{uuid.uuid4().hex[:8]}", f"bench/{uuid.uuid4().hex[:10]}/states"
+    _queue_backlog(settings, client_id, topic, rows)
+    records, start_size = _records_of(rows), topics.data_size()
+    with open(log_path, "ab") as log:
+        process = subprocess.Popen([sys.executable, "-m", "stream_connector", "--mqtt-topic", topic,
+                                    "--mqtt-client-id", client_id, "--data-topic", topics.data,
+                                    "--dlq-topic", topics.dlq], stdout=log, stderr=subprocess.STDOUT)
+    try:
+        seconds = _watch(topics, start_size, records, 180, alive=lambda: process.poll() is None)
+    finally:
+        process.send_signal(signal.SIGTERM)
+        process.wait(60)
+        drop_session(settings, client_id)
+    return Result("ours: batched produce, MQTT ack after Kafka delivery", len(rows), records, seconds)
+
+
+def seed_on_backlog(settings: ConnectionSettings, topics: Topics, rows: list[dict]) -> Result:
+    """The seed's loop: parse, produce each quantity, `flush()` per message, paho acks on return."""
+    client_id, topic = f"bench-seed-{uuid.uuid4().hex[:8]}", f"bench/{uuid.uuid4().hex[:10]}/states"
+    _queue_backlog(settings, client_id, topic, rows)
+    producer = Producer({"bootstrap.servers": settings.kafka_bootstrap_servers})
+    done: list[float] = []
+
+    def on_message(_client, _userdata, message) -> None:
+        row = json.loads(message.payload)
+        for quantity, value in row.items():
+            if quantity not in ROW_FIELDS:
+                record = {"thing": row["Thing"], "quantity": quantity, "phenomenonTime": row["Timestamp"],
+                          "result": value, "id": row["id"]}
+                producer.produce(topics.data, encode_record(record), record_key(row["Thing"], quantity))
+        producer.flush()
+        done.append(time.perf_counter())
+
+    client = mqtt.Client(CallbackAPIVersion.VERSION2, client_id=client_id, clean_session=False)
+    client.on_message = on_message
+    client.connect(settings.mqtt_host, settings.mqtt_port)
+    end = time.monotonic() + 180
+    while len(done) < len(rows) and time.monotonic() < end:
+        client.loop(0.1)
+    client.disconnect()
+    drop_session(settings, client_id)
+    if len(done) < len(rows):
+        raise RuntimeError(f"the seed's method took {len(done)} of {len(rows)} rows within 180 s")
+    # From the first row's flush to the last: comparable with "first record to last" for ours.
+    return Result("seed: flush() after every message, auto-ack", len(rows) - 1, _records_of(rows[1:]),
+                  done[-1] - done[0])
+
+
+def live(settings: ConnectionSettings, topics: Topics, rows: int, log_path: str) -> Result:
+    """Simulator and connector at the same time, rows/s from the first record in Kafka to the last."""
+    client_id, topic = f"bench-live-{uuid.uuid4().hex[:8]}", f"bench/{uuid.uuid4().hex[:10]}/states"
+    records, start_size = _records_of(_real_rows(rows)), topics.data_size()
+    with open(log_path, "ab") as log:
+        connector = subprocess.Popen([sys.executable, "-m", "stream_connector", "--mqtt-topic", topic,
+                                      "--mqtt-client-id", client_id, "--data-topic", topics.data,
+                                      "--dlq-topic", topics.dlq], stdout=log, stderr=subprocess.STDOUT,
+                                     env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    simulator = None
+    try:
+        end = time.monotonic() + 30
+        while READY_MARKER not in open(log_path, errors="replace").read() and time.monotonic() < end:
+            time.sleep(0.05)
+        simulator = subprocess.Popen([sys.executable, "-m", "simulator", "--mqtt-topic", topic, "--loop",
+                                      "--limit", str(rows), "--no-progress"], stdout=subprocess.DEVNULL)
+        seconds = _watch(topics, start_size, records, 180, alive=lambda: connector.poll() is None)
+    finally:
+        if simulator is not None:
+            simulator.wait(60)
+        connector.send_signal(signal.SIGTERM)
+        connector.wait(60)
+        drop_session(settings, client_id)
+    return Result("live: simulator and connector at once, end to end", rows, records, seconds)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m stream_connector.bench", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rows", type=int, default=40_000, help="backlog rows for ours, over all rounds")
+    parser.add_argument("--seed-rows", type=int, default=1_000, help="backlog rows for the seed's method")
+    parser.add_argument("--live-rows", type=int, default=20_000, help="rows for the live run (0 = skip)")
+    parser.add_argument("--rounds", type=int, default=2, help="alternating rounds")
+    args, rest = parser.parse_known_args(argv)
+    settings = load_settings(ConnectionSettings, rest, prog="python -m stream_connector.bench")
+    ours_rows = _real_rows(args.rows // args.rounds)
+    # The same mix of rows for both: quantities per row vary along the file.
+    seed_count = args.seed_rows // args.rounds
+    seed_rows = ours_rows[::max(1, len(ours_rows) // seed_count)][:seed_count]
+
+    print(f"MQTT -> Kafka: a backlog of real rows queued in Mosquitto, drained into a fresh copy of "
+          f"{MACHINE_DATA.name} ({MACHINE_DATA.partitions} partitions), {args.rounds} alternating rounds; "
+          f"{os.cpu_count()} cores shared with the broker and Kafka")
+    topics = Topics(settings.kafka_bootstrap_servers)
+    log_path = os.path.join(tempfile.gettempdir(), f"stream_connector_bench_{os.getpid()}.log")
+    try:
+        rounds = [(seed_on_backlog(settings, topics, seed_rows), ours_on_backlog(settings, topics, ours_rows, log_path))
+                  for _ in range(args.rounds)]
+        results = [Result(per_round[0].method, sum(r.rows for r in per_round), sum(r.records for r in per_round),
+                          sum(r.seconds for r in per_round)) for per_round in zip(*rounds)]
+        if args.live_rows:
+            results.append(live(settings, topics, args.live_rows, log_path))
+    finally:
+        topics.delete()
+    print(f"{'method':<54} {'rows':>7} {'records':>8} {'rows/s':>8} {'records/s':>10}")
+    for result in results:
+        print(f"{result.method:<54} {result.rows:>7,} {result.records:>8,} {result.rows_per_s:>8,.0f} "
+              f"{result.records_per_s:>10,.0f}")
+    seed, ours = results[0], results[1]
+    print(f"ours / seed: {ours.rows_per_s / seed.rows_per_s:.1f}x rows/s, {ours.records_per_s / seed.records_per_s:.1f}x "
+          f"records/s (target >= 5x); "
+          f"ours {ours.rows_per_s:,.0f} rows/s (target >= 5,000); connector log: {log_path}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
