@@ -228,9 +228,10 @@ class TwoStreamJoin:
         held = len(own)
         if held > self.peak_buffer:
             self.peak_buffer = held
-        pending = held - 1 if own[0][0] <= frontier[other] else held
-        if pending > self._max_pending:
-            self._force_oldest(side, pending - self._max_pending)
+        if held > self._max_pending:  # pending <= held: only then can the limit be exceeded
+            pending = held - 1 if own[0][0] <= frontier[other] else held
+            if pending > self._max_pending:
+                self._force_oldest(side, pending - self._max_pending)
         if max_latency is not None:
             self._force_overdue(now)
         return _ACCEPTED
