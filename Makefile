@@ -13,7 +13,8 @@ STACK ?= $(shell docker info >/dev/null 2>&1 && echo docker || echo native)
 setup: $(INSTALLED)
 	@$(PY) -m stack.provision
 
-$(INSTALLED): pyproject.toml
+# A new stage package needs a reinstall too: the editable install maps packages when it is made.
+$(INSTALLED): pyproject.toml $(wildcard 0*/*/__init__.py)
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	@echo "installing Python dependencies into $(VENV) ..."
 	@$(PY) -m pip install -q --disable-pip-version-check -e '.[test]'

@@ -47,10 +47,13 @@ def is_finite_number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
-def decode_record(payload: bytes | str) -> MachineRecord:
+def decode_record(payload: bytes | str | None) -> MachineRecord:
     """Parse and validate one machine.data / machine.out record, or raise `InvalidRecord`."""
+    if payload is None:
+        raise InvalidRecord("empty record: no value")
     try:
-        record = json.loads(payload)
+        # Decoding first spares json.loads its encoding detection, a measurable cost per record.
+        record = json.loads(payload.decode("utf-8") if isinstance(payload, bytes) else payload)
     except (UnicodeDecodeError, json.JSONDecodeError) as error:
         raise InvalidRecord(f"malformed JSON: {error}") from None
     if not isinstance(record, dict):

@@ -27,6 +27,7 @@ def test_round_trip_and_key() -> None:
     (json.dumps({k: v for k, v in GOOD.items() if k != "thing"}).encode(), "missing field(s): thing"),
     (json.dumps({**GOOD, "quantity": ""}).encode(), "quantity must be a non-empty string"),
     (b"\xff\xfe", "malformed JSON"),
+    (None, "empty record: no value"),
 ])
 def test_invalid_records_say_why(payload: bytes, reason: str) -> None:
     with pytest.raises(InvalidRecord, match=reason.replace("(", r"\(").replace(")", r"\)")):
