@@ -58,16 +58,11 @@ class BucketJoinProcessor(StatefulProcessor):
         self.resolver: SpecResolver = resolver_for(self.join_specs)
 
     def handleInputRows(self, key: Any, rows: Iterator[pd.DataFrame], timerValues: Any) -> Iterator[pd.DataFrame]:
-        batch = pd.concat(list(rows), ignore_index=True)
-        emitted = _Emitted()
-        invalid = batch["reason"].notna().to_numpy()
-        for payload, reason, partition, offset in batch.loc[invalid, ["payload", "reason", "partition", "offset"]
-                                                            ].itertuples(index=False):
-            emitted.dead_letter(reason, payload, self.input_topic, partition, offset)
-        data = batch.loc[~invalid]
-        if len(data):
-            states = self._load_states()
-            self._join(data, states, emitted)
+        data = pd.concat(list(rows), ignore_index=True)
+        has_data = data["reason"].isna().any()
+        states = self._load_states() if has_data else {}
+        emitted = join_rows(self.resolver, data, states, self.input_topic, self.max_pending_per_side)
+        if has_data:
             self.joins.update((pickle.dumps(states, protocol=pickle.HIGHEST_PROTOCOL),))
         if emitted.kinds:
             yield emitted.frame()
@@ -78,44 +73,60 @@ class BucketJoinProcessor(StatefulProcessor):
     def _load_states(self) -> dict[JoinKey, bytes]:
         return pickle.loads(self.joins.get()[0]) if self.joins.exists() else {}
 
-    def _join(self, data: pd.DataFrame, states: dict[JoinKey, bytes], emitted: _Emitted) -> None:
-        routes = {pair: self.resolver.routes(pair[0])[pair[1]].binding
-                  for pair in data[["quantity", "route"]].drop_duplicates().itertuples(index=False, name=None)}
-        bindings = {binding_id(binding): binding for binding in routes.values()}
-        ids = [binding_id(routes[pair]) for pair in zip(data["quantity"], data["route"])]
-        data = data.assign(spec=[spec for spec, _ in ids], axis=[axis for _, axis in ids])
-        # Stream order is Kafka offset order; sorted once, every (key, side) slice below keeps it.
-        data = data.sort_values(["partition", "offset"], kind="stable")
-        for (thing, spec, axis), rows in data.groupby(["thing", "spec", "axis"], sort=True):
-            binding = bindings[(spec, axis)]
-            key = (thing, spec, axis)
-            state = BatchJoinState.from_bytes(states[key]) if key in states else BatchJoinState()
-            sides = [rows[rows["side"].to_numpy() == side] for side in (LEFT, RIGHT)]
-            arrays = [(side_rows["time"].to_numpy(np.float64), side_rows["result"].to_numpy(np.float64))
-                      for side_rows in sides]
-            for side, side_rows in zip((LEFT, RIGHT), sides):
-                self._reject_out_of_order(thing, binding, side, side_rows, arrays[side], state, emitted)
-            state, pairs = join_batch(state, *arrays[LEFT], *arrays[RIGHT], delta_time=binding.delta_time_ms,
-                                      max_pending_per_side=self.max_pending_per_side)
-            states[key] = state.to_bytes()
-            emitted.joins(thing, binding, pairs)
 
-    def _reject_out_of_order(self, thing: str, binding: SpecBinding, side: int, rows: pd.DataFrame,
-                             arrays: tuple[np.ndarray, np.ndarray], state: BatchJoinState,
-                             emitted: _Emitted) -> None:
-        times, values = arrays
-        verdicts = order_verdicts(times, values, state.last_time[side], state.last_value[side])
-        rejected = np.flatnonzero(verdicts.rejected)
-        if not len(rejected):
-            return
-        stream = record_key(thing, binding.quantity(side))
-        for index in rejected.tolist():
-            row = rows.iloc[index]
-            reason = rejection_reason(stream, times[index], verdicts.latest_before[index])
-            emitted.dead_letter(reason, row["payload"], self.input_topic, row["partition"], row["offset"])
+def join_rows(resolver: SpecResolver, data: pd.DataFrame, states: dict[JoinKey, bytes], input_topic: str,
+              max_pending_per_side: int) -> Emitted:
+    """Join routed rows (in any row order) into ``states``; returns the records to emit.
+
+    ``states`` maps each join key to its engine state as bytes and is updated in place.
+    """
+    emitted = Emitted()
+    invalid = data["reason"].notna().to_numpy()
+    for payload, reason, partition, offset in data.loc[invalid, ["payload", "reason", "partition", "offset"]
+                                                       ].itertuples(index=False):
+        emitted.dead_letter(reason, payload, input_topic, partition, offset)
+    data = data.loc[~invalid]
+    if not len(data):
+        return emitted
+    routes = {pair: resolver.routes(pair[0])[pair[1]].binding
+              for pair in data[["quantity", "route"]].drop_duplicates().itertuples(index=False, name=None)}
+    bindings = {binding_id(binding): binding for binding in routes.values()}
+    ids = [binding_id(routes[pair]) for pair in zip(data["quantity"], data["route"])]
+    data = data.assign(spec=[spec for spec, _ in ids], axis=[axis for _, axis in ids])
+    # Stream order is Kafka offset order; sorted once, every (key, side) slice below keeps it.
+    data = data.sort_values(["partition", "offset"], kind="stable")
+    for (thing, spec, axis), rows in data.groupby(["thing", "spec", "axis"], sort=True):
+        binding = bindings[(spec, axis)]
+        key = (thing, spec, axis)
+        state = BatchJoinState.from_bytes(states[key]) if key in states else BatchJoinState()
+        sides = [rows[rows["side"].to_numpy() == side] for side in (LEFT, RIGHT)]
+        arrays = [(side_rows["time"].to_numpy(np.float64), side_rows["result"].to_numpy(np.float64))
+                  for side_rows in sides]
+        for side in (LEFT, RIGHT):
+            _dead_letter_out_of_order(thing, binding, side, sides[side], arrays[side], state, input_topic, emitted)
+        state, pairs = join_batch(state, *arrays[LEFT], *arrays[RIGHT], delta_time=binding.delta_time_ms,
+                                  max_pending_per_side=max_pending_per_side)
+        states[key] = state.to_bytes()
+        emitted.joins(thing, binding, pairs)
+    return emitted
 
 
-class _Emitted:
+def _dead_letter_out_of_order(thing: str, binding: SpecBinding, side: int, rows: pd.DataFrame,
+                              arrays: tuple[np.ndarray, np.ndarray], state: BatchJoinState, input_topic: str,
+                              emitted: Emitted) -> None:
+    times, values = arrays
+    verdicts = order_verdicts(times, values, state.last_time[side], state.last_value[side])
+    rejected = np.flatnonzero(verdicts.rejected)
+    if not len(rejected):
+        return
+    stream = record_key(thing, binding.quantity(side))
+    payloads, partitions, offsets = (rows[column].to_numpy() for column in ("payload", "partition", "offset"))
+    for index in rejected.tolist():
+        reason = rejection_reason(stream, times[index], verdicts.latest_before[index])
+        emitted.dead_letter(reason, payloads[index], input_topic, partitions[index], offsets[index])
+
+
+class Emitted:
     """Output rows of one bucket, built column by column."""
 
     def __init__(self) -> None:

@@ -1,0 +1,308 @@
+"""``python -m spark_joiner.bench``: the Spark joiner's throughput and latency, the standalone joiner beside it.
+
+1. Throughput: pre-load N synthetic records (speed and torque of axis C11, per machine) into a fresh
+   topic, then run the join query with large micro-batches; records/s and joins/s from Spark's own
+   batch durations (the sink's Kafka transaction included), for 100 and for 10,000 machines.
+2. Latency: a steady input rate (default 10k records/s) with a sub-second trigger; for every join, the
+   time from the Kafka append of the later of its two inputs to the moment a read_committed consumer
+   sees it; p50/p99.
+3. The standalone joiner (``local_stream_buffer.kafka_joiner``) on the same pre-loaded topics.
+
+Topics are unique per run and deleted afterwards; checkpoints go to a temporary folder.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import logging
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from pathlib import Path
+
+import numpy as np
+from confluent_kafka import Consumer, Producer
+
+from stack.kafka_clients import admin_client, consumer_config, producer_config
+from stack.logs import configure_logging
+from stack.records import encode_record, record_key
+from stack.topics import MACHINE_DATA, MACHINE_DLQ, MACHINE_OUT, ensure_topics
+
+from .job import start_query
+from .session import spark_session
+from .settings import SparkJoinerSettings
+from .sink import TransactionalBatchSink
+
+log = logging.getLogger("spark_joiner.bench")
+
+START_MS = 1_700_000_000_000
+STEP_MS = 10  # per machine and stream: 100 samples/s
+SPEED, TORQUE = "actSpeed_C11", "vaTorque_C11"
+
+
+@dataclasses.dataclass(frozen=True)
+class Topics:
+    data: str
+    out: str
+    dlq: str
+
+
+def make_topics(bootstrap: str, label: str) -> Topics:
+    suffix = f"bench.{label}.{uuid.uuid4().hex[:8]}"
+    specs = [dataclasses.replace(spec, name=f"{spec.name}.{suffix}") for spec in (MACHINE_DATA, MACHINE_OUT, MACHINE_DLQ)]
+    ensure_topics(admin_client(bootstrap), tuple(specs))
+    return Topics(*(spec.name for spec in specs))
+
+
+def delete_topics(bootstrap: str, names: list[str]) -> None:
+    if names:
+        for future in admin_client(bootstrap).delete_topics(names, operation_timeout=30).values():
+            try:
+                future.result(30)
+            except Exception as error:  # cleanup must not hide the figures
+                log.warning("could not delete a bench topic: %s", error)
+
+
+def synthetic_records(machines: int, total: int, seed: int = 1) -> list[bytes]:
+    """`total` records: per machine, speed and torque samples every 10 ms, torque 3 ms after speed."""
+    rng = np.random.default_rng(seed)
+    per_stream = max(1, total // (2 * machines))
+    speeds = rng.uniform(100, 3000, (machines, per_stream)).round(1)
+    torques = rng.uniform(-20, 20, (machines, per_stream)).round(2)
+    payloads: list[bytes] = []
+    for step in range(per_stream):
+        t = START_MS + step * STEP_MS
+        for machine in range(machines):
+            thing = f"M{machine:05d}"
+            payloads.append(encode_record({"thing": thing, "quantity": SPEED, "phenomenonTime": t,
+                                           "result": float(speeds[machine, step])}))
+            payloads.append(encode_record({"thing": thing, "quantity": TORQUE, "phenomenonTime": t + 3,
+                                           "result": float(torques[machine, step])}))
+    return payloads
+
+
+def preload(bootstrap: str, topic: str, payloads: list[bytes], keys: list[bytes]) -> None:
+    producer = Producer(producer_config(bootstrap, **{"linger.ms": 50, "batch.size": 1_000_000,
+                                                      "queue.buffering.max.messages": 2_000_000}))
+    for payload, key in zip(payloads, keys):
+        while True:
+            try:
+                producer.produce(topic, payload, key)
+                break
+            except BufferError:
+                producer.poll(0.1)
+    if producer.flush(120):
+        raise RuntimeError("pre-load did not complete")
+
+
+def keys_of(machines: int, count: int) -> list[bytes]:
+    pair = [[record_key(f"M{m:05d}", SPEED).encode(), record_key(f"M{m:05d}", TORQUE).encode()]
+            for m in range(machines)]
+    flat = [key for both in pair for key in both]
+    return (flat * (count // len(flat) + 1))[:count]
+
+
+def settings_for(bootstrap: str, topics: Topics, checkpoint: Path, **overrides) -> SparkJoinerSettings:
+    return SparkJoinerSettings(kafka_bootstrap_servers=bootstrap, input_topic=topics.data, output_topic=topics.out,
+                               dlq_topic=topics.dlq, checkpoint_dir=checkpoint, **overrides)
+
+
+def run_throughput(spark, bootstrap: str, machines: int, records: int, workdir: Path, batch: int,
+                   cleanup: list[str]) -> tuple[Topics, dict]:
+    topics = make_topics(bootstrap, f"m{machines}")
+    cleanup.extend(dataclasses.astuple(topics))
+    payloads = synthetic_records(machines, records)
+    began = time.monotonic()
+    preload(bootstrap, topics.data, payloads, keys_of(machines, len(payloads)))
+    log.info("pre-loaded %d records for %d machines in %.1f s", len(payloads), machines, time.monotonic() - began)
+    settings = settings_for(bootstrap, topics, workdir / f"checkpoint-m{machines}", trigger_seconds=0.0,
+                            max_offsets_per_trigger=batch)
+    sink = TransactionalBatchSink(bootstrap, topics.out, topics.dlq, f"bench.{uuid.uuid4().hex[:8]}")
+    query = start_query(spark, settings, sink)
+    try:
+        while sum(p["numInputRows"] for p in query.recentProgress) < len(payloads):
+            if query.exception() is not None:
+                raise RuntimeError(f"query failed: {query.exception()}")
+            query.awaitTermination(0.5)
+        progress = [p for p in query.recentProgress if p["numInputRows"]]
+    finally:
+        query.stop()
+        sink.close()
+    seconds = [p["durationMs"]["triggerExecution"] / 1000 for p in progress]
+    rows = [p["numInputRows"] for p in progress]
+    steady_rows, steady_seconds = (sum(rows[1:]), sum(seconds[1:])) if len(rows) > 1 else (rows[0], seconds[0])
+    figures = {"records": len(payloads), "joins": sink.counters.joins, "batches": len(rows),
+               "seconds": sum(seconds), "records_per_s": sum(rows) / sum(seconds),
+               "joins_per_s": sink.counters.joins / sum(seconds),
+               "steady_records_per_s": steady_rows / steady_seconds, "first_batch_s": seconds[0]}
+    return topics, figures
+
+
+def run_latency(spark, bootstrap: str, machines: int, rate: int, duration_s: float, trigger_s: float,
+                workdir: Path, cleanup: list[str]) -> dict:
+    topics = make_topics(bootstrap, "latency")
+    cleanup.extend(dataclasses.astuple(topics))
+    settings = settings_for(bootstrap, topics, workdir / "checkpoint-latency", trigger_seconds=trigger_s,
+                            max_offsets_per_trigger=0)
+    sink = TransactionalBatchSink(bootstrap, topics.out, topics.dlq, f"bench.{uuid.uuid4().hex[:8]}")
+    query = start_query(spark, settings, sink)
+    appended: dict[tuple[str, str, int], float] = {}
+    seen: list[tuple[bytes, float]] = []
+    stop = threading.Event()
+    consumer = Consumer(consumer_config(bootstrap, f"bench.{uuid.uuid4().hex[:8]}"))
+    consumer.subscribe([topics.out])
+
+    def consume() -> None:
+        while not stop.is_set():
+            for message in consumer.consume(10_000, 0.05):
+                if not message.error():
+                    seen.append((message.value(), time.time()))
+
+    reader = threading.Thread(target=consume, daemon=True)
+    reader.start()
+    try:
+        # Warm-up: the first stateful batch starts the Python workers; do not count it.
+        warm = synthetic_records(machines, 2 * machines, seed=3)
+        preload(bootstrap, topics.data, warm, keys_of(machines, len(warm)))
+        while sink.counters.batches < 1:
+            query.awaitTermination(0.2)
+        produce_steady(bootstrap, topics.data, machines, rate, duration_s, appended)
+        expected = len(appended) - 2 * machines
+        deadline = time.monotonic() + 60
+        while sink.counters.joins < expected * 0.95 and time.monotonic() < deadline:
+            query.awaitTermination(0.5)
+        time.sleep(2)  # let the reader catch the last committed batch
+    finally:
+        stop.set()
+        reader.join(5)
+        consumer.close()
+        query.stop()
+        sink.close()
+    latencies = []
+    for value, received in seen:
+        record = json.loads(value)
+        inputs = [appended.get((record["thing"], side["quantity"], side["phenomenonTime"]))
+                  for side in (record["left"], record["right"])]
+        if None not in inputs:
+            latencies.append(received - max(inputs))
+    values = np.array(latencies)
+    return {"joins": len(values), "p50": float(np.percentile(values, 50)), "p99": float(np.percentile(values, 99)),
+            "max": float(values.max()), "rate": rate}
+
+
+def produce_steady(bootstrap: str, topic: str, machines: int, rate: int, duration_s: float,
+                   appended: dict) -> None:
+    """Produce at `rate` records/s for `duration_s`, remembering each record's append time."""
+    producer = Producer(producer_config(bootstrap, **{"linger.ms": 5}))
+    start = time.monotonic()
+    step = 1
+    sent = 0
+    while time.monotonic() - start < duration_s:
+        t = START_MS + step * STEP_MS
+        for machine in range(machines):
+            thing = f"M{machine:05d}"
+            for quantity, moment in ((SPEED, t), (TORQUE, t + 3)):
+                producer.produce(topic, encode_record({"thing": thing, "quantity": quantity, "phenomenonTime": moment,
+                                                       "result": 1.0 + (sent % 97)}), record_key(thing, quantity))
+                appended[(thing, quantity, moment)] = time.time()
+                sent += 1
+        producer.poll(0)
+        step += 1
+        ahead = sent / rate - (time.monotonic() - start)
+        if ahead > 0:
+            time.sleep(ahead)  # pacing the input rate
+    producer.flush(30)
+
+
+def run_standalone(bootstrap: str, topics: Topics, records: int, cleanup: list[str]) -> dict:
+    """The standalone joiner on the same pre-loaded input: records/s from its first to its last output."""
+    out = make_topics(bootstrap, "standalone")
+    cleanup.extend(dataclasses.astuple(out))
+    group = f"bench-standalone.{uuid.uuid4().hex[:8]}"
+    command = [sys.executable, "-m", "local_stream_buffer.kafka_joiner", "--kafka-bootstrap-servers", bootstrap,
+               "--input-topic", topics.data, "--output-topic", out.out, "--dlq-topic", out.dlq,
+               "--group-id", group, "--transactional-id-prefix", group]
+    consumer = Consumer(consumer_config(bootstrap, f"{group}.reader"))
+    consumer.subscribe([out.out])
+    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    count, first, last = 0, None, None
+    idle_since = time.monotonic()
+    try:
+        while time.monotonic() - idle_since < 15:
+            messages = [m for m in consumer.consume(10_000, 0.5) if not m.error()]
+            if messages:
+                now = time.monotonic()
+                first = first or now
+                last = now
+                count += len(messages)
+                idle_since = now
+    finally:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(30)
+        except subprocess.TimeoutExpired:
+            process.kill()
+        consumer.close()
+        cleanup.extend(name for name in admin_client(bootstrap).list_topics(timeout=10).topics
+                       if name.startswith(f"{group}."))
+    seconds = (last - first) if first and last and last > first else float("nan")
+    return {"joins": count, "seconds": seconds, "records_per_s": records / seconds, "joins_per_s": count / seconds}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m spark_joiner.bench", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--kafka-bootstrap-servers", default=os.environ.get("KAFKA_BOOTSTRAP_SERVERS", "127.0.0.1:9092"))
+    parser.add_argument("--records", type=int, default=1_000_000, help="pre-loaded records per machine count")
+    parser.add_argument("--machines", type=int, nargs="+", default=[100, 10_000])
+    parser.add_argument("--batch", type=int, default=1_000_000, help="maxOffsetsPerTrigger of the throughput runs")
+    parser.add_argument("--rate", type=int, default=10_000, help="records/s of the latency run")
+    parser.add_argument("--latency-seconds", type=float, default=30.0)
+    parser.add_argument("--trigger-seconds", type=float, default=0.5, help="trigger of the latency run")
+    parser.add_argument("--master", default="local[*]")
+    parser.add_argument("--no-standalone", action="store_true", help="skip the standalone joiner's figures")
+    args = parser.parse_args(argv)
+    configure_logging()
+    logging.getLogger("py4j").setLevel(logging.WARNING)
+    bootstrap = args.kafka_bootstrap_servers
+    workdir = Path(tempfile.mkdtemp(prefix="spark-joiner-bench-"))
+    cleanup: list[str] = []
+    results: list[tuple[int, dict, dict | None]] = []
+    try:
+        spark = spark_session(args.master, shuffle_partitions=4, driver_memory="2g")
+        for machines in args.machines:
+            topics, figures = run_throughput(spark, bootstrap, machines, args.records, workdir, args.batch, cleanup)
+            log.info("spark, %d machines: %s", machines, figures)
+            standalone = None if args.no_standalone else run_standalone(bootstrap, topics, figures["records"], cleanup)
+            results.append((machines, figures, standalone))
+        latency = run_latency(spark, bootstrap, 100, args.rate, args.latency_seconds, args.trigger_seconds, workdir,
+                              cleanup)
+        spark.stop()
+    finally:
+        delete_topics(bootstrap, sorted(set(cleanup)))
+        shutil.rmtree(workdir, ignore_errors=True)
+    print()
+    print(f"Spark joiner ({args.master}), exactly once into machine.out")
+    print(f"{'machines':>9} {'records':>9} {'joins':>9} {'rec/s':>9} {'joins/s':>9} {'steady rec/s':>13}"
+          f" {'1st batch s':>11} | {'standalone rec/s':>16} {'joins/s':>9}")
+    for machines, figures, standalone in results:
+        other = (f"{standalone['records_per_s']:16,.0f} {standalone['joins_per_s']:9,.0f}" if standalone
+                 else f"{'-':>16} {'-':>9}")
+        print(f"{machines:9,d} {figures['records']:9,d} {figures['joins']:9,d} {figures['records_per_s']:9,.0f}"
+              f" {figures['joins_per_s']:9,.0f} {figures['steady_records_per_s']:13,.0f}"
+              f" {figures['first_batch_s']:11.1f} | {other}")
+    print(f"latency at {latency['rate']:,} records/s, trigger {args.trigger_seconds} s, 100 machines: "
+          f"p50 {latency['p50']:.2f} s, p99 {latency['p99']:.2f} s, max {latency['max']:.2f} s "
+          f"over {latency['joins']:,} joins (Kafka append of the later input -> visible to read_committed)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

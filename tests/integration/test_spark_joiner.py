@@ -1,0 +1,136 @@
+"""The Spark joiner as a real `python -m spark_joiner` job against real Kafka: machine.out, read with
+read_committed, equals the offline engine and the standalone joiner, exactly once through kill -9 of
+the driver, and under local-cluster (executors in their own JVMs, as on a real cluster)."""
+from __future__ import annotations
+
+import json
+import random
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+from confluent_kafka import Producer
+
+from conftest import EVENTS_FILE
+from kafka_joiner_support import (JoinerProcess, as_multiset, delete_internal_topics, key_of, new_group,
+                                  offline_join, rows_as_records)
+from spark_support import OUTPUT_DEADLINE_S, SparkJoinerProcess
+from stack.kafka_clients import producer_config
+from support import produce_records, read_topic, wait_for
+
+pytestmark = [pytest.mark.integration, pytest.mark.spark]
+
+MALFORMED = [b'{"thing": "R0815", "quantity": "actSpeed_C11"', b'{"thing":"R0815","quantity":"actSpeed_C11"}',
+             b'{"thing":"R0815","quantity":"actSpeed_C11","phenomenonTime":1554096460415,"result":"fast"}']
+
+
+@pytest.fixture
+def spark_joiners() -> Iterator[list[SparkJoinerProcess]]:
+    started: list[SparkJoinerProcess] = []
+    yield started
+    for joiner in started:
+        joiner.kill()
+
+
+def spark_joiner(started: list[SparkJoinerProcess], bootstrap: str, topics, tmp_path: Path,
+                 *extra: str) -> SparkJoinerProcess:
+    joiner = SparkJoinerProcess(bootstrap, topics, tmp_path / "checkpoint", tmp_path, *extra)
+    started.append(joiner)
+    return joiner
+
+
+def produce_raw(bootstrap: str, topic: str, payloads: list[bytes]) -> None:
+    producer = Producer(producer_config(bootstrap))
+    for payload in payloads:
+        producer.produce(topic, payload, key=b"R0815.actSpeed_C11")
+    assert producer.flush(30) == 0
+
+
+def committed_outputs(bootstrap: str, topic: str, expected: int, joiner: SparkJoinerProcess) -> list:
+    """Wait for `expected` committed outputs (failing early if the job died), then read on for surplus."""
+    wait_for(lambda: joiner.check_alive() or len(read_topic(bootstrap, topic, idle_s=0.3)) >= expected,
+             OUTPUT_DEADLINE_S, f"{expected} committed records in {topic}", interval_s=2)
+    return read_topic(bootstrap, topic, idle_s=1.5)
+
+
+def test_replay_equals_offline_engine_and_standalone_joiner(bootstrap, new_topics, spark_joiners, tmp_path) -> None:
+    spark_topics, standalone_topics = new_topics(), new_topics()
+    # File order: the real rows' out-of-order records must be dead-lettered as the engine rejects them.
+    records = rows_as_records(EVENTS_FILE, time_order=False)[:3000]
+    expected, rejected = offline_join(records)
+    assert expected and rejected
+    produce_records(bootstrap, spark_topics.data, records, key=key_of)
+    produce_raw(bootstrap, spark_topics.data, MALFORMED)
+
+    joiner = spark_joiner(spark_joiners, bootstrap, spark_topics, tmp_path).start()
+    # The standalone joiner reads the same input topic and writes its own output topics.
+    standalone = JoinerProcess(bootstrap, SimpleNamespace(data=spark_topics.data, out=standalone_topics.out,
+                                                          dlq=standalone_topics.dlq), new_group(), tmp_path)
+    try:
+        standalone.start()
+        outputs = committed_outputs(bootstrap, spark_topics.out, len(expected), joiner)
+        assert as_multiset([m.value for m in outputs]) == as_multiset(expected)
+        assert all(m.key.decode() == f"{json.loads(m.value)['thing']}.{json.loads(m.value)['quantity']}"
+                   for m in outputs)
+        standalone_outputs = read_topic(bootstrap, standalone_topics.out, expected=len(expected),
+                                        deadline_s=OUTPUT_DEADLINE_S)
+        assert as_multiset([m.value for m in outputs]) == as_multiset([m.value for m in standalone_outputs])
+    finally:
+        standalone.kill()
+        delete_internal_topics(bootstrap, [standalone.group_id])
+
+    letters = [json.loads(m.value) for m in read_topic(bootstrap, spark_topics.dlq,
+                                                      expected=len(rejected) + len(MALFORMED))]
+    assert len(letters) == len(rejected) + len(MALFORMED)
+    assert all(letter["reason"] and letter["stage"] == "spark_joiner" for letter in letters)
+    assert sorted(letter["payload"].encode() for letter in letters
+                  if not letter["reason"].startswith(("out_of_order", "conflict"))) == sorted(MALFORMED)
+    assert joiner.terminate() == 0
+
+
+def test_kill_9_driver_three_times_gives_the_one_shot_output(bootstrap, new_topics, spark_joiners,
+                                                              tmp_path) -> None:
+    topics = new_topics()
+    records = rows_as_records(EVENTS_FILE, time_order=True)[:4000]
+    expected, _ = offline_join(records)
+    half = len(records) // 2
+    produce_records(bootstrap, topics.data, records[:half], key=key_of)
+    # Small micro-batches, so the replay spans many batches and the kills land between and inside them.
+    joiner = spark_joiner(spark_joiners, bootstrap, topics, tmp_path, "--max-offsets-per-trigger", "400")
+    rng = random.Random(42)
+    committed = 0
+    for crash in range(3):
+        joiner.start()
+        if crash == 1:
+            produce_records(bootstrap, topics.data, records[half:], key=key_of)  # the replay goes on
+        # Kill once this run has committed something more, at a random moment after that.
+        committed = wait_for(lambda: more_outputs(bootstrap, topics.out, committed, joiner), OUTPUT_DEADLINE_S,
+                             "progress before the kill", interval_s=0.5)
+        time.sleep(rng.uniform(0.0, 2.0))  # the random moment of the crash, not a synchronisation
+        joiner.kill()
+    assert committed < len(expected), "the kills must land before the replay is complete"
+    joiner.start()
+    outputs = committed_outputs(bootstrap, topics.out, len(expected), joiner)
+    assert as_multiset([m.value for m in outputs]) == as_multiset(expected)
+    assert joiner.terminate() == 0
+
+
+def more_outputs(bootstrap: str, topic: str, than: int, joiner: SparkJoinerProcess) -> int:
+    """The committed output count if it grew beyond `than`, else 0."""
+    joiner.check_alive()
+    count = len(read_topic(bootstrap, topic, idle_s=0.2))
+    return count if count > than else 0
+
+
+def test_local_cluster_gives_the_same_output(bootstrap, new_topics, spark_joiners, tmp_path) -> None:
+    topics = new_topics()
+    records = rows_as_records(EVENTS_FILE, time_order=True)[:2000]
+    expected, _ = offline_join(records)
+    produce_records(bootstrap, topics.data, records, key=key_of)
+    joiner = spark_joiner(spark_joiners, bootstrap, topics, tmp_path, "--master", "local-cluster[2,1,1024]",
+                          "--driver-memory", "768m").start()
+    outputs = committed_outputs(bootstrap, topics.out, len(expected), joiner)
+    assert as_multiset([m.value for m in outputs]) == as_multiset(expected)
+    assert joiner.terminate() == 0

@@ -1,0 +1,94 @@
+"""Helpers for the Spark joiner tests: the job as a real subprocess, routed rows for the processor."""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+
+from spark_joiner.parse import RecordRouter
+from stack.records import encode_record
+from support import wait_for
+
+# Spark on two shared cores: a JVM start, a session and the first stateful batch take a while.
+START_DEADLINE_S = 240
+OUTPUT_DEADLINE_S = 400
+
+
+class SparkJoinerProcess:
+    """`python -m spark_joiner` as a real subprocess (own process group, so a kill takes its JVM too)."""
+
+    def __init__(self, bootstrap: str, topics: Any, checkpoint: Path, log_dir: Path, *extra: str) -> None:
+        self.command = [sys.executable, "-m", "spark_joiner", "--kafka-bootstrap-servers", bootstrap,
+                        "--input-topic", topics.data, "--output-topic", topics.out, "--dlq-topic", topics.dlq,
+                        "--checkpoint-dir", str(checkpoint), "--master", "local[2]",
+                        "--shuffle-partitions", "2", "--buckets", "8", "--trigger-seconds", "0.2",
+                        "--log-interval-seconds", "2", *extra]
+        self.log_dir = log_dir
+        self.process: subprocess.Popen | None = None
+        self.log_path: Path | None = None
+        self.runs = 0
+
+    def start(self) -> SparkJoinerProcess:
+        self.runs += 1
+        self.log_path = self.log_dir / f"spark-joiner-{self.runs}.log"
+        with open(self.log_path, "wb") as log_file:
+            self.process = subprocess.Popen(self.command, stdout=log_file, stderr=subprocess.STDOUT,
+                                            env={**os.environ, "PYTHONUNBUFFERED": "1"}, start_new_session=True)
+        wait_for(self._ready, START_DEADLINE_S, "the Spark joiner to announce READY", interval_s=0.5)
+        return self
+
+    def _ready(self) -> bool:
+        self.check_alive()
+        return "READY" in self.log()
+
+    def check_alive(self) -> None:
+        if self.process is not None and self.process.poll() is not None and self.process.returncode != 0:
+            raise AssertionError(f"spark joiner exited with {self.process.returncode}:\n{self.log()[-5000:]}")
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path else ""
+
+    def alive(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+    def kill(self) -> None:
+        """SIGKILL the driver and everything it started (the JVM, Python workers): a machine crash."""
+        if self.process is None:
+            return
+        try:
+            os.killpg(self.process.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        self.process.wait(30)
+        wait_for(lambda: not _group_alive(self.process.pid), 30, "the killed joiner's processes to exit")
+
+    def terminate(self, deadline_s: float = 120) -> int:
+        """SIGTERM, and wait for the graceful exit."""
+        if self.alive():
+            self.process.send_signal(signal.SIGTERM)
+            self.process.wait(deadline_s)
+        return self.process.returncode
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def routed_rows(records: list[dict[str, Any]], buckets: int = 8, raw: list[bytes] = ()) -> pa.RecordBatch:
+    """The router's output for records (and raw payloads) as if read from Kafka partition 0 in this order."""
+    payloads = [encode_record(record) for record in records] + list(raw)
+    batch = pa.RecordBatch.from_pydict({
+        "value": pa.array(payloads, pa.binary()),
+        "partition": pa.array([0] * len(payloads), pa.int32()),
+        "offset": pa.array(range(len(payloads)), pa.int64()),
+    })
+    return RecordRouter(None, buckets).route(batch)
