@@ -58,6 +58,15 @@ def _real_rows(count: int) -> list[dict]:
     return list(itertools.islice(repeat(in_order(read_events(DEFAULT_EVENTS_FILE), "time")), count))
 
 
+def _environment(settings: ConnectionSettings) -> dict[str, str]:
+    """The connection settings of this run, for the subprocesses it starts."""
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "MQTT_HOST": settings.mqtt_host,
+           "MQTT_PORT": str(settings.mqtt_port), "KAFKA_BOOTSTRAP_SERVERS": settings.kafka_bootstrap_servers}
+    if settings.mqtt_username:
+        env.update(MQTT_USERNAME=settings.mqtt_username, MQTT_PASSWORD=settings.mqtt_password or "")
+    return env
+
+
 def _records_of(rows: list[dict]) -> int:
     return sum(1 for row in rows for key in row if key not in ROW_FIELDS)
 
@@ -117,7 +126,8 @@ def ours_on_backlog(settings: ConnectionSettings, topics: Topics, rows: list[dic
     with open(log_path, "ab") as log:
         process = subprocess.Popen([sys.executable, "-m", "stream_connector", "--mqtt-topic", topic,
                                     "--mqtt-client-id", client_id, "--data-topic", topics.data,
-                                    "--dlq-topic", topics.dlq], stdout=log, stderr=subprocess.STDOUT)
+                                    "--dlq-topic", topics.dlq], stdout=log, stderr=subprocess.STDOUT,
+                                   env=_environment(settings))
     try:
         seconds = _watch(topics, start_size, records, 180, alive=lambda: process.poll() is None)
     finally:
@@ -167,14 +177,15 @@ def live(settings: ConnectionSettings, topics: Topics, rows: int, log_path: str)
         connector = subprocess.Popen([sys.executable, "-m", "stream_connector", "--mqtt-topic", topic,
                                       "--mqtt-client-id", client_id, "--data-topic", topics.data,
                                       "--dlq-topic", topics.dlq], stdout=log, stderr=subprocess.STDOUT,
-                                     env={**os.environ, "PYTHONUNBUFFERED": "1"})
+                                     env=_environment(settings))
     simulator = None
     try:
         end = time.monotonic() + 30
         while READY_MARKER not in open(log_path, errors="replace").read() and time.monotonic() < end:
             time.sleep(0.05)
         simulator = subprocess.Popen([sys.executable, "-m", "simulator", "--mqtt-topic", topic, "--loop",
-                                      "--limit", str(rows), "--no-progress"], stdout=subprocess.DEVNULL)
+                                      "--limit", str(rows), "--no-progress"], stdout=subprocess.DEVNULL,
+                                     env=_environment(settings))
         seconds = _watch(topics, start_size, records, 180, alive=lambda: connector.poll() is None)
     finally:
         if simulator is not None:

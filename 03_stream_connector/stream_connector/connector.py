@@ -11,6 +11,7 @@ Kafka client batches and sends in its own native threads.
 """
 from __future__ import annotations
 
+import dataclasses
 import logging
 import select
 import signal
@@ -21,9 +22,10 @@ from dataclasses import dataclass
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
 from paho.mqtt.enums import MQTTErrorCode, MQTTProtocolVersion
 
-from stack.kafka_clients import producer_config
+from stack.kafka_clients import admin_client, producer_config
 from stack.logs import announce_ready
 from stack.records import dead_letter, encode_record, record_key
+from stack.topics import MACHINE_DATA, MACHINE_DLQ, ensure_topics
 
 from .mqtt_io import FastClient, new_client, pump
 from .rows import split_row
@@ -187,6 +189,9 @@ class Connector:
 
     def run(self) -> int:
         """Bridge until SIGTERM/SIGINT or an unrecoverable error; returns the exit code."""
+        ensure_topics(admin_client(self.settings.kafka_bootstrap_servers),
+                      (dataclasses.replace(MACHINE_DATA, name=self.settings.data_topic),
+                       dataclasses.replace(MACHINE_DLQ, name=self.settings.dlq_topic)))
         self._connect()
         ready = False
         next_report = time.monotonic() + self.settings.stats_interval_s
