@@ -80,7 +80,6 @@ def test_bad_values_are_rejected_and_the_good_ones_of_the_same_row_pass():
     assert len(result.rejections) == 6
 
 
-finite = st.floats(allow_nan=False, allow_infinity=False) | st.integers(-2 ** 53, 2 ** 53)
 anything = st.recursive(st.none() | st.booleans() | st.floats() | st.integers() | st.text(),
                         lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(), inner, max_size=3),
                         max_leaves=5)
