@@ -87,7 +87,17 @@ class Connector:
         return client
 
     def _connect(self) -> None:
-        self.client.connect(self.settings.mqtt_host, self.settings.mqtt_port, keepalive=30)
+        """Connect, retrying with growing pauses while the broker cannot be reached (or until stopped)."""
+        delay = 0.2
+        while not self.stopping:
+            try:
+                self.client.connect(self.settings.mqtt_host, self.settings.mqtt_port, keepalive=30)
+                return
+            except OSError as error:
+                log.warning("MQTT broker %s:%d unreachable (%s); retrying in %.1f s", self.settings.mqtt_host,
+                            self.settings.mqtt_port, error, delay)
+                self.producer.poll(delay)  # meanwhile, Kafka deliveries still arrive
+                delay = min(delay * 2, MAX_RECONNECT_DELAY_S)
 
     def _on_connect(self, client, userdata, flags, reason_code, properties) -> None:
         if reason_code.is_failure:
@@ -214,19 +224,11 @@ class Connector:
 
     def _reconnect(self, rc: MQTTErrorCode) -> None:
         log.warning("MQTT connection lost (%s); %d unacknowledged rows will be redelivered by the broker",
-                    rc.name if hasattr(rc, "name") else rc, len(self.unacked))
+                    rc.name, len(self.unacked))
         # Their records may still reach Kafka; the broker sends the rows again, so they repeat exactly.
         self.unacked.clear()
         self.counters.reconnects += 1
-        delay = 0.2
-        while not self.stopping:
-            try:
-                self._connect()
-                return
-            except OSError as error:
-                log.warning("MQTT reconnect failed: %s; retrying in %.1f s", error, delay)
-                self.producer.poll(delay)
-                delay = min(delay * 2, MAX_RECONNECT_DELAY_S)
+        self._connect()
 
     def _report(self, previous: tuple[float, int, int]) -> tuple[float, int, int]:
         now, counters = time.monotonic(), self.counters
