@@ -4,14 +4,14 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-from stack.settings import ConnectionSettings, setting
+from stack.settings import KafkaSettings, setting
 from stack.topics import MACHINE_DATA, MACHINE_DLQ, MACHINE_OUT
 
 from ..two_stream_join import DEFAULT_MAX_PENDING_PER_SIDE
 
 
 @dataclasses.dataclass(frozen=True)
-class KafkaJoinerSettings(ConnectionSettings):
+class KafkaJoinerSettings(KafkaSettings):
     """Exactly-once join of machine.data into machine.out, state included, surviving crashes and rebalances."""
 
     input_topic: str = setting(MACHINE_DATA.name, "KAFKA_JOINER_INPUT_TOPIC", "topic of the measured records")
@@ -41,6 +41,9 @@ class KafkaJoinerSettings(ConnectionSettings):
                                       "group session timeout: how soon a vanished instance's partitions move")
     max_pending_per_side: int = setting(DEFAULT_MAX_PENDING_PER_SIDE, "KAFKA_JOINER_MAX_PENDING_PER_SIDE",
                                         "pending records per side and key before the oldest are forced (memory bound)")
+    align_ms: int = setting(500, "KAFKA_JOINER_ALIGN_MS",
+                            "while catching up a backlog, input partitions more than this far ahead in append time "
+                            "pause, so a key's two streams stay close")
     log_interval_s: float = setting(5.0, "KAFKA_JOINER_LOG_INTERVAL_S", "seconds between progress log lines")
 
     def repartition_topic_name(self) -> str:
