@@ -25,7 +25,7 @@ class PublishError(RuntimeError):
 
 
 class Publisher:
-    def __init__(self, settings: ConnectionSettings, client_id: str, *, window: int = 100,
+    def __init__(self, settings: ConnectionSettings, client_id: str, *, window: int = 1000,
                  inflight: int = 100) -> None:
         if not 1 <= window < 65_535 or inflight < 0:
             raise ValueError("need 1 <= window < 65535 and inflight >= 0")
