@@ -21,6 +21,7 @@ import tempfile
 import time
 import uuid
 from dataclasses import dataclass
+from pathlib import Path
 
 import paho.mqtt.client as mqtt
 from confluent_kafka import Consumer, Producer, TopicPartition
@@ -181,7 +182,7 @@ def live(settings: ConnectionSettings, topics: Topics, rows: int, log_path: str)
     simulator = None
     try:
         end = time.monotonic() + 30
-        while READY_MARKER not in open(log_path, errors="replace").read() and time.monotonic() < end:
+        while READY_MARKER not in Path(log_path).read_text(errors="replace") and time.monotonic() < end:
             time.sleep(0.05)
         simulator = subprocess.Popen([sys.executable, "-m", "simulator", "--mqtt-topic", topic, "--loop",
                                       "--limit", str(rows), "--no-progress"], stdout=subprocess.DEVNULL,
