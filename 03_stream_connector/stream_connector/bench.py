@@ -174,15 +174,17 @@ def live(settings: ConnectionSettings, topics: Topics, rows: int, log_path: str)
     """Simulator and connector at the same time, rows/s from the first record in Kafka to the last."""
     client_id, topic = f"bench-live-{uuid.uuid4().hex[:8]}", f"bench/{uuid.uuid4().hex[:10]}/states"
     records, start_size = _records_of(_real_rows(rows)), topics.data_size()
-    with open(log_path, "ab") as log:
+    log = Path(log_path)
+    log_start = log.stat().st_size if log.exists() else 0  # earlier runs logged READY too
+    with open(log_path, "ab") as log_file:
         connector = subprocess.Popen([sys.executable, "-m", "stream_connector", "--mqtt-topic", topic,
                                       "--mqtt-client-id", client_id, "--data-topic", topics.data,
-                                      "--dlq-topic", topics.dlq], stdout=log, stderr=subprocess.STDOUT,
+                                      "--dlq-topic", topics.dlq], stdout=log_file, stderr=subprocess.STDOUT,
                                      env=_environment(settings))
     simulator = None
     try:
         end = time.monotonic() + 30
-        while READY_MARKER not in Path(log_path).read_text(errors="replace") and time.monotonic() < end:
+        while READY_MARKER.encode() not in log.read_bytes()[log_start:] and time.monotonic() < end:
             time.sleep(0.05)
         simulator = subprocess.Popen([sys.executable, "-m", "simulator", "--mqtt-topic", topic, "--loop",
                                       "--limit", str(rows), "--no-progress"], stdout=subprocess.DEVNULL,
