@@ -98,7 +98,7 @@ class KafkaJoiner:
     def start(self) -> None:
         """Create the co-partitioned topic, fence earlier runs of this transactional id, join the group."""
         admin = admin_client(self.settings.kafka_bootstrap_servers)
-        input_partitions = self._partition_count(admin, self.settings.input_topic)
+        input_partitions = self._partition_count(admin, self.settings.input_topic, wait=True)
         ensure_topics(admin, (TopicSpec(self.repartition_topic, input_partitions, dict(MACHINE_DATA.config)),))
         self._router = ThingRouter(self.resolver, self._partition_count(admin, self.repartition_topic, wait=True))
         # Before joining the group: aborts the open transaction of a crashed run with this transactional id,
