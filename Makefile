@@ -8,7 +8,11 @@ PY := $(VENV)/bin/python
 INSTALLED := $(VENV)/.installed
 STACK ?= $(shell docker info >/dev/null 2>&1 && echo docker || echo native)
 
-.PHONY: setup up down clean status logs test bench
+# Every stage's benchmark, in pipeline order; `make bench BENCHMARKS=db_connector.bench` runs one.
+BENCHMARKS ?= local_stream_buffer.bench simulator.bench stream_connector.bench \
+	local_stream_buffer.kafka_joiner.bench spark_joiner.bench db_connector.bench
+
+.PHONY: setup up down clean status logs data report test bench
 
 setup: $(INSTALLED)
 	@$(PY) -m stack.provision
@@ -48,8 +52,20 @@ status: setup
 logs: setup
 	@$(PY) -m stack logs $(SERVICE)
 
+# Replays events into the running stack: RATE=rows/s (0 = as fast as lossless delivery allows),
+# N=rows (default: the whole file), DATA_ARGS for any other simulator flag (see --help).
+data: setup
+	@$(PY) -m simulator $(if $(RATE),--rate $(RATE)) $(if $(N),--limit $(N)) $(DATA_ARGS)
+
+report: setup
+	@$(PY) -m grafana_report --out reports/
+
 test: setup
 	@$(PY) -m pytest $(PYTEST_ARGS)
 
+# The benchmarks that need servers bring up the native ones (a no-op when they run).
 bench: setup
-	@$(PY) -m local_stream_buffer.bench
+	@$(PY) -m stack up --servers-only
+	@for benchmark in $(BENCHMARKS); do \
+		echo; echo "=== $$benchmark ==="; $(PY) -m $$benchmark || exit 1; \
+	done
