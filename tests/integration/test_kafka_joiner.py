@@ -10,8 +10,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from confluent_kafka import Producer
 
 from conftest import EVENTS_FILE
+from stack.kafka_clients import producer_config
 from kafka_joiner_support import (JoinerProcess, as_multiset, delete_internal_topics, key_of, new_group,
                                   offline_join, read_outputs, rows_as_records)
 from support import produce_records, read_topic, wait_for
@@ -53,23 +55,38 @@ def test_time_order_replay_equals_offline_join(bootstrap, new_topics, joiners, t
     assert "stopped" in joiner.log()
 
 
-def test_file_order_dead_letters_late_records_and_joins_the_rest(bootstrap, new_topics, joiners, tmp_path) -> None:
+def test_file_order_dead_letters_late_and_malformed_records_and_joins_the_rest(bootstrap, new_topics, joiners, tmp_path) -> None:
     topics = new_topics()
     records = rows_as_records(EVENTS_FILE, time_order=False)  # the file's own order: many late records
     expected, rejected = offline_join(records)
     assert rejected
     joiner = start_joiner(joiners, bootstrap, topics, new_group(), tmp_path)
     produce_records(bootstrap, topics.data, records, key=key_of)
+    # Malformed input with keys of joined quantities: dead letters with the reason, the joiner stays up.
+    malformed = {
+        b"{not json": "malformed JSON",
+        b'{"thing": "R0815", "quantity": "actSpeed_C11", "result": 1.0}': "missing field(s): phenomenonTime",
+        b'{"thing": "R0815", "quantity": "actSpeed_C11", "phenomenonTime": 1554096460415, "result": NaN}':
+            "result must be a finite number",
+        b'{"thing": "X1", "quantity": "actSpeed_C11", "phenomenonTime": 1554096460415, "result": 1.0}':
+            "does not match",
+    }
+    producer = Producer(producer_config(bootstrap))
+    for payload in malformed:
+        producer.produce(topics.data, payload, key=b"R0815.actSpeed_C11")
+    assert producer.flush(30) == 0
 
-    dead = read_topic(bootstrap, topics.dlq, expected=len(rejected), deadline_s=90)
+    dead = read_topic(bootstrap, topics.dlq, expected=len(rejected) + len(malformed), deadline_s=90)
     envelopes = [json.loads(m.value) for m in dead]
-    assert all(e["reason"].startswith(("out_of_order:", "conflict:")) and e["stage"] == "kafka_joiner"
-               for e in envelopes)
-    assert as_multiset([e["payload"].encode() for e in envelopes]) == as_multiset(rejected)
-    assert all(e["topic"] == topics.data and e["offset"] >= 0 for e in envelopes)
+    assert all(e["stage"] == "kafka_joiner" and e["topic"] == topics.data and e["offset"] >= 0 for e in envelopes)
+    late = [e for e in envelopes if e["reason"].startswith(("out_of_order:", "conflict:"))]
+    assert as_multiset([e["payload"].encode() for e in late]) == as_multiset(rejected)
+    reasons = {e["payload"].encode(): e["reason"] for e in envelopes if e not in late}
+    assert set(reasons) == set(malformed)
+    assert all(why in reasons[payload] for payload, why in malformed.items())
     outputs = read_outputs(bootstrap, topics.out, len(expected))
     assert as_multiset([m.value for m in outputs]) == as_multiset(expected)
-    assert len(read_topic(bootstrap, topics.dlq, idle_s=0.5)) == len(rejected)  # each dead-lettered once
+    assert len(read_topic(bootstrap, topics.dlq, idle_s=0.5)) == len(envelopes)  # each dead-lettered once
     assert joiner.alive()
 
 

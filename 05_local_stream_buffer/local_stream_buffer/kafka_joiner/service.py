@@ -473,10 +473,6 @@ class KafkaJoiner:
                 lag += max(high - position, 0)
         return lag
 
-    def state_size(self) -> int:
-        """Records held in join buffers over all owned partitions."""
-        return sum(join.joiner.held_count() for join in self._joins.values())
-
     @staticmethod
     def _partition_count(admin, topic: str, wait: bool = False) -> int:
         """Partitions of `topic`; with `wait`, until a just created topic shows in the metadata."""

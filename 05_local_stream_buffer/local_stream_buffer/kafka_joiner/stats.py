@@ -51,12 +51,13 @@ class ProgressLog:
         elapsed = max(now - self._last_at, 1e-9)
         p50, p99 = stats.latency_percentiles(0.5, 0.99)
         self._logger.info(
-            "records in %d (%.0f/s), joins out %d (%.0f/s), dlq %d, lag %d, state %d held records in %d keys%s, "
-            "commit latency p50 %.0f ms p99 %.0f ms, transactions %d (%d aborted)",
-            stats.records_in, (stats.records_in - self._last_records) / elapsed,
+            "records in %d (%.0f/s, %d joinable), joins out %d (%.0f/s), dlq %d, lag %d, "
+            "state %d held records in %d keys%s, %d records rebuilt, commit latency p50 %.0f ms p99 %.0f ms, "
+            "transactions %d (%d aborted)",
+            stats.records_in, (stats.records_in - self._last_records) / elapsed, stats.forwarded,
             stats.joins_out, (stats.joins_out - self._last_joins) / elapsed,
             stats.dead_letters, lag, held, keys,
-            f", {rebuilding} partitions rebuilding" if rebuilding else "",
+            f", {rebuilding} partitions rebuilding" if rebuilding else "", stats.rebuilt,
             p50, p99, stats.transactions, stats.aborted)
         self._last_at = now
         self._last_records = stats.records_in
