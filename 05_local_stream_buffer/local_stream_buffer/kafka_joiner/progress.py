@@ -2,12 +2,12 @@
 
 Per partition the joiner commits, in the transaction of its outputs, two positions:
 
-* the committed offset: the oldest record still held in a join buffer (or the processed position when
-  none is held), so a restart re-reads every record the join state still needs;
+* the committed offset: the oldest frame (see `repartition`) with a record still held in a join buffer
+  (or the processed position when none is held), so a restart re-reads every record the state still needs;
 * the processed position (next offset to process), in the committed offset's metadata, so a restart
   knows which of the re-read records already produced their outputs and dead letters.
 
-Records between the two rebuild the state silently. This is exact because, without forcing, the join is
+Frames between the two rebuild the state silently. This is exact because, without forcing, the join is
 a deterministic function of each key's two ordered streams: the state after re-reading holds the same
 records (every record a key still needs is at or after the committed offset), and pairs of released
 records cannot recur. See the package README for the argument in full.
@@ -39,7 +39,7 @@ class PartitionJoin:
     """The keyed join of one co-partitioned partition, rebuilt from its committed offset on assignment.
 
     :param committed: the committed offset (None: nothing committed, start at the beginning).
-    :param processed: the processed position from the commit's metadata; records below it rebuild silently.
+    :param processed: the processed position from the commit's metadata; frames below it rebuild silently.
     """
 
     __slots__ = ("topic", "partition", "joiner", "committed", "processed", "position")
@@ -55,7 +55,7 @@ class PartitionJoin:
         self.position: int | None = None  # next offset to ingest, once a record arrived
 
     def is_replay(self, offset: int) -> bool:
-        """True for a record that was processed before: it rebuilds state, its outputs are already out."""
+        """True for a frame that was processed before: it rebuilds state, its outputs are already out."""
         return self.processed is not None and offset < self.processed
 
     def advance(self, offset: int) -> None:
@@ -68,7 +68,7 @@ class PartitionJoin:
         return self.processed is not None and (self.position or self.committed or 0) < self.processed
 
     def commit_position(self) -> TopicPartition | None:
-        """The offset (oldest held record) and metadata (processed position) to commit, if anything moved."""
+        """The offset (oldest held frame) and metadata (processed position) to commit, if anything moved."""
         if self.position is None:
             return None
         if self.rebuilding:

@@ -4,11 +4,11 @@ One consumer (subscribed to the input topic and the internal co-partitioned topi
 producer per instance. Every transaction carries, atomically:
 
 * input records forwarded to the co-partitioned topic, and the input offsets they came from;
-* join outputs and dead letters, and per co-partitioned partition the offset of the oldest record still
-  held in a join buffer plus the processed position in that offset's metadata (see `progress`).
+* join outputs and dead letters, and per co-partitioned partition the offset of the oldest frame with a
+  record still held in a join buffer plus the processed position in that offset's metadata (see `progress`).
 
 Transactions are batched by time (`commit_interval_ms`) or size, never one per join. On assignment each
-co-partitioned partition is re-read from its committed offset; records below the processed position
+co-partitioned partition is re-read from its committed offset; frames below the processed position
 rebuild the join state silently. On revocation the open transaction commits and the partitions' state is
 dropped; whoever gets them rebuilds it the same way. KIP-447 fencing (consumer group metadata with the
 offsets) keeps a zombie instance from committing after its partitions moved.
