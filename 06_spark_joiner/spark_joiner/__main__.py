@@ -8,6 +8,8 @@ import threading
 import time
 from collections.abc import Sequence
 
+from pyspark.errors import StreamingQueryException
+
 from stack.logs import announce_ready, configure_logging
 from stack.settings import load_settings
 
@@ -35,16 +37,32 @@ def main(argv: Sequence[str] | None = None) -> int:
                                   settings.sink_transactional_id())
     query = start_query(spark, settings, sink)
     announce_ready(log, f"spark joiner: {settings.input_topic} -> {settings.output_topic} on {settings.master}")
+    restarts = 0
     next_log = time.monotonic() + settings.log_interval_seconds
     try:
-        while not stop.is_set() and query.isActive:
-            query.awaitTermination(0.5)
+        while not stop.is_set():
+            try:
+                query.awaitTermination(0.5)
+            except StreamingQueryException:
+                pass  # handled below, through query.exception()
             if time.monotonic() >= next_log:
                 log_progress(query, sink.counters)
                 next_log = time.monotonic() + settings.log_interval_seconds
-        if query.exception() is not None:
-            log.error("query failed: %s", query.exception())
-            return 1
+            if query.isActive:
+                continue
+            error = query.exception()
+            if error is None:
+                break
+            # Spark 4.1.1's Kafka source fails the first batch replayed from the offset log after a crash
+            # (a NullPointerException in its progress metrics, apache/spark#55236) once the batch itself
+            # is committed. Restarting the query from the checkpoint resumes cleanly.
+            restarts += 1
+            if restarts > settings.max_query_restarts:
+                log.error("query failed %d times, giving up: %s", restarts, error)
+                return 1
+            log.warning("query failed, restarting it from the checkpoint (%d of at most %d): %s", restarts,
+                        settings.max_query_restarts, str(error).splitlines()[0][:300])
+            query = start_query(spark, settings, sink)
         log.info("stopping: %d batches committed, %d joins, %d dead letters", sink.counters.batches,
                  sink.counters.joins, sink.counters.dead_letters)
         query.stop()  # an interrupted batch is neither in Kafka nor in the checkpoint: it runs again

@@ -83,26 +83,43 @@ class RecordRouter:
     def route(self, batch: pa.RecordBatch) -> pa.RecordBatch:
         if self._resolver is None:
             self._resolver = resolver_for(self.join_specs)
-        resolver = self._resolver
+        routes_of = self._resolver.routes
+        buckets = self.buckets
+        bucket_cache: dict[tuple[str, SpecBinding], int] = {}
         columns: dict[str, list] = {field.name: [] for field in ROUTED_SCHEMA.fields}
+        (bucket_column, thing_column, quantity_column, route_column, side_column, time_column, result_column,
+         partition_column, offset_column, payload_column, reason_column) = columns.values()
         for payload, partition, offset in zip(batch.column("value").to_pylist(),
                                               batch.column("partition").to_pylist(),
                                               batch.column("offset").to_pylist()):
             try:
                 record = decode_record(payload)
                 time = float(to_epoch_ms(record["phenomenonTime"]))
+                thing, quantity, result = record["thing"], record["quantity"], float(record["result"])
+                routes = routes_of(quantity)
             except InvalidRecord as error:
-                _append(columns, self.reject_bucket, None, None, -1, -1, math.nan, math.nan, partition, offset,
-                        payload, str(error))
-                continue
-            thing, quantity = record["thing"], record["quantity"]
-            for index, (binding, side) in enumerate(resolver.routes(quantity)):
-                _append(columns, bucket_of(thing, binding, self.buckets), thing, quantity, index, side, time,
-                        float(record["result"]), partition, offset, payload, None)
+                thing, quantity, result, time = None, None, math.nan, math.nan
+                routes = ((None, -1),)
+                reason = str(error)
+            else:
+                reason = None
+            for index, (binding, side) in enumerate(routes):
+                if binding is None:
+                    bucket, index = self.reject_bucket, -1
+                else:
+                    bucket = bucket_cache.get((thing, binding))
+                    if bucket is None:
+                        bucket = bucket_cache[(thing, binding)] = bucket_of(thing, binding, buckets)
+                bucket_column.append(bucket)
+                thing_column.append(thing)
+                quantity_column.append(quantity)
+                route_column.append(index)
+                side_column.append(side)
+                time_column.append(time)
+                result_column.append(result)
+                partition_column.append(partition)
+                offset_column.append(offset)
+                payload_column.append(payload)
+                reason_column.append(reason)
         return pa.RecordBatch.from_arrays([pa.array(values, type=ROUTED_ARROW_SCHEMA.field(name).type)
                                            for name, values in columns.items()], schema=ROUTED_ARROW_SCHEMA)
-
-
-def _append(columns: dict[str, list], *values) -> None:
-    for column, value in zip(columns.values(), values):
-        column.append(value)

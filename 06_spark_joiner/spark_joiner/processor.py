@@ -78,7 +78,8 @@ def join_rows(resolver: SpecResolver, data: pd.DataFrame, states: dict[JoinKey, 
               max_pending_per_side: int) -> Emitted:
     """Join routed rows (in any row order) into ``states``; returns the records to emit.
 
-    ``states`` maps each join key to its engine state as bytes and is updated in place.
+    ``states`` maps each join key to its engine state as bytes and is updated in place. Vectorised over
+    the bucket's rows: one sort by (join key, side, partition, offset), then one engine call per key.
     """
     emitted = Emitted()
     invalid = data["reason"].notna().to_numpy()
@@ -88,42 +89,47 @@ def join_rows(resolver: SpecResolver, data: pd.DataFrame, states: dict[JoinKey, 
     data = data.loc[~invalid]
     if not len(data):
         return emitted
-    routes = {pair: resolver.routes(pair[0])[pair[1]].binding
-              for pair in data[["quantity", "route"]].drop_duplicates().itertuples(index=False, name=None)}
-    bindings = {binding_id(binding): binding for binding in routes.values()}
-    ids = [binding_id(routes[pair]) for pair in zip(data["quantity"], data["route"])]
-    data = data.assign(spec=[spec for spec, _ in ids], axis=[axis for _, axis in ids])
-    # Stream order is Kafka offset order; sorted once, every (key, side) slice below keeps it.
-    data = data.sort_values(["partition", "offset"], kind="stable")
-    for (thing, spec, axis), rows in data.groupby(["thing", "spec", "axis"], sort=True):
+    # Join key per row: (thing, binding), the binding found from (quantity, route index).
+    route_codes, routes = pd.factorize(pd.MultiIndex.from_arrays([data["quantity"], data["route"]]))
+    route_bindings = [resolver.routes(quantity)[route].binding for quantity, route in routes]
+    binding_ids = sorted({binding_id(binding) for binding in route_bindings})
+    bindings = {binding_id(binding): binding for binding in route_bindings}
+    binding_of_route = np.array([binding_ids.index(binding_id(binding)) for binding in route_bindings])
+    thing_codes, things = pd.factorize(data["thing"])
+    key_codes = thing_codes.astype(np.int64) * len(binding_ids) + binding_of_route[route_codes]
+    side = data["side"].to_numpy()
+    partition = data["partition"].to_numpy()
+    offset = data["offset"].to_numpy()
+    # Stream order is Kafka offset order: sort by key, then side, then position in Kafka.
+    order = np.lexsort((offset, partition, side, key_codes))
+    key_codes, side, partition, offset = key_codes[order], side[order], partition[order], offset[order]
+    times = data["time"].to_numpy(np.float64)[order]
+    results = data["result"].to_numpy(np.float64)[order]
+    payloads = data["payload"].to_numpy()[order]
+    starts = np.flatnonzero(np.diff(key_codes, prepend=-1))
+    for start, end in zip(starts.tolist(), [*starts[1:].tolist(), len(key_codes)]):
+        code = int(key_codes[start])
+        thing = things[code // len(binding_ids)]
+        spec, axis = binding_ids[code % len(binding_ids)]
         binding = bindings[(spec, axis)]
         key = (thing, spec, axis)
         state = BatchJoinState.from_bytes(states[key]) if key in states else BatchJoinState()
-        sides = [rows[rows["side"].to_numpy() == side] for side in (LEFT, RIGHT)]
-        arrays = [(side_rows["time"].to_numpy(np.float64), side_rows["result"].to_numpy(np.float64))
-                  for side_rows in sides]
-        for side in (LEFT, RIGHT):
-            _dead_letter_out_of_order(thing, binding, side, sides[side], arrays[side], state, input_topic, emitted)
-        state, pairs = join_batch(state, *arrays[LEFT], *arrays[RIGHT], delta_time=binding.delta_time_ms,
+        split = start + int(np.searchsorted(side[start:end], RIGHT))
+        sides = (slice(start, split), slice(split, end))
+        for stream_side, rows in zip((LEFT, RIGHT), sides):
+            verdicts = order_verdicts(times[rows], results[rows], state.last_time[stream_side],
+                                      state.last_value[stream_side])
+            stream = record_key(thing, binding.quantity(stream_side))
+            for index in np.flatnonzero(verdicts.rejected).tolist():
+                row = rows.start + index
+                reason = rejection_reason(stream, times[row], verdicts.latest_before[index])
+                emitted.dead_letter(reason, payloads[row], input_topic, partition[row], offset[row])
+        state, pairs = join_batch(state, times[sides[LEFT]], results[sides[LEFT]], times[sides[RIGHT]],
+                                  results[sides[RIGHT]], delta_time=binding.delta_time_ms,
                                   max_pending_per_side=max_pending_per_side)
         states[key] = state.to_bytes()
         emitted.joins(thing, binding, pairs)
     return emitted
-
-
-def _dead_letter_out_of_order(thing: str, binding: SpecBinding, side: int, rows: pd.DataFrame,
-                              arrays: tuple[np.ndarray, np.ndarray], state: BatchJoinState, input_topic: str,
-                              emitted: Emitted) -> None:
-    times, values = arrays
-    verdicts = order_verdicts(times, values, state.last_time[side], state.last_value[side])
-    rejected = np.flatnonzero(verdicts.rejected)
-    if not len(rejected):
-        return
-    stream = record_key(thing, binding.quantity(side))
-    payloads, partitions, offsets = (rows[column].to_numpy() for column in ("payload", "partition", "offset"))
-    for index in rejected.tolist():
-        reason = rejection_reason(stream, times[index], verdicts.latest_before[index])
-        emitted.dead_letter(reason, payloads[index], input_topic, partitions[index], offsets[index])
 
 
 class Emitted:

@@ -40,6 +40,9 @@ class SparkJoinerSettings(ConnectionSettings):
     transactional_id: str | None = setting(None, "SPARK_JOINER_TRANSACTIONAL_ID",
                                            "Kafka transactional id of the sink (default: derived from the "
                                            "checkpoint directory, so a restart fences its predecessor)")
+    max_query_restarts: int = setting(5, "SPARK_JOINER_MAX_QUERY_RESTARTS",
+                                      "times a failed query is restarted from the checkpoint before the process "
+                                      "exits with an error")
     driver_memory: str = setting("1g", "SPARK_JOINER_DRIVER_MEMORY", "Spark driver memory")
     log_interval_seconds: float = setting(10.0, "SPARK_JOINER_LOG_INTERVAL_SECONDS", "seconds between progress log lines")
 
