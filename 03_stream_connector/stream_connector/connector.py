@@ -134,15 +134,17 @@ class Connector:
 
     def _ack_delivered(self) -> None:
         """Acknowledge, in order, every row whose records Kafka has all confirmed."""
-        unacked = self.unacked
+        unacked, done = self.unacked, []
         while unacked and unacked[0].remaining == 0:
             pending = unacked[0]
             if pending.error is not None:
                 self.failure = f"Kafka did not take a record: {pending.error}"
-                return
+                break
             unacked.popleft()
-            self.client.ack(pending.mid, pending.qos)
-            self.counters.acked += 1
+            if pending.qos == 1:  # a QoS 0 row has nothing to acknowledge
+                done.append(pending.mid)
+        self.client.ack_all(done)
+        self.counters.acked += len(done)
 
     # --- Kafka side ----------------------------------------------------------------------------
 

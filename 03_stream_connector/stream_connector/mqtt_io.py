@@ -10,24 +10,91 @@ run on that thread with no locking and no thread hand-off.
 from __future__ import annotations
 
 import select
+import struct
 import time
+from dataclasses import dataclass
 
 import paho.mqtt.client as mqtt
+from paho.mqtt.client import PUBACK
 from paho.mqtt.enums import CallbackAPIVersion, MQTTErrorCode, MQTTProtocolVersion
 
 from stack.settings import ConnectionSettings
 
 READ_CHUNK_BYTES = 256 * 1024
+PUBLISH_QOS1 = 0x32  # packet type PUBLISH (0x30) with QoS bits 01; DUP and RETAIN masked out
+PUBACK_HEADER = struct.Struct("!BBH")  # packet type, remaining length 2, message id
 # Packets handled per `pump` before control returns to the caller (who polls Kafka, sends acks).
 MAX_PACKETS_PER_PUMP = 2000
 
 
+@dataclass(frozen=True, slots=True)
+class ReceivedMessage:
+    """A QoS 1 message as `FastClient` hands it to `on_message` (what paho's MQTTMessage offers
+    that the pipeline reads, without the thread condition paho builds for every message)."""
+
+    topic_bytes: bytes
+    payload: bytes
+    mid: int
+    qos: int
+    retain: bool
+    dup: bool
+
+    @property
+    def topic(self) -> str:
+        return self.topic_bytes.decode("utf-8", errors="replace")
+
+
 class FastClient(mqtt.Client):
-    """paho's Client, reading its socket through a buffer instead of one `recv` per packet field."""
+    """paho's Client, reading its socket through a buffer instead of one `recv` per packet field,
+    and parsing incoming MQTT 3.1.1 QoS 1 PUBLISH packets itself (paho spends ~45 µs on each).
+
+    Everything else (CONNACK, SUBACK, PUBACK, PINGRESP, QoS 0/2, MQTT 5, packets split across
+    reads) goes through paho's own reader. `on_message` receives a `ReceivedMessage` for the QoS 1
+    messages parsed here.
+    """
 
     _read_socket: object = None
     _read_buffer: bytes = b""
     _read_position: int = 0
+
+    def _packet_read(self) -> MQTTErrorCode:
+        message = self._buffered_qos1_publish() if self._in_packet["command"] == 0 else None
+        if message is None:
+            return super()._packet_read()
+        self._last_bytes_received = time.monotonic()
+        self.on_message(self, self._userdata, message)
+        if not self._manual_ack:
+            return self._send_puback(message.mid)
+        return MQTTErrorCode.MQTT_ERR_SUCCESS
+
+    def _buffered_qos1_publish(self) -> ReceivedMessage | None:
+        """The next packet, if it is a QoS 1 PUBLISH lying whole in the buffer (consumed), else None."""
+        if (self._protocol == MQTTProtocolVersion.MQTTv5 or self.on_message is None
+                or not self.has_buffered_input()):
+            return None
+        buffer, start = self._read_buffer, self._read_position
+        command = buffer[start]
+        if command & 0xF6 != PUBLISH_QOS1:
+            return None
+        length, multiplier, position = 0, 1, start + 1
+        for position in range(start + 1, min(start + 5, len(buffer))):
+            byte = buffer[position]
+            length += (byte & 0x7F) * multiplier
+            multiplier *= 128
+            if not byte & 0x80:
+                break
+        else:
+            return None  # the length itself is split across reads
+        body, end = position + 1, position + 1 + length
+        if end > len(buffer) or length < 4:
+            return None
+        topic_end = body + 2 + int.from_bytes(buffer[body:body + 2], "big")
+        if topic_end + 2 > end:
+            return None  # malformed: let paho report it
+        self._read_position = end
+        return ReceivedMessage(buffer[body + 2:topic_end], buffer[topic_end + 2:end],
+                               int.from_bytes(buffer[topic_end:topic_end + 2], "big"), 1,
+                               bool(command & 0x01), bool(command & 0x08))
 
     def _sock_recv(self, bufsize: int) -> bytes:
         # paho asks for 1 byte, then the length bytes, then the body: serve all from one read.
@@ -43,6 +110,11 @@ class FastClient(mqtt.Client):
         chunk = self._read_buffer[self._read_position:self._read_position + bufsize]
         self._read_position += len(chunk)
         return chunk
+
+    def ack_all(self, mids: list[int]) -> None:
+        """PUBACK these QoS 1 messages, in this order, with one socket write (paho writes one per ack)."""
+        if mids:
+            self._packet_queue(PUBACK, b"".join([PUBACK_HEADER.pack(PUBACK, 2, mid) for mid in mids]), 0, 0)
 
     def has_buffered_input(self) -> bool:
         """True when bytes already read from the socket wait to be parsed (select would not see them)."""
