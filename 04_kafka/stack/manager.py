@@ -20,11 +20,22 @@ def servers() -> list[Service]:
     return [Mosquitto(), Kafka(), InfluxDB()]
 
 
-# The standalone joiner by default: it starts in about a second, commits every 100 ms and needs
+def stream_connector() -> Service:
+    return PipelineProcess("stream-connector", "stream_connector")
+
+
+def db_connector() -> Service:
+    return PipelineProcess("db-connector", "db_connector", "--group-instance-id", "db-connector")
+
+
+# The standalone joiner by default: it starts in about a second, commits every 50 ms and needs
 # one core; the Spark joiner is the choice for a cluster (README, "Which joiner").
+# Stable instance ids give static group membership: a restarted process takes its partitions back
+# at once, and the joiner's stable transactional id fences the crashed run's open transaction.
 DEFAULT_JOINER = "lsb"
 JOINERS = {
-    "lsb": lambda: PipelineProcess("lsb-joiner", "local_stream_buffer.kafka_joiner"),
+    "lsb": lambda: PipelineProcess("lsb-joiner", "local_stream_buffer.kafka_joiner",
+                                   "--instance-id", "lsb-joiner"),
     # JVM start, Spark session and the first stateful batch take a while on two cores.
     "spark": lambda: PipelineProcess("spark-joiner", "spark_joiner", start_deadline_s=120.0),
 }
@@ -35,8 +46,7 @@ def pipeline(joiner: str | None = None) -> list[Service]:
     joiner = joiner or os.environ.get("JOINER", DEFAULT_JOINER)
     if joiner not in JOINERS:
         raise StackError(f"JOINER={joiner!r}: choose one of {', '.join(JOINERS)}")
-    return [PipelineProcess("stream-connector", "stream_connector"), JOINERS[joiner](),
-            PipelineProcess("db-connector", "db_connector")]
+    return [stream_connector(), JOINERS[joiner](), db_connector()]
 
 
 def all_services() -> list[Service]:
@@ -46,9 +56,7 @@ def all_services() -> list[Service]:
 
 def every_service() -> list[Service]:
     """What `down` stops: whatever of the stack runs, whichever joiner was chosen when it started."""
-    return servers() + [PipelineProcess("stream-connector", "stream_connector"),
-                        *(make() for make in JOINERS.values()),
-                        PipelineProcess("db-connector", "db_connector")]
+    return servers() + [stream_connector(), *(make() for make in JOINERS.values()), db_connector()]
 
 
 def shown_in_status() -> list[Service]:
