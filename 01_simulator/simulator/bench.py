@@ -103,7 +103,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rows", type=int, default=30_000, help="rows for ours, over all rounds (default 30000)")
     parser.add_argument("--rounds", type=int, default=3, help="alternating rounds (default 3)")
     parser.add_argument("--window", type=int, default=1000)
-    parser.add_argument("--inflight", type=int, default=100)
+    parser.add_argument("--inflight", type=int, default=0, help="paho's inflight limit (0 = off)")
     args, rest = parser.parse_known_args(argv)
     settings = load_settings(ConnectionSettings, rest, prog="python -m simulator.bench")
     events = in_order(read_events(DEFAULT_EVENTS_FILE), "time")

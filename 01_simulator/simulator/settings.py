@@ -39,8 +39,9 @@ class SimulatorSettings(ConnectionSettings):
     output: Path | None = setting(None, "SIMULATOR_OUTPUT",
                                   "write the rows to this file (.gz compresses) instead of publishing")
     window: int = setting(1000, "SIMULATOR_WINDOW", "rows published but not yet acknowledged, at most")
-    inflight: int = setting(100, "SIMULATOR_INFLIGHT", "paho's own inflight limit, 0 = none (keep it <= the broker's "
-                                                       "max_inflight_messages)")
+    inflight: int = setting(0, "SIMULATOR_INFLIGHT", "paho's own inflight limit; 0 = off, the window bounds "
+                                                     "what is in flight (paho scans its in-flight set on "
+                                                     "every PUBACK when a limit is set)")
     progress: bool = setting(True, "SIMULATOR_PROGRESS", "show a progress bar")
     drain_timeout_s: float = setting(60.0, "SIMULATOR_DRAIN_TIMEOUT_S",
                                      "how long to wait at the end for the last acknowledgements")

@@ -17,12 +17,18 @@ from dataclasses import dataclass
 import paho.mqtt.client as mqtt
 from paho.mqtt.client import PUBACK
 from paho.mqtt.enums import CallbackAPIVersion, MQTTErrorCode, MQTTProtocolVersion
+from paho.mqtt.packettypes import PacketTypes
+from paho.mqtt.properties import Properties
+from paho.mqtt.reasoncodes import ReasonCode
 
 from stack.settings import ConnectionSettings
 
 READ_CHUNK_BYTES = 256 * 1024
 PUBLISH_QOS1 = 0x32  # packet type PUBLISH (0x30) with QoS bits 01; DUP and RETAIN masked out
 PUBACK_HEADER = struct.Struct("!BBH")  # packet type, remaining length 2, message id
+# MQTT 3.1.1 PUBACKs carry neither: one shared instance of each stands for all of them.
+PUBACK_SUCCESS = ReasonCode(PacketTypes.PUBACK)
+NO_PROPERTIES = Properties(PacketTypes.PUBACK)
 # Packets handled per `pump` before control returns to the caller (who polls Kafka, sends acks).
 MAX_PACKETS_PER_PUMP = 2000
 
@@ -46,10 +52,11 @@ class ReceivedMessage:
 
 class FastClient(mqtt.Client):
     """paho's Client, reading its socket through a buffer instead of one `recv` per packet field,
-    and parsing incoming MQTT 3.1.1 QoS 1 PUBLISH packets itself (paho spends ~45 µs on each).
+    and parsing incoming MQTT 3.1.1 QoS 1 PUBLISH packets (paho spends ~45 µs on each) and PUBACKs
+    (paho builds reason-code and property objects for each) itself.
 
-    Everything else (CONNACK, SUBACK, PUBACK, PINGRESP, QoS 0/2, MQTT 5, packets split across
-    reads) goes through paho's own reader. `on_message` receives a `ReceivedMessage` for the QoS 1
+    Everything else (CONNACK, SUBACK, PINGRESP, QoS 0/2, MQTT 5, packets split across reads) goes
+    through paho's own reader. `on_message` receives a `ReceivedMessage` for the QoS 1
     messages parsed here.
     """
 
@@ -58,7 +65,15 @@ class FastClient(mqtt.Client):
     _read_position: int = 0
 
     def _packet_read(self) -> MQTTErrorCode:
-        message = self._buffered_qos1_publish() if self._in_packet["command"] == 0 else None
+        if self._in_packet["command"] != 0 or self._protocol == MQTTProtocolVersion.MQTTv5:
+            return super()._packet_read()
+        acked = self._buffered_puback()
+        if acked is not None:
+            self._last_bytes_received = time.monotonic()
+            if acked not in self._out_messages:
+                return MQTTErrorCode.MQTT_ERR_SUCCESS
+            return self._do_on_publish(acked, PUBACK_SUCCESS, NO_PROPERTIES)
+        message = self._buffered_qos1_publish()
         if message is None:
             return super()._packet_read()
         self._last_bytes_received = time.monotonic()
@@ -67,10 +82,20 @@ class FastClient(mqtt.Client):
             return self._send_puback(message.mid)
         return MQTTErrorCode.MQTT_ERR_SUCCESS
 
+    def _buffered_puback(self) -> int | None:
+        """The message id of the next packet, if it is a PUBACK lying whole in the buffer (consumed)."""
+        start = self._read_position
+        if self._read_socket is not self._sock or len(self._read_buffer) - start < 4:
+            return None
+        kind, length, mid = PUBACK_HEADER.unpack_from(self._read_buffer, start)
+        if kind != PUBACK or length != 2:
+            return None
+        self._read_position = start + 4
+        return mid
+
     def _buffered_qos1_publish(self) -> ReceivedMessage | None:
         """The next packet, if it is a QoS 1 PUBLISH lying whole in the buffer (consumed), else None."""
-        if (self._protocol == MQTTProtocolVersion.MQTTv5 or self.on_message is None
-                or not self.has_buffered_input()):
+        if self.on_message is None or not self.has_buffered_input():
             return None
         buffer, start = self._read_buffer, self._read_position
         command = buffer[start]
