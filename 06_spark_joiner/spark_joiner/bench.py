@@ -262,7 +262,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--kafka-bootstrap-servers", default=os.environ.get("KAFKA_BOOTSTRAP_SERVERS", "127.0.0.1:9092"))
     parser.add_argument("--records", type=int, default=1_000_000, help="pre-loaded records per machine count")
     parser.add_argument("--machines", type=int, nargs="+", default=[100, 10_000])
-    parser.add_argument("--batch", type=int, default=1_000_000, help="maxOffsetsPerTrigger of the throughput runs")
+    parser.add_argument("--batch", type=int, default=250_000,
+                        help="maxOffsetsPerTrigger of the throughput runs (the first batch, with the warm-up, is reported apart)")
     parser.add_argument("--rate", type=int, default=10_000, help="records/s of the latency run")
     parser.add_argument("--latency-seconds", type=float, default=30.0)
     parser.add_argument("--trigger-seconds", type=float, default=0.5, help="trigger of the latency run")
