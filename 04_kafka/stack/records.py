@@ -17,6 +17,8 @@ import math
 import time
 from typing import Any, TypedDict
 
+import orjson
+
 REQUIRED_FIELDS = ("thing", "quantity", "phenomenonTime", "result")
 
 
@@ -38,8 +40,13 @@ def record_key(thing: str, quantity: str) -> str:
 
 
 def encode_record(record: MachineRecord | dict[str, Any]) -> bytes:
-    """Compact JSON, the wire format of machine.data and machine.out."""
-    return json.dumps(record, separators=(",", ":"), allow_nan=False).encode()
+    """Compact JSON, the wire format of machine.data and machine.out.
+
+    orjson is several times faster than the standard library on every stage's hot path, but it
+    would write NaN as null: a non-finite result is refused here instead (inputs were validated)."""
+    if not is_finite_number(record.get("result")):
+        raise ValueError(f"result must be a finite number, got {record.get('result')!r}")
+    return orjson.dumps(record)
 
 
 def is_finite_number(value: Any) -> bool:
@@ -52,23 +59,36 @@ def decode_record(payload: bytes | str | None) -> MachineRecord:
     if payload is None:
         raise InvalidRecord("empty record: no value")
     try:
-        # Decoding first spares json.loads its encoding detection, a measurable cost per record.
-        record = json.loads(payload.decode("utf-8") if isinstance(payload, bytes) else payload)
+        record = orjson.loads(payload)
+    except orjson.JSONDecodeError:
+        record = _parse_leniently(payload)
+    if type(record) is not dict:
+        raise InvalidRecord(f"expected a JSON object, got {type(record).__name__}")
+    try:
+        thing, quantity = record["thing"], record["quantity"]
+        phenomenon_time, result = record["phenomenonTime"], record["result"]
+    except KeyError:
+        missing = [name for name in REQUIRED_FIELDS if name not in record]
+        raise InvalidRecord(f"missing field(s): {', '.join(missing)}") from None
+    # Checked in the order a valid record passes fastest; this runs once per record on every stage.
+    if type(thing) is not str or not thing:
+        raise InvalidRecord(f"thing must be a non-empty string, got {thing!r}")
+    if type(quantity) is not str or not quantity:
+        raise InvalidRecord(f"quantity must be a non-empty string, got {quantity!r}")
+    if not is_finite_number(phenomenon_time):
+        raise InvalidRecord(f"phenomenonTime must be a finite number, got {phenomenon_time!r}")
+    if not is_finite_number(result):
+        raise InvalidRecord(f"result must be a finite number, got {result!r}")
+    return record  # type: ignore[return-value]
+
+
+def _parse_leniently(payload: bytes | str) -> Any:
+    """The standard library's parser, only on the error path: it accepts NaN and Infinity, so the
+    reason names the offending field rather than just "malformed JSON"."""
+    try:
+        return json.loads(payload)
     except (UnicodeDecodeError, json.JSONDecodeError) as error:
         raise InvalidRecord(f"malformed JSON: {error}") from None
-    if not isinstance(record, dict):
-        raise InvalidRecord(f"expected a JSON object, got {type(record).__name__}")
-    missing = [name for name in REQUIRED_FIELDS if name not in record]
-    if missing:
-        raise InvalidRecord(f"missing field(s): {', '.join(missing)}")
-    for name in ("thing", "quantity"):
-        if not isinstance(record[name], str) or not record[name]:
-            raise InvalidRecord(f"{name} must be a non-empty string, got {record[name]!r}")
-    if not is_finite_number(record["phenomenonTime"]):
-        raise InvalidRecord(f"phenomenonTime must be a finite number, got {record['phenomenonTime']!r}")
-    if not is_finite_number(record["result"]):
-        raise InvalidRecord(f"result must be a finite number, got {record['result']!r}")
-    return record  # type: ignore[return-value]
 
 
 def dead_letter(reason: str, payload: bytes | str | None, stage: str, **context: Any) -> bytes:
