@@ -10,7 +10,7 @@ from typing import Any, Callable
 from .cases import CASE_LABELS, JoinCase
 from .record import Record
 from .status import IngestStatus
-from .two_stream_join import DEFAULT_MAX_PENDING_PER_SIDE, LEFT, RIGHT, Entry, TwoStreamJoin
+from .two_stream_join import DEFAULT_MAX_PENDING_PER_SIDE, LEFT, RIGHT, Entry, PairSink, TwoStreamJoin
 
 logger = logging.getLogger(__name__)
 
@@ -75,12 +75,18 @@ class StreamBuffer:
         self._fetched = 0  # results handed out by fetch_results
         self._left_counter = 0
         self._right_counter = 0
-        self._join_counter = 0
+        self._join_counter = 0  # joins, where the results do not count them
         # The common case, the seed's result dicts buffered, appends one dict per join: the results then
         # count the joins, and the emitter is a closure over the list (the hot path of this class).
-        self._results_count_joins = join_function is None and buffer_results and not verbose
+        self._results_count_joins = join_function is None and buffer_results
+        if join_function is not None:
+            emit = self._emit_join_function
+        elif buffer_results:
+            emit = _seed_result_appender(self._results.append)
+        else:
+            emit = self._count_join  # default results nobody fetches need not be built
         self._join = TwoStreamJoin(
-            emit=_seed_result_appender(self._results.append) if self._results_count_joins else self._emit_join,
+            emit=_logging(emit) if verbose else emit,
             release=_commit_hook(commit_function),
             delta_time=delta_time,
             max_pending_per_side=max_pending_per_side,
@@ -167,45 +173,51 @@ class StreamBuffer:
         else:
             logger.debug("%s record in '%s' (last t=%s): %s", status.value, stream, self._join.last_time(side), record)
 
-    def _emit_join(self, case: int, left: Entry, right: Entry) -> None:
-        if self._join_function is None:
-            result = _seed_result(case, left, right)
-        elif self._join_function_takes_case:
+    def _count_join(self, case: int, left: Entry, right: Entry) -> None:
+        self._join_counter += 1
+
+    def _emit_join_function(self, case: int, left: Entry, right: Entry) -> None:
+        if self._join_function_takes_case:
             result = self._join_function(record_left=left[2], record_right=right[2], case=JoinCase(case))
         else:
             result = self._join_function(record_left=left[2], record_right=right[2])
         self._join_counter += 1
         if self._buffer_results and result is not None:
             self._results.append(result)
-        if self._verbose:
-            logger.info("join case %s: %s", CASE_LABELS[case], result)
 
 
-def _seed_result(case: int, left: Entry, right: Entry) -> dict[str, Any]:
-    """The seed's default join result, plus the case."""
-    record_left = left[2]
-    record_right = right[2]
-    result = {
-        "r.quantity": record_left.quantity,
-        "r.phenomenonTime": left[0],
-        "r.result": left[1],
-        "s.quantity": record_right.quantity,
-        "s.phenomenonTime": right[0],
-        "s.result": right[1],
-        "case": CASE_LABELS[case],
-    }
-    if record_left.metadata:
-        result["r.metadata"] = record_left.metadata
-    if record_right.metadata:
-        result["s.metadata"] = record_right.metadata
-    return result
+def _seed_result_appender(append: Callable[[Any], None]) -> PairSink:
+    """An emitter appending the seed's default join result, plus the case, for each pair."""
 
-
-def _seed_result_appender(append: Callable[[Any], None]) -> Callable[[int, Entry, Entry], None]:
     def emit(case: int, left: Entry, right: Entry) -> None:
-        append(_seed_result(case, left, right))
+        record_left = left[2]
+        record_right = right[2]
+        result = {
+            "r.quantity": record_left.quantity,
+            "r.phenomenonTime": left[0],
+            "r.result": left[1],
+            "s.quantity": record_right.quantity,
+            "s.phenomenonTime": right[0],
+            "s.result": right[1],
+            "case": CASE_LABELS[case],
+        }
+        if record_left.metadata:
+            result["r.metadata"] = record_left.metadata
+        if record_right.metadata:
+            result["s.metadata"] = record_right.metadata
+        append(result)
 
     return emit
+
+
+def _logging(emit: PairSink) -> PairSink:
+    """``emit``, logging each join at INFO level (the seed's verbose mode printed them)."""
+
+    def logged(case: int, left: Entry, right: Entry) -> None:
+        emit(case, left, right)
+        logger.info("join case %s: %s with %s", CASE_LABELS[case], left[2], right[2])
+
+    return logged
 
 
 def _accepts_case(join_function: JoinFunction) -> bool:
