@@ -21,7 +21,8 @@ def servers() -> list[Service]:
 
 
 def stream_connector() -> Service:
-    return PipelineProcess("stream-connector", "stream_connector")
+    # On SIGTERM it waits up to 30 s for Kafka to confirm what it already took from MQTT.
+    return PipelineProcess("stream-connector", "stream_connector", stop_grace_s=35.0)
 
 
 def db_connector() -> Service:

@@ -209,11 +209,13 @@ class InfluxDB(Service):
 class PipelineProcess(Service):
     """A Python stage of the pipeline, run as `python -m <module>`; ready when it logs READY."""
 
-    def __init__(self, name: str, module: str, *args: str, start_deadline_s: float = 30.0) -> None:
+    def __init__(self, name: str, module: str, *args: str, start_deadline_s: float = 30.0,
+                 stop_grace_s: float = 10.0) -> None:
         self.name = name
         self.module = module
         self.args = args
         self.start_deadline_s = start_deadline_s
+        self.stop_grace_s = stop_grace_s
 
     def ports(self) -> dict[str, int]:
         return {}
