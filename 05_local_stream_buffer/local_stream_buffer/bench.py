@@ -91,25 +91,25 @@ def batched(left: Series, right: Series, n_batches: int) -> Callable[[], tuple[i
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m local_stream_buffer.bench", description=__doc__.split("\n")[0])
     parser.add_argument("--records", type=int, default=1_000_000, help="records of the random-walk workload")
-    parser.add_argument("--repeats", type=int, default=2, help="runs per figure; the best is shown")
     options = parser.parse_args(argv)
 
     print(f"Join engine benchmark: Python {platform.python_version()}, numpy {np.__version__}, {os.cpu_count()} CPUs, "
-          f"load average {os.getloadavg()[0]:.2f}; best of {options.repeats} runs")
+          f"load average {os.getloadavg()[0]:.2f}")
+    # (name, inputs, runs per figure): short runs are repeated more, one busy moment skews them most.
     workloads = [
-        ("five_five_many: 100k records in time order, runs of 5", alternating_runs(100_000, 5)),
+        ("five_five_many: 100k records in time order, runs of 5", alternating_runs(100_000, 5), 5),
         (f"random walks: {options.records:,} records, shuffled arrival",
-         random_walks(options.records // 2, options.records - options.records // 2)),
+         random_walks(options.records // 2, options.records - options.records // 2), 2),
     ]
-    for name, (left, right, order) in workloads:
-        print(f"\n{name}\n{HEADER}")
+    for name, (left, right, order), repeats in workloads:
+        print(f"\n{name} (best of {repeats} runs)\n{HEADER}")
         records = len(order)
         left_records, right_records = as_records(left, "r"), as_records(right, "s")
         gc.freeze()  # the prepared inputs are no garbage of the engine: keep the collector from rescanning them
         results = [
-            best_of(options.repeats, "per-record StreamBuffer", records, per_record(left_records, right_records, order)),
-            best_of(options.repeats, "batch path, 1 batch", records, batched(left, right, 1)),
-            best_of(options.repeats, "batch path, 100 batches", records, batched(left, right, 100)),
+            best_of(repeats, "per-record StreamBuffer", records, per_record(left_records, right_records, order)),
+            best_of(repeats, "batch path, 1 batch", records, batched(left, right, 1)),
+            best_of(repeats, "batch path, 100 batches", records, batched(left, right, 100)),
         ]
         gc.unfreeze()
         for result in results:
