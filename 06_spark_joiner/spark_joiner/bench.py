@@ -63,7 +63,8 @@ def make_topics(bootstrap: str, label: str) -> Topics:
 
 def delete_topics(bootstrap: str, names: list[str]) -> None:
     if names:
-        for future in admin_client(bootstrap).delete_topics(names, operation_timeout=30).values():
+        admin = admin_client(bootstrap)  # kept alive until every deletion answered
+        for future in admin.delete_topics(names, operation_timeout=30).values():
             try:
                 future.result(30)
             except Exception as error:  # cleanup must not hide the figures
