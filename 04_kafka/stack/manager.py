@@ -38,7 +38,7 @@ JOINERS = {
     "lsb": lambda: PipelineProcess("lsb-joiner", "local_stream_buffer.kafka_joiner",
                                    "--instance-id", "lsb-joiner"),
     # JVM start, Spark session and the first stateful batch take a while on two cores.
-    "spark": lambda: PipelineProcess("spark-joiner", "spark_joiner", start_deadline_s=120.0),
+    "spark": lambda: PipelineProcess("spark-joiner", "spark_joiner", start_deadline_s=240.0),
 }
 
 
