@@ -21,7 +21,8 @@ setup: $(INSTALLED)
 $(INSTALLED): pyproject.toml $(wildcard 0*/*/__init__.py)
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	@echo "installing Python dependencies into $(VENV) ..."
-	@$(PY) -m pip install -q --disable-pip-version-check -e '.[test]'
+	@$(PY) -m pip install -q --disable-pip-version-check -e '.[test]' > $(VENV)/pip-install.log 2>&1 \
+		|| { tail -30 $(VENV)/pip-install.log; exit 1; }
 	@touch $@
 
 up: setup
