@@ -173,6 +173,8 @@ def _accept_in_order(state: BatchJoinState, side: int, times: np.ndarray, values
             return times, values
     state.last_time[side] = float(times[-1])
     state.last_value[side] = float(values[-1])
+    if times[0] > state.frontier[side]:
+        return times, values
     # Records inside a gap closed by forcing are late (a prefix, the times being ordered now).
     n_late = int(times.searchsorted(state.frontier[side], side="right"))
     state.late += n_late
@@ -230,19 +232,25 @@ def _certain_new_pairs(times: list[np.ndarray], n_old: tuple[int, int], old_fron
         has_old = n_old[side] or n_old[other]
 
         # Successor pairs (same-time pairs once, from the left): new if one of the two records is.
-        keep = ~tie if side == RIGHT else np.ones(count, dtype=bool)
-        if limited:
-            keep &= partner_time - own_time <= delta
-        if has_old:
-            new = partner >= n_old[other]
-            new[n_old[side]:] = True
-            keep &= new
-        if side == LEFT:
-            index = (keep & tie).nonzero()[0]
-            pieces.append(_oriented(side, index, partner[index], _SAME_TIME_CODE))
-            keep &= ~tie
-        index = keep.nonzero()[0]
-        pieces.append(_oriented(side, index, partner[index], _SUCCESSOR_CODE[side]))
+        any_tie = bool(tie.any())
+        if not (limited or has_old or any_tie):
+            # Every record up to the other side's last time, with its successor: nothing to select.
+            pieces.append(_oriented(side, np.arange(count), partner, _SUCCESSOR_CODE[side]))
+        else:
+            keep = np.ones(count, dtype=bool)
+            if limited:
+                keep &= partner_time - own_time <= delta
+            if has_old:
+                new = partner >= n_old[other]
+                new[n_old[side]:] = True
+                keep &= new
+            if any_tie:
+                if side == LEFT:
+                    index = (keep & tie).nonzero()[0]
+                    pieces.append(_oriented(side, index, partner[index], _SAME_TIME_CODE))
+                keep &= ~tie
+            index = keep.nonzero()[0]
+            pieces.append(_oriented(side, index, partner[index], _SUCCESSOR_CODE[side]))
 
         # Predecessor pairs, left out where the times tie (that is the same-time pair) or where the record
         # is its predecessor's successor (then it is that successor pair).
@@ -253,7 +261,9 @@ def _certain_new_pairs(times: list[np.ndarray], n_old: tuple[int, int], old_fron
         own_previous = np.empty(count)
         own_previous[0] = -math.inf
         own_previous[1:] = own_time[:-1]
-        keep = ~tie & (own_previous >= before_time)
+        keep = own_previous >= before_time
+        if any_tie:
+            keep &= ~tie
         if limited:
             keep &= own_time - before_time <= delta
         if has_old:
@@ -274,7 +284,11 @@ def _gather(pieces: IndexPieces, times: list[np.ndarray], values: list[np.ndarra
         return PairArrays(_EMPTY, _EMPTY, _EMPTY, _EMPTY, np.empty(0, dtype=np.int8))
     lefts, rights, codes = zip(*pieces)
     left, right = np.concatenate(lefts), np.concatenate(rights)
-    case = np.repeat(np.array(codes, dtype=np.int8), [len(piece) for piece in lefts])
+    case = np.empty(len(left), dtype=np.int8)
+    start = 0
+    for piece, code in zip(lefts, codes):
+        case[start:start + len(piece)] = code
+        start += len(piece)
     return PairArrays(times[LEFT][left], values[LEFT][left], times[RIGHT][right], values[RIGHT][right], case)
 
 
