@@ -28,7 +28,7 @@ from .output import canonical_time, output_record
 from .record import Record
 from .specs import JoinSpec, SpecBinding, SpecResolver
 from .status import IngestStatus
-from .timestamps import to_epoch_ms
+from .timestamps import MILLISECONDS_LIMIT, SECONDS_LIMIT, to_epoch_ms
 from .two_stream_join import DEFAULT_MAX_PENDING_PER_SIDE, Entry, TwoStreamJoin
 
 logger = logging.getLogger(__name__)
@@ -122,6 +122,8 @@ class KeyedJoiner:
         self._on_release = on_release
         self._on_late = on_late
         self._keys: dict[tuple[str, SpecBinding], _KeyJoin] = {}
+        # (thing, quantity) -> the key joins it feeds: one lookup per record instead of hashing bindings.
+        self._streams: dict[tuple[str, str], list[tuple[_KeyJoin, int]]] = {}
         self._held: dict[_Held, None] = {}  # insertion-ordered set of held records
         self._counters = JoinCounters()
 
@@ -134,45 +136,65 @@ class KeyedJoiner:
         except (KeyError, TypeError, ValueError) as error:
             counters.rejected += 1
             return IngestOutcome(_REJECTED, [], f"invalid: {error}")
-        routes = self.resolver.routes(quantity)
-        if not routes:
-            counters.unrouted += 1
-            return IngestOutcome(_UNROUTED, [])
+        stream = self._streams.get((thing, quantity))
+        if stream is None:
+            stream = self._stream_keys(thing, quantity)
+            if not stream:
+                counters.unrouted += 1
+                return IngestOutcome(_UNROUTED, [])
         held = _Held(source)
         outputs: list[OutputRecord] = []
-        statuses = []
-        for binding, side in routes:
-            key = self._keys.get((thing, binding))
-            if key is None:
-                key = self._keys[(thing, binding)] = _KeyJoin(thing, binding, self)
+        status = None  # the first route's verdict, unless any route accepted the record
+        late = False
+        for key, side in stream:
             held.keys += 1
-            status = key.join.ingest(side, t, value, held)
-            if status is not _ACCEPTED:
+            verdict = key.join.ingest(side, t, value, held)
+            if verdict is _ACCEPTED:
+                status = _ACCEPTED
+            else:
                 held.keys -= 1
-            statuses.append(status)
+                if status is None:
+                    status = verdict
+                if verdict is _LATE:
+                    late = True
             if key.outputs:
-                outputs.extend(key.outputs)
-                key.outputs.clear()
+                if outputs:
+                    outputs.extend(key.outputs)
+                    key.outputs.clear()
+                else:
+                    outputs, key.outputs = key.outputs, outputs
         if held.keys:
             self._held[held] = None
-        counters.joins_out += len(outputs)
+        if outputs:
+            counters.joins_out += len(outputs)
+        if status is _ACCEPTED and not late:
+            return IngestOutcome(_ACCEPTED, outputs)
         # Every route sees the same stream (thing, quantity), so order verdicts agree; only late differs.
-        if _ACCEPTED in statuses:
-            status = _ACCEPTED
-        else:
-            status = statuses[0]
         reason = None
         if status is _DUPLICATE:
             counters.duplicates += 1
         elif status is _REJECTED:
             counters.rejected += 1
-            reason = self._order_violation(thing, quantity, routes[0], t)
+            reason = self._order_violation(thing, quantity, self.resolver.routes(quantity)[0], t)
             logger.debug("rejected %s", reason)
-        if _LATE in statuses:
+        if late:
             counters.late += 1
             if self._on_late is not None:
                 self._on_late(record, source)
         return IngestOutcome(status, outputs, reason)
+
+    def _stream_keys(self, thing: str, quantity: str) -> list[tuple[_KeyJoin, int]]:
+        """The key joins (and sides) a stream feeds, creating them on its first record; cached if any."""
+        stream = []
+        for binding, side in self.resolver.routes(quantity):
+            key = self._keys.get((thing, binding))
+            if key is None:
+                key = self._keys[(thing, binding)] = _KeyJoin(thing, binding, self)
+            stream.append((key, side))
+        if stream:
+            # Bounded by the keys themselves: only streams that feed a key are cached.
+            self._streams[(thing, quantity)] = stream
+        return stream
 
     def poll(self) -> list[OutputRecord]:
         """Emit pairs overdue by ``max_latency`` in all keys (call it regularly while streams are idle)."""
@@ -236,8 +258,12 @@ def _fields(record: Mapping[str, Any] | Record) -> tuple[str, str, float, float]
     else:
         thing = record["thing"]
         quantity = record["quantity"]
-        t = to_epoch_ms(record["phenomenonTime"])
+        t = record["phenomenonTime"]
+        # Integer epoch ms, the common case, pass as they are (to_epoch_ms would keep them too).
+        if type(t) is not int or not SECONDS_LIMIT <= t < MILLISECONDS_LIMIT:
+            t = to_epoch_ms(t)
         value = record["result"]
-    if not isinstance(thing, str) or not isinstance(quantity, str):
-        raise TypeError("thing and quantity must be strings")
-    return thing, quantity, t, float(value)
+    if type(thing) is not str or type(quantity) is not str:
+        if not isinstance(thing, str) or not isinstance(quantity, str):
+            raise TypeError("thing and quantity must be strings")
+    return thing, quantity, t, value if type(value) is float else float(value)

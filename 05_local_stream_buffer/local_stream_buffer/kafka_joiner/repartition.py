@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import struct
 import zlib
-from collections.abc import Iterator
 from typing import NamedTuple
 
 from ..specs import SpecResolver
@@ -62,7 +61,7 @@ def _text(key: bytes | None) -> str | None:
 
 
 # A framed record: source partition, source offset, append time (ms), key length, value length (-1: None).
-_RECORD_HEADER = struct.Struct("<iqqii")
+RECORD_HEADER = struct.Struct("<iqqii")
 
 
 class FramedRecord(NamedTuple):
@@ -75,31 +74,40 @@ class FramedRecord(NamedTuple):
     value: bytes | None
 
 
-def encode_frame(records: list[FramedRecord]) -> bytes:
-    """Many input records as one message: the hop costs one produce and one fetch per batch, not per record.
+def frame_parts(parts: list[bytes], partition: int, offset: int, append_time: int, key: bytes | None,
+                value: bytes | None) -> None:
+    """Append one record's pieces to a frame under construction (``b"".join(parts)`` is the frame).
 
+    Many input records make one message: the hop costs one produce and one fetch per batch, not per record.
     The frame is the unit of progress on the co-partitioned topic (its offset is what is held, replayed and
     committed), which the join only needs per key order for, and frames keep it.
     """
-    parts = []
+    parts.append(RECORD_HEADER.pack(partition, offset, append_time,
+                                    -1 if key is None else len(key), -1 if value is None else len(value)))
+    if key:
+        parts.append(key)
+    if value:
+        parts.append(value)
+
+
+def encode_frame(records: list[FramedRecord]) -> bytes:
+    """Many input records as one message (see `frame_parts`)."""
+    parts: list[bytes] = []
     for record in records:
-        key, value = record.key, record.value
-        parts.append(_RECORD_HEADER.pack(record.partition, record.offset, record.append_time,
-                                         -1 if key is None else len(key), -1 if value is None else len(value)))
-        if key:
-            parts.append(key)
-        if value:
-            parts.append(value)
+        frame_parts(parts, *record)
     return b"".join(parts)
 
 
-def decode_frame(frame: bytes) -> Iterator[FramedRecord]:
-    header = _RECORD_HEADER
-    size = header.size
+def decode_frame(frame: bytes) -> list[tuple[int, int, int, bytes | None, bytes | None]]:
+    """The records of a frame, in the order they were framed, as plain tuples of `FramedRecord`'s fields
+    (``FramedRecord._make`` names them where needed: building the named tuple per record costs)."""
+    unpack = RECORD_HEADER.unpack_from
+    size = RECORD_HEADER.size
+    records = []
     position = 0
     end = len(frame)
     while position < end:
-        partition, offset, append_time, key_length, value_length = header.unpack_from(frame, position)
+        partition, offset, append_time, key_length, value_length = unpack(frame, position)
         position += size
         key = None
         if key_length >= 0:
@@ -109,4 +117,5 @@ def decode_frame(frame: bytes) -> Iterator[FramedRecord]:
         if value_length >= 0:
             value = frame[position:position + value_length]
             position += value_length
-        yield FramedRecord(partition, offset, append_time, key, value)
+        records.append((partition, offset, append_time, key, value))
+    return records

@@ -31,7 +31,7 @@ from ..keyed import KeyedJoiner
 from ..specs import SpecResolver, load_join_specs
 from ..status import IngestStatus
 from .progress import PartitionJoin, decode_metadata
-from .repartition import FramedRecord, ThingRouter, decode_frame, encode_frame
+from .repartition import FramedRecord, ThingRouter, decode_frame, frame_parts
 from .settings import KafkaJoinerSettings
 from .stats import JoinerStats, ProgressLog
 
@@ -42,6 +42,7 @@ _BATCH = 500  # messages per consume() call: bounds one call's work (frames hold
 _POLL_TIMEOUT_S = 0.02
 _KAFKA_TIMEOUT_S = 30.0
 _COMMIT_ATTEMPTS = 5
+_ACCEPTED = IngestStatus.ACCEPTED
 _REJECTED = IngestStatus.REJECTED
 _LATE = IngestStatus.LATE
 
@@ -163,11 +164,12 @@ class KafkaJoiner:
         stats = self.stats
         if stats.first_record_at is None:
             stats.first_record_at = time.monotonic()
-        frames: dict[int, list[FramedRecord]] = {}
+        frames: dict[int, list[bytes]] = {}  # co-partitioned partition -> parts of its frame
         partition_of = self._router.partition
         forwarded = self._forwarded
         input_times = self._input_times
         rewinds = self._rewinds
+        consumed = joinable = 0  # input records consumed (and forwarded) since they were last counted
         for message in messages:
             if not self._in_transaction:
                 self._begin()
@@ -177,16 +179,24 @@ class KafkaJoiner:
             if message.topic() == input_topic:
                 # Stage one: hand a joinable input record, unchanged, to the partition of its thing.
                 key = message.key()
+                source = message.partition()
+                offset = message.offset()
+                append_time = message.timestamp()[1]
                 partition = partition_of(key)
                 if partition is not None:
-                    frames.setdefault(partition, []).append(FramedRecord(
-                        message.partition(), message.offset(), max(message.timestamp()[1], 0), key,
-                        message.value()))
-                forwarded[message.partition()] = message.offset() + 1
-                input_times[message.partition()] = message.timestamp()[1]
-                stats.records_in += 1
-                self._transaction_records += 1
+                    parts = frames.get(partition)
+                    if parts is None:
+                        parts = frames[partition] = []
+                    frame_parts(parts, source, offset, append_time if append_time > 0 else 0, key, message.value())
+                    joinable += 1
+                forwarded[source] = offset + 1
+                input_times[source] = append_time
+                consumed += 1
                 continue
+            stats.records_in += consumed
+            stats.forwarded += joinable
+            self._transaction_records += consumed
+            consumed = joinable = 0
             self._join_frame(message)
             if self._commit_due(time.monotonic()):
                 # Frames can be large: commit between them, so no transaction outlives its interval by much.
@@ -194,12 +204,14 @@ class KafkaJoiner:
                 self._commit()
                 if self._rewinds != rewinds:
                     return  # aborted: the rest of this batch is read again from the last commit
+        stats.records_in += consumed
+        stats.forwarded += joinable
+        self._transaction_records += consumed
         self._flush_frames(frames)
 
-    def _flush_frames(self, frames: dict[int, list[FramedRecord]]) -> None:
-        for partition, records in frames.items():
-            self._produce(self.repartition_topic, encode_frame(records), None, partition=partition)
-            self.stats.forwarded += len(records)
+    def _flush_frames(self, frames: dict[int, list[bytes]]) -> None:
+        for partition, parts in frames.items():
+            self._produce(self.repartition_topic, b"".join(parts), None, partition=partition)
         frames.clear()
 
     def _join_frame(self, message: Message) -> None:
@@ -212,43 +224,52 @@ class KafkaJoiner:
         replay = join.is_replay(offset)
         join.advance(offset)
         ingest = join.joiner.ingest
+        records = decode_frame(message.value() or b"")
+        self._transaction_records += len(records)
         stats = self.stats
-        for framed in decode_frame(message.value() or b""):
-            self._transaction_records += 1
+        if replay:
+            stats.rebuilt += len(records)
+        else:
+            stats.joined_in += len(records)
+        produce = self._producer.produce
+        output_topic = self.settings.output_topic
+        append_times = self._transaction_append_times
+        for framed in records:
+            key = framed[3]
             try:
-                record = decode_record(framed.value if framed.value is not None else b"")
+                record = decode_record(framed[4])
                 expected_key = record_key(record["thing"], record["quantity"])
-                if framed.key != expected_key.encode():
-                    raise InvalidRecord(f"key {framed.key!r} does not match {expected_key!r}")
+                if key != expected_key.encode():
+                    raise InvalidRecord(f"key {key!r} does not match {expected_key!r}")
             except InvalidRecord as error:
-                if not replay:
-                    self._dead_letter(str(error), framed)
+                if replay:
+                    stats.rebuilt -= 1
+                else:
+                    stats.joined_in -= 1
+                    self._dead_letter(str(error), FramedRecord._make(framed))
                 continue
             # The frame is what is held: its offset is the position a restart re-reads from.
-            outcome = ingest(record, offset)
+            status, outputs, reason = ingest(record, offset)
             if replay:
-                stats.rebuilt += 1
                 continue
-            stats.joined_in += 1
-            status = outcome.status
-            if status is _REJECTED:
-                self._dead_letter(outcome.reason or "rejected", framed)
-            elif status is _LATE:
-                self._dead_letter("late: inside a gap of its stream that forcing already closed", framed)
-            if outcome.outputs:
-                self._emit(outcome.outputs, framed)
-
-    def _emit(self, outputs: list[dict], framed: FramedRecord) -> None:
-        output_topic = self.settings.output_topic
-        for output in outputs:
-            try:
-                payload = encode_record(output)
-            except ValueError:
-                self._dead_letter("join result is not a finite number", framed,
-                                  output=json.dumps(output, default=repr))
-                continue
-            self._produce(output_topic, payload, record_key(output["thing"], output["quantity"]))
-            self._transaction_append_times.append(framed.append_time)
+            if status is not _ACCEPTED:
+                if status is _REJECTED:
+                    self._dead_letter(reason or "rejected", FramedRecord._make(framed))
+                elif status is _LATE:
+                    self._dead_letter("late: inside a gap of its stream that forcing already closed",
+                                      FramedRecord._make(framed))
+            for output in outputs:
+                try:
+                    payload = encode_record(output)
+                except ValueError:
+                    self._dead_letter("join result is not a finite number", FramedRecord._make(framed),
+                                      output=json.dumps(output, default=repr))
+                    continue
+                try:
+                    produce(output_topic, payload, record_key(output["thing"], output["quantity"]))
+                except BufferError:
+                    self._produce(output_topic, payload, record_key(output["thing"], output["quantity"]))
+                append_times.append(framed[2])
 
     def _dead_letter(self, reason: str, framed: FramedRecord, **context: object) -> None:
         key = framed.key
