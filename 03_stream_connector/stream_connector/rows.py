@@ -93,7 +93,10 @@ def split_row(payload: bytes, max_payload_bytes: int) -> SplitRow:
             result.rejected_quantities.append(quantity)
             result.rejections.append(f"{quantity}: {_describe(value)} is not a finite number")
             continue
-        record: MachineRecord = {"thing": thing, "quantity": quantity, "phenomenonTime": time_ms, "result": value}
+        # A result is a float from here on, as InfluxDB stores it: an integer written once would
+        # make the field an integer field, and one beyond 64 bits would not survive JSON parsers.
+        record: MachineRecord = {"thing": thing, "quantity": quantity, "phenomenonTime": time_ms,
+                                 "result": float(value)}
         if row_id is not None:
             record["id"] = str(row_id)
         result.records.append(record)

@@ -43,15 +43,26 @@ def encode_record(record: MachineRecord | dict[str, Any]) -> bytes:
     """Compact JSON, the wire format of machine.data and machine.out.
 
     orjson is several times faster than the standard library on every stage's hot path, but it
-    would write NaN as null: a non-finite result is refused here instead (inputs were validated)."""
+    would write NaN as null: a non-finite result is refused here instead (inputs were validated).
+    Integers beyond 64 bits, which orjson refuses, are written by the standard library."""
     if not is_finite_number(record.get("result")):
         raise ValueError(f"result must be a finite number, got {record.get('result')!r}")
-    return orjson.dumps(record)
+    try:
+        return orjson.dumps(record)
+    except orjson.JSONEncodeError:
+        return json.dumps(record, separators=(",", ":"), allow_nan=False).encode()
 
 
 def is_finite_number(value: Any) -> bool:
-    """True for int/float values that are neither NaN nor infinite (bool is not a number here)."""
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    """True for int/float values that are finite as a float (bool is not a number here)."""
+    if type(value) is float:
+        return math.isfinite(value)
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        return False
+    try:
+        return math.isfinite(value)
+    except OverflowError:  # an int beyond the float range
+        return False
 
 
 def decode_record(payload: bytes | str | None) -> MachineRecord:

@@ -34,6 +34,13 @@ def test_invalid_records_say_why(payload: bytes, reason: str) -> None:
         decode_record(payload)
 
 
+def test_integers_beyond_64_bits_are_encoded_and_beyond_floats_refused() -> None:
+    huge = {**GOOD, "result": -(2**70)}
+    assert decode_record(encode_record(huge)) == huge
+    with pytest.raises(InvalidRecord, match="result must be a finite number"):
+        decode_record(b'{"thing": "R0815", "quantity": "q", "phenomenonTime": 1, "result": 1' + b"0" * 400 + b"}")
+
+
 def test_encoding_refuses_nan_rather_than_writing_invalid_json() -> None:
     with pytest.raises(ValueError):
         encode_record({**GOOD, "result": math.nan})
