@@ -25,9 +25,10 @@ QUANTITY_EXCLUDED = ("Thing", "Timestamp", "id")
 
 
 def expected_records(rows: list[dict]) -> list[dict]:
-    """One record per (row, quantity): every key of a row except Thing, Timestamp and id."""
+    """One record per (row, quantity): every key of a row except Thing, Timestamp and id; results
+    are floats, as the connector writes them."""
     return [{"thing": row["Thing"], "quantity": quantity, "phenomenonTime": row["Timestamp"],
-             "result": value, "id": row["id"]}
+             "result": float(value), "id": row["id"]}
             for row in rows for quantity, value in row.items() if quantity not in QUANTITY_EXCLUDED]
 
 

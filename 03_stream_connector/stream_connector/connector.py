@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
 from paho.mqtt.enums import MQTTErrorCode, MQTTProtocolVersion
 
-from stack.kafka_clients import admin_client, producer_config
+from stack.kafka_clients import admin_client, produce, producer_config
 from stack.logs import announce_ready
 from stack.records import dead_letter, encode_record, record_key
 from stack.topics import MACHINE_DATA, MACHINE_DLQ, ensure_topics
@@ -160,12 +160,7 @@ class Connector:
 
     def _produce(self, topic: str, value: bytes, key: str | None, pending: PendingRow, delivered) -> None:
         pending.remaining += 1
-        while True:
-            try:
-                self.producer.produce(topic, value, key, on_delivery=delivered)
-                return
-            except BufferError:  # the local queue is full: let deliveries drain it
-                self.producer.poll(0.05)
+        produce(self.producer, topic, value, key, on_delivery=delivered)
 
     def _dead_letter(self, pending: PendingRow, delivered, reason: str, payload: bytes, mqtt_topic: str,
                      **context) -> None:

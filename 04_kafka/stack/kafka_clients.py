@@ -4,7 +4,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from confluent_kafka import KafkaException
+from confluent_kafka import KafkaException, Producer
 from confluent_kafka.admin import AdminClient
 
 from .topics import DLQ_MAX_MESSAGE_BYTES
@@ -44,6 +44,18 @@ def consumer_config(bootstrap_servers: str, group_id: str, **overrides: Any) -> 
     }
     config.update(overrides)
     return config
+
+
+def produce(producer: Producer, topic: str, value: bytes | None, key: bytes | str | None = None,
+            **options: Any) -> None:
+    """`producer.produce`, waiting for deliveries to drain the local queue when it is full
+    instead of failing with BufferError."""
+    while True:
+        try:
+            producer.produce(topic, value, key, **options)
+            return
+        except BufferError:
+            producer.poll(0.05)
 
 
 def admin_client(bootstrap_servers: str, **overrides: Any) -> AdminClient:

@@ -18,6 +18,7 @@ from confluent_kafka import Consumer, Producer
 
 from stack.influx import influx_client
 from stack.kafka_clients import admin_client, consumer_config, producer_config
+from stack.kafka_clients import produce as kafka_produce
 from stack.logs import configure_logging
 from stack.records import encode_record, record_key
 from stack.settings import InfluxSettings, KafkaSettings, load_settings, setting
@@ -44,12 +45,7 @@ def synthetic_records(count: int) -> list[dict]:
 def produce(bootstrap: str, topic: str, records: list[dict]) -> None:
     producer = Producer(producer_config(bootstrap, **{"linger.ms": 20}))
     for record in records:
-        while True:
-            try:
-                producer.produce(topic, encode_record(record), key=record_key(record["thing"], record["quantity"]))
-                break
-            except BufferError:
-                producer.poll(0.1)
+        kafka_produce(producer, topic, encode_record(record), record_key(record["thing"], record["quantity"]))
     if producer.flush(120):
         raise RuntimeError("records not delivered to Kafka")
 
