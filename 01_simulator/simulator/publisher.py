@@ -13,7 +13,7 @@ import time
 
 from paho.mqtt.enums import MQTTErrorCode, MQTTProtocolVersion
 
-from stack.settings import ConnectionSettings
+from stack.settings import MqttSettings
 from stream_connector.mqtt_io import new_client, pump
 
 log = logging.getLogger(__name__)
@@ -26,7 +26,7 @@ class PublishError(RuntimeError):
 
 
 class Publisher:
-    def __init__(self, settings: ConnectionSettings, client_id: str, *, window: int = 1000,
+    def __init__(self, settings: MqttSettings, client_id: str, *, window: int = 1000,
                  inflight: int = 0) -> None:
         if not 1 <= window < 65_535 or inflight < 0:
             raise ValueError("need 1 <= window < 65535 and inflight >= 0")

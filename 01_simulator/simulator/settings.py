@@ -4,7 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from stack.settings import ConnectionSettings, setting
+from stack.settings import MqttSettings, setting
 from stream_connector.settings import DEFAULT_MQTT_TOPIC
 
 from .synthetic import DEFAULT_START_MS
@@ -14,7 +14,7 @@ DEFAULT_EVENTS_FILE = Path(__file__).resolve().parents[1] / "data" / "test_event
 
 
 @dataclass(frozen=True)
-class SimulatorSettings(ConnectionSettings):
+class SimulatorSettings(MqttSettings):
     """Replay machine states from an events file (or synthetic ones) to MQTT at QoS 1."""
 
     events_file: Path = setting(DEFAULT_EVENTS_FILE, "SIMULATOR_EVENTS_FILE",

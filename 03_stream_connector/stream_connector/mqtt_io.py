@@ -21,7 +21,7 @@ from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 from paho.mqtt.reasoncodes import ReasonCode
 
-from stack.settings import ConnectionSettings
+from stack.settings import MqttSettings
 
 READ_CHUNK_BYTES = 256 * 1024
 PUBLISH_QOS1 = 0x32  # packet type PUBLISH (0x30) with QoS bits 01; DUP and RETAIN masked out
@@ -146,7 +146,7 @@ class FastClient(mqtt.Client):
         return self._read_socket is self._sock and self._read_position < len(self._read_buffer)
 
 
-def new_client(settings: ConnectionSettings, client_id: str, *, protocol: MQTTProtocolVersion,
+def new_client(settings: MqttSettings, client_id: str, *, protocol: MQTTProtocolVersion,
                clean_session: bool | None = None, manual_ack: bool = False) -> FastClient:
     """A client for the broker in `settings` (credentials included), not yet connected."""
     client = FastClient(CallbackAPIVersion.VERSION2, client_id=client_id, protocol=protocol,
@@ -191,7 +191,7 @@ def wait_connected(client: FastClient, deadline_s: float) -> bool:
     return True
 
 
-def open_session(settings: ConnectionSettings, client_id: str, topic: str, deadline_s: float = 10.0) -> None:
+def open_session(settings: MqttSettings, client_id: str, topic: str, deadline_s: float = 10.0) -> None:
     """Create a persistent QoS 1 session subscribed to `topic`: the broker queues rows from now on."""
     client = new_client(settings, client_id, protocol=MQTTProtocolVersion.MQTTv311, clean_session=False)
     granted: list[int] = []
@@ -208,7 +208,7 @@ def open_session(settings: ConnectionSettings, client_id: str, topic: str, deadl
         raise ConnectionError(f"no SUBACK for {topic!r}")
 
 
-def drop_session(settings: ConnectionSettings, client_id: str, deadline_s: float = 10.0) -> None:
+def drop_session(settings: MqttSettings, client_id: str, deadline_s: float = 10.0) -> None:
     """Make the broker forget a persistent session (and its queued rows): connect once, clean."""
     client = new_client(settings, client_id, protocol=MQTTProtocolVersion.MQTTv311, clean_session=True)
     client.connect(settings.mqtt_host, settings.mqtt_port)

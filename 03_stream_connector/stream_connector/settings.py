@@ -3,14 +3,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from stack.settings import ConnectionSettings, setting
+from stack.settings import KafkaSettings, MqttSettings, setting
 from stack.topics import MACHINE_DATA, MACHINE_DLQ
 
 DEFAULT_MQTT_TOPIC = "machine/states"
 
 
 @dataclass(frozen=True)
-class ConnectorSettings(ConnectionSettings):
+class ConnectorSettings(MqttSettings, KafkaSettings):
     """Bridge machine-state rows from MQTT into one Kafka record per quantity."""
 
     mqtt_topic: str = setting(DEFAULT_MQTT_TOPIC, "MQTT_TOPIC", "MQTT topic (filter) to subscribe to")
