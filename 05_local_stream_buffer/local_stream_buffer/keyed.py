@@ -24,7 +24,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Iterator, Mapping, NamedTuple
 
-from .output import canonical_time, output_record
+from .output import canonical_time, output_builder
 from .record import Record
 from .specs import JoinSpec, SpecBinding, SpecResolver
 from .status import IngestStatus
@@ -51,6 +51,10 @@ class IngestOutcome(NamedTuple):
     reason: str | None = None  # why a record was rejected, e.g. "out_of_order: t=... older than last t=..."
 
 
+# The named tuple's own constructor is Python code; the outcome of every accepted record skips it.
+_new_outcome = tuple.__new__
+
+
 @dataclass
 class JoinCounters:
     records_in: int = 0  # every call of ingest
@@ -75,12 +79,13 @@ class _Held:
 class _KeyJoin:
     """The join of one (thing, binding) key, turning its pairs into output records."""
 
-    __slots__ = ("thing", "binding", "join", "outputs")
+    __slots__ = ("thing", "binding", "join", "outputs", "_build")
 
     def __init__(self, thing: str, binding: SpecBinding, joiner: KeyedJoiner) -> None:
         self.thing = thing
         self.binding = binding
         self.outputs: list[OutputRecord] = []
+        self._build = output_builder(thing, binding)
         self.join = TwoStreamJoin(
             emit=self._emit,
             release=joiner._release,
@@ -91,7 +96,7 @@ class _KeyJoin:
         )
 
     def _emit(self, case: int, left: Entry, right: Entry) -> None:
-        self.outputs.append(output_record(self.thing, self.binding, case, left[0], left[1], right[0], right[1]))
+        self.outputs.append(self._build(case, left[0], left[1], right[0], right[1]))
 
 
 class KeyedJoiner:
@@ -168,7 +173,7 @@ class KeyedJoiner:
         if outputs:
             counters.joins_out += len(outputs)
         if status is _ACCEPTED and not late:
-            return IngestOutcome(_ACCEPTED, outputs)
+            return _new_outcome(IngestOutcome, (_ACCEPTED, outputs, None))
         # Every route sees the same stream (thing, quantity), so order verdicts agree; only late differs.
         reason = None
         if status is _DUPLICATE:

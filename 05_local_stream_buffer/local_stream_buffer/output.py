@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import uuid
-from typing import Any
+from typing import Any, Callable
 
 from .batch import PairArrays
 from .cases import CASE_LABELS
@@ -52,33 +52,56 @@ def output_id(thing: str, output_quantity: str, left_time: float, right_time: fl
     return _uuid5(f"{thing}/{output_quantity}/{canonical_time(left_time)}/{canonical_time(right_time)}")
 
 
+OutputBuilder = Callable[[int, float, float, float, float], dict[str, Any]]
+
+
+def output_builder(thing: str, binding: SpecBinding) -> OutputBuilder:
+    """``build(case, left_time, left_value, right_time, right_value)``: the output records of one key's pairs.
+
+    What is fixed per key (quantities, formula, the id's name prefix) is bound once: the keyed joiner
+    builds one record per join on its hot path.
+    """
+    output_quantity = binding.output_quantity
+    left_quantity = binding.left_quantity
+    right_quantity = binding.right_quantity
+    combine = binding.combine
+    id_prefix = f"{thing}/{output_quantity}/"
+    labels = CASE_LABELS
+
+    def build(case: int, left_time: float, left_value: float, right_time: float,
+              right_value: float) -> dict[str, Any]:
+        if type(left_time) is not int:
+            left_time = canonical_time(left_time)
+        if type(right_time) is not int:
+            right_time = canonical_time(right_time)
+        mean = (left_time + right_time) / 2
+        return {
+            "thing": thing,
+            "quantity": output_quantity,
+            "phenomenonTime": int(mean) if mean.is_integer() else mean,
+            "result": float(combine(left_value, right_value)),
+            "left": {"quantity": left_quantity, "phenomenonTime": left_time, "result": left_value},
+            "right": {"quantity": right_quantity, "phenomenonTime": right_time, "result": right_value},
+            "case": labels[case],
+            "id": _uuid5(f"{id_prefix}{left_time}/{right_time}"),
+        }
+
+    return build
+
+
 def output_record(
     thing: str, binding: SpecBinding, case: int, left_time: float, left_value: float,
     right_time: float, right_value: float,
 ) -> dict[str, Any]:
     """The output record of one pair (times in epoch ms, case a JoinCase code)."""
-    if type(left_time) is not int:
-        left_time = canonical_time(left_time)
-    if type(right_time) is not int:
-        right_time = canonical_time(right_time)
-    mean = (left_time + right_time) / 2
-    output_quantity = binding.output_quantity
-    return {
-        "thing": thing,
-        "quantity": output_quantity,
-        "phenomenonTime": int(mean) if mean.is_integer() else mean,
-        "result": float(binding.combine(left_value, right_value)),
-        "left": {"quantity": binding.left_quantity, "phenomenonTime": left_time, "result": left_value},
-        "right": {"quantity": binding.right_quantity, "phenomenonTime": right_time, "result": right_value},
-        "case": CASE_LABELS[case],
-        "id": _uuid5(f"{thing}/{output_quantity}/{left_time}/{right_time}"),
-    }
+    return output_builder(thing, binding)(case, left_time, left_value, right_time, right_value)
 
 
 def output_records(thing: str, binding: SpecBinding, pairs: PairArrays) -> list[dict[str, Any]]:
     """The output records of the batch path's pair arrays: equal, record for record, to the keyed joiner's."""
+    build = output_builder(thing, binding)
     return [
-        output_record(thing, binding, case, left_time, left_value, right_time, right_value)
+        build(case, left_time, left_value, right_time, right_value)
         for left_time, left_value, right_time, right_value, case in zip(
             pairs.left_time.tolist(), pairs.left_value.tolist(),
             pairs.right_time.tolist(), pairs.right_value.tolist(), pairs.case.tolist(),

@@ -63,6 +63,7 @@ class KafkaJoiner:
         self._producer = Producer(transactional_producer_config(bootstrap, self.transactional_id, **{
             "transaction.timeout.ms": settings.transaction_timeout_ms,
             "batch.size": 1_000_000,
+            "compression.type": "none",
             "queue.buffering.max.messages": 1_000_000,
         }))
         consumer_overrides = {
