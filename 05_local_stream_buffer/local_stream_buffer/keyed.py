@@ -148,6 +148,21 @@ class KeyedJoiner:
                 counters.unrouted += 1
                 return IngestOutcome(_UNROUTED, [])
         held = _Held(source)
+        if len(stream) == 1:
+            # One key, the common case: its verdict is the record's.
+            key, side = stream[0]
+            held.keys = 1
+            status = key.join.ingest(side, t, value, held)
+            outputs = key.outputs
+            if outputs:
+                key.outputs = []
+                counters.joins_out += len(outputs)
+            else:
+                outputs = []
+            if status is _ACCEPTED:
+                self._held[held] = None
+                return _new_outcome(IngestOutcome, (_ACCEPTED, outputs, None))
+            return self._not_accepted(record, source, thing, quantity, t, status, status is _LATE, outputs)
         outputs: list[OutputRecord] = []
         status = None  # the first route's verdict, unless any route accepted the record
         late = False
@@ -175,6 +190,12 @@ class KeyedJoiner:
         if status is _ACCEPTED and not late:
             return _new_outcome(IngestOutcome, (_ACCEPTED, outputs, None))
         # Every route sees the same stream (thing, quantity), so order verdicts agree; only late differs.
+        return self._not_accepted(record, source, thing, quantity, t, status, late, outputs)
+
+    def _not_accepted(self, record: Mapping[str, Any] | Record, source: object, thing: str, quantity: str,
+                      t: float, status: IngestStatus, late: bool, outputs: list[OutputRecord]) -> IngestOutcome:
+        """The outcome of a record not accepted by every key: counted, and rejected ones with a reason."""
+        counters = self._counters
         reason = None
         if status is _DUPLICATE:
             counters.duplicates += 1

@@ -162,10 +162,19 @@ def latency(connection: KafkaSettings, args: argparse.Namespace) -> None:
     try:
         joiner = KafkaJoiner(joiner_settings(connection, topics, args.commit_interval_ms))
         joiner.stats.keep_latencies = True
+        joiner.start()
+        # Steady state: the input starts once the joiner owns its partitions, so joining the group and
+        # the first assignment are not measured as latency of the first records.
+        deadline = time.monotonic() + 60
+        while not joiner.assigned() and time.monotonic() < deadline:
+            joiner.step()
         producer = multiprocessing.get_context("spawn").Process(
             target=_steady_producer, args=(bootstrap, topics["data"], count, args.machines, args.axes, args.rate))
         producer.start()
-        run_until(joiner, joins, args.latency_seconds + args.max_seconds)
+        stats = joiner.stats
+        max_seconds = args.latency_seconds + args.max_seconds
+        started = time.monotonic()
+        joiner.run(until=lambda j: stats.joins_out >= joins or time.monotonic() - started > max_seconds)
         producer.join(60)
         stats = joiner.stats
         p50, p99, p999 = stats.latency_percentiles(0.5, 0.99, 0.999)

@@ -64,6 +64,7 @@ class KafkaJoiner:
             "transaction.timeout.ms": settings.transaction_timeout_ms,
             "batch.size": 1_000_000,
             "compression.type": "none",
+            "linger.ms": 20,
             "queue.buffering.max.messages": 1_000_000,
         }))
         consumer_overrides = {
@@ -129,7 +130,12 @@ class KafkaJoiner:
     def step(self) -> None:
         """One round: consume a batch, process it (committing whenever due), log when due."""
         changes = self._assignment_changes
-        messages = self._consumer.consume(_BATCH, _POLL_TIMEOUT_S)
+        timeout = _POLL_TIMEOUT_S
+        if self._in_transaction:
+            # Wait no longer than the open transaction has until it is due: it commits on time.
+            due_in = self._transaction_started + self.settings.commit_interval_ms / 1000 - time.monotonic()
+            timeout = min(timeout, max(due_in, 0.0))
+        messages = self._consumer.consume(_BATCH, timeout)
         if self._assignment_changes != changes:
             # A rebalance ran inside consume(): messages of this batch may predate it.
             self._reposition()
@@ -142,6 +148,10 @@ class KafkaJoiner:
             self._commit()
         if self._progress.due(now):
             self._log_progress(now)
+
+    def assigned(self) -> bool:
+        """True once this instance owns partitions of both topics (after joining the group)."""
+        return bool(self._joins) and bool(self._owned)
 
     def _commit_due(self, now: float) -> bool:
         return (now - self._transaction_started >= self.settings.commit_interval_ms / 1000
