@@ -110,6 +110,31 @@ def keys_of(machines: int, count: int) -> list[bytes]:
     return (flat * (count // len(flat) + 1))[:count]
 
 
+def tree_cpu_seconds(root: int | None = None) -> float:
+    """CPU seconds used so far by this process and every descendant (the JVM, its Python workers), from
+    /proc: figures that other load on the machine does not inflate, unlike wall-clock rates."""
+    tick = os.sysconf("SC_CLK_TCK")
+    children: dict[int, list[int]] = {}
+    times: dict[int, float] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue  # exited meanwhile
+        pid = int(entry.name)
+        children.setdefault(int(fields[1]), []).append(pid)
+        # utime, stime, and those of its children already waited for (the workers a daemon forked)
+        times[pid] = sum(int(value) for value in fields[11:15]) / tick
+    total, pending = 0.0, [root or os.getpid()]
+    while pending:
+        pid = pending.pop()
+        total += times.get(pid, 0.0)
+        pending.extend(children.get(pid, ()))
+    return total
+
+
 def settings_for(bootstrap: str, topics: Topics, checkpoint: Path, **overrides) -> SparkJoinerSettings:
     return SparkJoinerSettings(kafka_bootstrap_servers=bootstrap, input_topic=topics.data, output_topic=topics.out,
                                dlq_topic=topics.dlq, checkpoint_dir=checkpoint, **overrides)
@@ -126,6 +151,7 @@ def run_throughput(spark, bootstrap: str, machines: int, records: int, workdir: 
     settings = settings_for(bootstrap, topics, workdir / f"checkpoint-m{machines}", trigger_seconds=0.0,
                             max_offsets_per_trigger=batch)
     sink = TransactionalBatchSink(bootstrap, topics.out, topics.dlq, f"bench.{uuid.uuid4().hex[:8]}")
+    cpu_before = tree_cpu_seconds()
     query = start_query(spark, settings, sink)
     try:
         while sum(p["numInputRows"] for p in query.recentProgress) < len(payloads):
@@ -133,6 +159,7 @@ def run_throughput(spark, bootstrap: str, machines: int, records: int, workdir: 
                 raise RuntimeError(f"query failed: {query.exception()}")
             query.awaitTermination(0.5)
         progress = [p for p in query.recentProgress if p["numInputRows"]]
+        cpu_seconds = tree_cpu_seconds() - cpu_before
     finally:
         query.stop()
         sink.close()
@@ -142,7 +169,11 @@ def run_throughput(spark, bootstrap: str, machines: int, records: int, workdir: 
     figures = {"records": len(payloads), "joins": sink.counters.joins, "batches": len(rows),
                "seconds": sum(seconds), "records_per_s": sum(rows) / sum(seconds),
                "joins_per_s": sink.counters.joins / sum(seconds),
-               "steady_records_per_s": steady_rows / steady_seconds, "first_batch_s": seconds[0]}
+               "steady_records_per_s": steady_rows / steady_seconds, "first_batch_s": seconds[0],
+               "batch_seconds": [round(second, 2) for second in seconds],
+               "sink_compute_s": round(sink.counters.compute_seconds, 2),
+               "sink_produce_s": round(sink.counters.produce_seconds, 2),
+               "cpu_us_per_record": cpu_seconds / len(payloads) * 1e6, "load_average": os.getloadavg()[0]}
     return topics, figures
 
 
@@ -195,7 +226,7 @@ def run_latency(spark, bootstrap: str, machines: int, rate: int, duration_s: flo
             latencies.append(received - max(inputs))
     values = np.array(latencies)
     return {"joins": len(values), "p50": float(np.percentile(values, 50)), "p99": float(np.percentile(values, 99)),
-            "max": float(values.max()), "rate": rate}
+            "max": float(values.max()), "rate": rate, "load_average": os.getloadavg()[0]}
 
 
 def produce_steady(bootstrap: str, topic: str, machines: int, rate: int, duration_s: float,
@@ -293,16 +324,20 @@ def main(argv: list[str] | None = None) -> int:
     print()
     print(f"Spark joiner ({args.master}), exactly once into machine.out")
     print(f"{'machines':>9} {'records':>9} {'joins':>9} {'rec/s':>9} {'joins/s':>9} {'steady rec/s':>13}"
-          f" {'1st batch s':>11} | {'standalone rec/s':>16} {'joins/s':>9}")
+          f" {'1st batch s':>11} {'CPU µs/rec':>10} {'load':>5} | {'standalone rec/s':>16} {'joins/s':>9}")
     for machines, figures, standalone in results:
         other = (f"{standalone['records_per_s']:16,.0f} {standalone['joins_per_s']:9,.0f}" if standalone
                  else f"{'-':>16} {'-':>9}")
         print(f"{machines:9,d} {figures['records']:9,d} {figures['joins']:9,d} {figures['records_per_s']:9,.0f}"
               f" {figures['joins_per_s']:9,.0f} {figures['steady_records_per_s']:13,.0f}"
-              f" {figures['first_batch_s']:11.1f} | {other}")
+              f" {figures['first_batch_s']:11.1f} {figures['cpu_us_per_record']:10.1f} {figures['load_average']:5.1f}"
+              f" | {other}")
     print(f"latency at {latency['rate']:,} records/s, trigger {args.trigger_seconds} s, 100 machines: "
           f"p50 {latency['p50']:.2f} s, p99 {latency['p99']:.2f} s, max {latency['max']:.2f} s "
-          f"over {latency['joins']:,} joins (Kafka append of the later input -> visible to read_committed)")
+          f"over {latency['joins']:,} joins (Kafka append of the later input -> visible to read_committed), "
+          f"load {latency['load_average']:.1f}")
+    print("CPU µs/rec: CPU time of the driver, its JVM and Python workers per input record, first batch included; "
+          "load: 1-minute load average of the machine (2 cores) at the end of the run")
     return 0
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
-from .parse import KAFKA_COLUMNS, ROUTED_SCHEMA, RecordRouter
+from .parse import KAFKA_COLUMNS, PACKED_SCHEMA, RecordRouter
 from .processor import OUTPUT_SCHEMA, BucketJoinProcessor
 from .settings import SparkJoinerSettings
 from .sink import TransactionalBatchSink
@@ -27,7 +27,7 @@ def start_query(spark: SparkSession, settings: SparkJoinerSettings, sink: Transa
     if settings.max_offsets_per_trigger > 0:
         reader = reader.option("maxOffsetsPerTrigger", settings.max_offsets_per_trigger)
     routed = reader.load().select(*KAFKA_COLUMNS).mapInArrow(
-        RecordRouter(settings.join_specs, settings.buckets), ROUTED_SCHEMA)
+        RecordRouter(settings.join_specs, settings.buckets), PACKED_SCHEMA)
     joined = routed.groupBy("bucket").transformWithStateInPandas(
         statefulProcessor=BucketJoinProcessor(settings.join_specs, settings.input_topic,
                                               settings.max_pending_per_side),

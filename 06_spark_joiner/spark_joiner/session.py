@@ -15,6 +15,8 @@ from pyspark.sql import SparkSession
 from stack.paths import SPARK_JARS
 
 CONF_DIR = Path(__file__).resolve().parents[1] / "conf"  # log4j2.properties
+ARROW_BATCH_ROWS = 50_000
+QUICK_JIT = "-XX:TieredStopAtLevel=1"
 ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
 # Exactly the connector and what it needs beyond pyspark's own jars (Scala, Hadoop, slf4j).
 CONNECTOR_JARS = (
@@ -45,7 +47,8 @@ def prepare_environment() -> None:
 
 
 def spark_session(master: str = "local[*]", app_name: str = "spark-joiner", shuffle_partitions: int = 4,
-                  driver_memory: str = "1g", extra: dict[str, str] | None = None) -> SparkSession:
+                  driver_memory: str = "1g", extra: dict[str, str] | None = None,
+                  quick_jit: bool = True) -> SparkSession:
     """A Spark session ready for the joiner: Kafka source, RocksDB state store, Arrow, quiet."""
     prepare_environment()
     builder = (
@@ -62,7 +65,16 @@ def spark_session(master: str = "local[*]", app_name: str = "spark-joiner", shuf
         # A stopped query must not leave a state-store maintenance thread behind in tests.
         .config("spark.sql.streaming.stopTimeout", "30s")
         .config("spark.sql.session.timeZone", "UTC")
+        # Python workers without Spark's zip archives on their path (see worker_daemon).
+        .config("spark.python.daemon.module", "spark_joiner.worker_daemon")
+        # Fewer, larger Arrow batches into the router and out of the join.
+        .config("spark.sql.execution.arrow.maxRecordsPerBatch", str(ARROW_BATCH_ROWS))
     )
+    # The JVM mostly moves bytes between Kafka, Python workers and the state store; on a small machine
+    # its optimising compiler costs more CPU than it saves within a job's first minutes.
+    if quick_jit:
+        builder = (builder.config("spark.driver.extraJavaOptions", QUICK_JIT)
+                   .config("spark.executor.extraJavaOptions", QUICK_JIT))
     for key, value in (extra or {}).items():
         builder = builder.config(key, value)
     session = builder.getOrCreate()

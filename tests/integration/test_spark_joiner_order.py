@@ -2,7 +2,8 @@
 
 After Spark's shuffle the rows of a bucket arrive in no particular order. These tests hand the
 processor's join (the code Spark runs per bucket) rows in a shuffled order, split over several
-micro-batches, and require exactly the engine's result: the keyed joiner fed in offset order.
+micro-batches and packed per bucket as the router packs them (their output read back as the sink reads
+it), and require exactly the engine's result: the keyed joiner fed in offset order.
 """
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import json
 import random
 
 import numpy as np
+import pyarrow as pa
 import pytest
 
 from conftest import EVENTS_FILE
@@ -17,23 +19,30 @@ from kafka_joiner_support import as_multiset, offline_join, rows_as_records
 from local_stream_buffer.batch import join_batch
 from local_stream_buffer.specs import SpecResolver
 from spark_joiner.order import order_verdicts
-from spark_joiner.processor import OUT, join_rows
+from spark_joiner.parse import pack, unpack
+from spark_joiner.processor import OUT, join_rows, unpack_emitted
 from spark_support import routed_rows
 
 
 def run_batches(records, raw=(), batches=3, seed=0):
-    """Join the records' routed rows in `batches` micro-batches, each in shuffled row order."""
-    rows = routed_rows(records, raw=list(raw)).to_pandas()
+    """Join the records' routed rows in `batches` micro-batches, each in shuffled row order, packed per
+    bucket and unpacked as the stateful step does."""
+    rows = routed_rows(records, raw=list(raw))
     rng = random.Random(seed)
-    bounds = sorted(rng.sample(range(1, len(rows)), batches - 1))
+    bounds = sorted(rng.sample(range(1, rows.num_rows), batches - 1))
     states: dict = {}
     outputs, dead_letters = [], []
-    for start, end in zip([0, *bounds], [*bounds, len(rows)]):
-        batch = rows.iloc[start:end].sample(frac=1.0, random_state=rng.randrange(1 << 30))
-        assert not batch["offset"].is_monotonic_increasing  # really out of offset order
-        emitted = join_rows(SpecResolver(), batch, states, "machine.data", 10_000)
-        for kind, value in zip(emitted.kinds, emitted.values):
-            (outputs if kind == OUT else dead_letters).append(value)
+    for start, end in zip([0, *bounds], [*bounds, rows.num_rows]):
+        shuffled = list(range(start, end))
+        rng.shuffle(shuffled)
+        batch = rows.take(pa.array(shuffled))
+        assert not batch.column("offset").to_pandas().is_monotonic_increasing  # really out of offset order
+        for blob in pack(batch).column("rows").to_pylist():
+            emitted = join_rows(SpecResolver(), unpack([blob]), states, "machine.data", 10_000)
+            if emitted.kinds:  # through the processor's packed output row, as the sink reads it
+                records = unpack_emitted(emitted.frame()["records"]).to_pydict()
+                for kind, value in zip(records["kind"], records["value"]):
+                    (outputs if kind == OUT else dead_letters).append(value)
     return outputs, [json.loads(letter) for letter in dead_letters]
 
 
