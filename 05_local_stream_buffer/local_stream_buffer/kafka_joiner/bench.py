@@ -24,6 +24,7 @@ from collections.abc import Iterator
 from confluent_kafka import Producer
 
 from stack.kafka_clients import admin_client, producer_config
+from stack.kafka_clients import produce as produce_with_backpressure
 from stack.logs import configure_logging
 from stack.records import record_key
 from stack.settings import KafkaSettings, add_arguments, from_namespace
@@ -91,12 +92,7 @@ def produce(bootstrap: str, topic: str, records: Iterator[tuple[str, bytes]], ra
             ahead = count / rate - (time.monotonic() - started)
             if ahead > 0:
                 time.sleep(ahead)
-        while True:
-            try:
-                producer.produce(topic, value, key)
-                break
-            except BufferError:
-                producer.poll(0.05)
+        produce_with_backpressure(producer, topic, value, key)
         producer.poll(0)
         count += 1
     if producer.flush(120):

@@ -23,7 +23,7 @@ from collections.abc import Callable
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 
-from stack.kafka_clients import admin_client, consumer_config, transactional_producer_config
+from stack.kafka_clients import admin_client, consumer_config, produce, transactional_producer_config
 from stack.records import InvalidRecord, decode_record, dead_letter, encode_record, record_key
 from stack.topics import MACHINE_DATA, TopicSpec, ensure_topics
 
@@ -222,7 +222,7 @@ class KafkaJoiner:
 
     def _flush_frames(self, frames: dict[int, list[bytes]]) -> None:
         for partition, parts in frames.items():
-            self._produce(self.repartition_topic, b"".join(parts), None, partition=partition)
+            produce(self._producer, self.repartition_topic, b"".join(parts), None, partition=partition)
         frames.clear()
 
     def _join_frame(self, message: Message) -> None:
@@ -242,7 +242,7 @@ class KafkaJoiner:
             stats.rebuilt += len(records)
         else:
             stats.joined_in += len(records)
-        produce = self._producer.produce
+        produce_output = self._producer.produce
         output_topic = self.settings.output_topic
         append_times = self._transaction_append_times
         for framed in records:
@@ -277,9 +277,9 @@ class KafkaJoiner:
                                       output=json.dumps(output, default=repr))
                     continue
                 try:
-                    produce(output_topic, payload, record_key(output["thing"], output["quantity"]))
-                except BufferError:
-                    self._produce(output_topic, payload, record_key(output["thing"], output["quantity"]))
+                    produce_output(output_topic, payload, record_key(output["thing"], output["quantity"]))
+                except BufferError:  # local queue full: the shared helper waits for deliveries to drain it
+                    produce(self._producer, output_topic, payload, record_key(output["thing"], output["quantity"]))
                 append_times.append(framed[2])
 
     def _dead_letter(self, reason: str, framed: FramedRecord, **context: object) -> None:
@@ -287,16 +287,8 @@ class KafkaJoiner:
         envelope = dead_letter(reason, framed.value, STAGE, topic=self.settings.input_topic,
                                partition=framed.partition, offset=framed.offset,
                                key=key.decode("utf-8", "replace") if key is not None else None, **context)
-        self._produce(self.settings.dlq_topic, envelope, key)
+        produce(self._producer, self.settings.dlq_topic, envelope, key)
         self.stats.dead_letters += 1
-
-    def _produce(self, topic: str, value: bytes, key: bytes | str | None, **options: object) -> None:
-        while True:
-            try:
-                self._producer.produce(topic, value, key, **options)
-                return
-            except BufferError:  # local queue full: let deliveries drain
-                self._producer.poll(0.05)
 
     def _consumer_error(self, error: KafkaError) -> None:
         if error.fatal():
