@@ -215,6 +215,7 @@ def run_latency(spark, bootstrap: str, machines: int, rate: int, duration_s: flo
         stop.set()
         reader.join(5)
         consumer.close()
+        batches = [p["durationMs"]["triggerExecution"] / 1000 for p in query.recentProgress if p["numInputRows"]]
         query.stop()
         sink.close()
     latencies = []
@@ -226,7 +227,8 @@ def run_latency(spark, bootstrap: str, machines: int, rate: int, duration_s: flo
             latencies.append(received - max(inputs))
     values = np.array(latencies)
     return {"joins": len(values), "p50": float(np.percentile(values, 50)), "p99": float(np.percentile(values, 99)),
-            "max": float(values.max()), "rate": rate, "load_average": os.getloadavg()[0]}
+            "max": float(values.max()), "rate": rate, "load_average": os.getloadavg()[0],
+            "batches": len(batches), "mean_batch_s": float(np.mean(batches)) if batches else float("nan")}
 
 
 def produce_steady(bootstrap: str, topic: str, machines: int, rate: int, duration_s: float,
@@ -300,6 +302,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--latency-seconds", type=float, default=30.0)
     parser.add_argument("--trigger-seconds", type=float, default=0.5, help="trigger of the latency run")
     parser.add_argument("--master", default="local[*]")
+    parser.add_argument("--shuffle-partitions", type=int, default=SparkJoinerSettings.shuffle_partitions,
+                        help="state partitions of the job (the joiner's default unless given)")
+    parser.add_argument("--full-jit", action="store_true",
+                        help="let the JVM use its optimising compiler too (the job runs with C1 only)")
     parser.add_argument("--no-standalone", action="store_true", help="skip the standalone joiner's figures")
     args = parser.parse_args(argv)
     configure_logging()
@@ -309,7 +315,8 @@ def main(argv: list[str] | None = None) -> int:
     cleanup: list[str] = []
     results: list[tuple[int, dict, dict | None]] = []
     try:
-        spark = spark_session(args.master, shuffle_partitions=4, driver_memory="2g")
+        spark = spark_session(args.master, shuffle_partitions=args.shuffle_partitions, driver_memory="2g",
+                              quick_jit=not args.full_jit)
         for machines in args.machines:
             topics, figures = run_throughput(spark, bootstrap, machines, args.records, workdir, args.batch, cleanup)
             log.info("spark, %d machines: %s", machines, figures)
@@ -335,7 +342,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"latency at {latency['rate']:,} records/s, trigger {args.trigger_seconds} s, 100 machines: "
           f"p50 {latency['p50']:.2f} s, p99 {latency['p99']:.2f} s, max {latency['max']:.2f} s "
           f"over {latency['joins']:,} joins (Kafka append of the later input -> visible to read_committed), "
-          f"load {latency['load_average']:.1f}")
+          f"{latency['batches']} batches of {latency['mean_batch_s']:.2f} s on average, load {latency['load_average']:.1f}")
     print("CPU µs/rec: CPU time of the driver, its JVM and Python workers per input record, first batch included; "
           "load: 1-minute load average of the machine (2 cores) at the end of the run")
     return 0
