@@ -61,6 +61,9 @@ def spark_session(master: str = "local[*]", app_name: str = "spark-joiner", shuf
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.shuffle.partitions", str(shuffle_partitions))
         .config("spark.sql.streaming.stateStore.providerClass", ROCKSDB_PROVIDER)
+        # Each micro-batch commits a small changelog rather than a RocksDB snapshot; snapshots are taken by
+        # the background maintenance. This cuts the fixed cost of every batch.
+        .config("spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled", "true")
         .config("spark.sql.execution.arrow.pyspark.enabled", "true")
         # A stopped query must not leave a state-store maintenance thread behind in tests.
         .config("spark.sql.streaming.stopTimeout", "30s")
