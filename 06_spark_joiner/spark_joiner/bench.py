@@ -30,7 +30,7 @@ from pathlib import Path
 import numpy as np
 from confluent_kafka import Consumer, Producer
 
-from stack.kafka_clients import admin_client, consumer_config, producer_config
+from stack.kafka_clients import admin_client, consumer_config, produce, producer_config
 from stack.logs import configure_logging
 from stack.records import encode_record, record_key
 from stack.topics import MACHINE_DATA, MACHINE_DLQ, MACHINE_OUT, ensure_topics
@@ -93,12 +93,7 @@ def preload(bootstrap: str, topic: str, payloads: list[bytes], keys: list[bytes]
     producer = Producer(producer_config(bootstrap, **{"linger.ms": 50, "batch.size": 1_000_000,
                                                       "queue.buffering.max.messages": 2_000_000}))
     for payload, key in zip(payloads, keys):
-        while True:
-            try:
-                producer.produce(topic, payload, key)
-                break
-            except BufferError:
-                producer.poll(0.1)
+        produce(producer, topic, payload, key)
     if producer.flush(120):
         raise RuntimeError("pre-load did not complete")
 

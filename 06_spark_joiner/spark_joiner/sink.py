@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from pyspark.sql import DataFrame
 
-from stack.kafka_clients import consumer_config, transactional_producer_config
+from stack.kafka_clients import consumer_config, produce, transactional_producer_config
 
 from .processor import DLQ, unpack_emitted
 
@@ -98,12 +98,7 @@ class TransactionalBatchSink:
                 dead_letters += 1
             else:
                 topic = self.output_topic
-            while True:
-                try:
-                    producer.produce(topic, value, key)
-                    break
-                except BufferError:
-                    producer.poll(0.1)  # queue full: let deliveries drain
+            produce(producer, topic, value, key)
         return dead_letters
 
     def _commit(self) -> None:
