@@ -8,8 +8,6 @@ import signal
 import socket
 import subprocess
 import sys
-import urllib.error
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -18,6 +16,7 @@ from influxdb import InfluxDBClient
 
 from local_stream_buffer.keyed import KeyedJoiner
 from stack import paths
+from stack.health import influxdb_ready
 from stack.records import record_key
 from stack.services import render
 from support import unique, wait_for
@@ -142,11 +141,7 @@ class PrivateInfluxDB:
 
     def ready(self) -> bool:
         assert self.process is not None and self.process.poll() is None, "private influxd exited"
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/ping", timeout=1) as reply:
-                return reply.status == 204
-        except (OSError, urllib.error.URLError):
-            return False
+        return influxdb_ready(self.port)
 
     def stop(self) -> None:
         if self.process is not None and self.process.poll() is None:

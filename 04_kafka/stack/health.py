@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import socket
+import urllib.error
+import urllib.request
 
 
 def mqtt_ready(host: str, port: int, timeout: float = 1.0) -> bool:
@@ -19,3 +21,12 @@ def mqtt_ready(host: str, port: int, timeout: float = 1.0) -> bool:
     except OSError:
         return False
     return reply[:2] == b"\x20\x02" and reply[3:4] == b"\x00"
+
+
+def influxdb_ready(port: int, host: str = "127.0.0.1", timeout: float = 1.0) -> bool:
+    """InfluxDB answers `/ping` with 204 No Content once it serves queries."""
+    try:
+        with urllib.request.urlopen(f"http://{host}:{port}/ping", timeout=timeout) as reply:
+            return reply.status == 204
+    except (OSError, urllib.error.URLError):
+        return False

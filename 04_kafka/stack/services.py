@@ -7,14 +7,13 @@ import os
 import shutil
 import subprocess
 import sys
-import urllib.error
-import urllib.request
 import uuid
 from abc import ABC, abstractmethod
 from pathlib import Path
 from string import Template
 
 from . import paths
+from .health import influxdb_ready, mqtt_ready
 from .logs import READY_MARKER
 
 # Written into a service's log before each start, so readiness is read from the latest run only.
@@ -110,7 +109,6 @@ class Mosquitto(Service):
         return [require_binary("mosquitto", "mosquitto"), "-c", str(self.config_file)]
 
     def is_ready(self) -> bool:
-        from .health import mqtt_ready
         return mqtt_ready("127.0.0.1", self.ports()["mqtt"])
 
 
@@ -193,11 +191,7 @@ class InfluxDB(Service):
         return [require_binary("influxd", "influxdb"), "-config", str(self.config_file)]
 
     def is_ready(self) -> bool:
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{self.ports()['http']}/ping", timeout=1) as reply:
-                return reply.status == 204
-        except (OSError, urllib.error.URLError):
-            return False
+        return influxdb_ready(self.ports()["http"])
 
     def after_ready(self) -> None:
         from .influx import influx_client
