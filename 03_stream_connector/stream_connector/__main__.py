@@ -5,6 +5,7 @@ import signal
 import sys
 
 from stack.logs import configure_logging
+from stack.runtime import tune_gc_for_streaming
 from stack.settings import load_settings
 
 from .connector import Connector
@@ -17,6 +18,7 @@ def main(argv: list[str] | None = None) -> int:
     connector = Connector(settings)
     signal.signal(signal.SIGTERM, connector.request_stop)
     signal.signal(signal.SIGINT, connector.request_stop)
+    tune_gc_for_streaming()
     return connector.run()
 
 

@@ -8,6 +8,7 @@ import threading
 from collections.abc import Sequence
 
 from stack.logs import configure_logging
+from stack.runtime import tune_gc_for_streaming
 from stack.settings import load_settings
 
 from .connector import DbConnector
@@ -32,6 +33,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     signal.signal(signal.SIGTERM, request_stop)
     signal.signal(signal.SIGINT, request_stop)
+    tune_gc_for_streaming()
     DbConnector(settings, stop).run()
     return 0
 

@@ -5,6 +5,7 @@ import logging
 import signal
 
 from stack.logs import announce_ready, configure_logging
+from stack.runtime import tune_gc_for_streaming
 from stack.settings import load_settings
 
 from .service import KafkaJoiner
@@ -20,6 +21,7 @@ def main(argv: list[str] | None = None) -> None:
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: joiner.stop())
     joiner.start()
+    tune_gc_for_streaming()
     announce_ready(log, f"kafka joiner {joiner.transactional_id}: {settings.input_topic} -> {settings.output_topic}")
     joiner.run()
 

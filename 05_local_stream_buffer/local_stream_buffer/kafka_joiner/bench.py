@@ -27,6 +27,7 @@ from stack.kafka_clients import admin_client, producer_config
 from stack.kafka_clients import produce as produce_with_backpressure
 from stack.logs import configure_logging
 from stack.records import record_key
+from stack.runtime import tune_gc_for_streaming
 from stack.settings import KafkaSettings, add_arguments, from_namespace
 from stack.topics import MACHINE_DATA, MACHINE_DLQ, MACHINE_OUT, ensure_topics
 
@@ -198,6 +199,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--skip-latency", action="store_true")
     args = parser.parse_args(argv)
     configure_logging("WARNING")
+    tune_gc_for_streaming()  # as `python -m local_stream_buffer.kafka_joiner` runs
     # A stop request unwinds normally, so the runs' topics are still deleted.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))
     connection = from_namespace(KafkaSettings, args)
