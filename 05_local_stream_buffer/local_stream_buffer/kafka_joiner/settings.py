@@ -31,7 +31,7 @@ class KafkaJoinerSettings(KafkaSettings):
     join_specs: Path | None = setting(None, "KAFKA_JOINER_JOIN_SPECS",
                                       "join-spec TOML file (default: local_stream_buffer/join_specs.toml)")
     commit_interval_ms: int = setting(50, "KAFKA_JOINER_COMMIT_INTERVAL_MS",
-                                      "a transaction commits at least this often while records flow")
+                                      "a transaction commits at least this often while a backlog is read (at once when the input is drained)")
     max_transaction_records: int = setting(50_000, "KAFKA_JOINER_MAX_TRANSACTION_RECORDS",
                                            "a transaction commits early once it consumed this many records")
     transaction_timeout_ms: int = setting(
