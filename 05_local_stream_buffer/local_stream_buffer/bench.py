@@ -105,13 +105,11 @@ def main(argv: list[str] | None = None) -> None:
         print(f"\n{name} (best of {repeats} runs)\n{HEADER}")
         records = len(order)
         left_records, right_records = as_records(left, "r"), as_records(right, "s")
-        gc.freeze()  # the prepared inputs are no garbage of the engine: keep the collector from rescanning them
         results = [
             best_of(repeats, "per-record StreamBuffer", records, per_record(left_records, right_records, order)),
             best_of(repeats, "batch path, 1 batch", records, batched(left, right, 1)),
             best_of(repeats, "batch path, 100 batches", records, batched(left, right, 100)),
         ]
-        gc.unfreeze()
         for result in results:
             print(result.row())
         if len({result.joins for result in results}) != 1:
