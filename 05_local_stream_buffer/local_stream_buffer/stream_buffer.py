@@ -188,6 +188,7 @@ class StreamBuffer:
 
 def _seed_result_appender(append: Callable[[Any], None]) -> PairSink:
     """An emitter appending the seed's default join result, plus the case, for each pair."""
+    labels = CASE_LABELS
 
     def emit(case: int, left: Entry, right: Entry) -> None:
         record_left = left[2]
@@ -199,7 +200,7 @@ def _seed_result_appender(append: Callable[[Any], None]) -> PairSink:
             "s.quantity": record_right.quantity,
             "s.phenomenonTime": right[0],
             "s.result": right[1],
-            "case": CASE_LABELS[case],
+            "case": labels[case],
         }
         if record_left.metadata:
             result["r.metadata"] = record_left.metadata

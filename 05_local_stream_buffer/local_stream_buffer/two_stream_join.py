@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import math
 import time
-from collections import deque
 from itertools import islice
 from typing import Any, Callable, Iterator
 
@@ -54,6 +53,7 @@ _DUPLICATE = IngestStatus.DUPLICATE
 _REJECTED = IngestStatus.REJECTED
 _LATE = IngestStatus.LATE
 _NEVER = -math.inf
+_UNBOUNDED = math.inf
 
 
 class TwoStreamJoin:
@@ -68,9 +68,9 @@ class TwoStreamJoin:
     """
 
     __slots__ = (
-        "_buffers", "_frontier", "_last_time", "_last_value", "_emit", "_release", "_delta",
-        "_max_pending", "_max_latency", "_clock",
-        "records", "duplicates", "rejected", "late", "forced", "peak_buffer",
+        "_buffers", "_sides", "_frontier", "_last_time", "_last_value", "_emit", "_release", "_delta",
+        "_max_pending", "_watermark", "_max_latency", "_clock",
+        "duplicates", "rejected", "late", "forced", "peak_buffer",
     )
 
     def __init__(
@@ -84,7 +84,9 @@ class TwoStreamJoin:
     ) -> None:
         if max_pending_per_side < 1:
             raise ValueError("max_pending_per_side must be at least 1")
-        self._buffers: tuple[deque[Entry], deque[Entry]] = (deque(), deque())
+        self._buffers: tuple[list[Entry], list[Entry]] = ([], [])
+        # Per side: its buffer, the other side's buffer and the other side.
+        self._sides = ((self._buffers[LEFT], self._buffers[RIGHT], RIGHT), (self._buffers[RIGHT], self._buffers[LEFT], LEFT))
         self._frontier = [_NEVER, _NEVER]
         # Last time and result seen per stream, for the order check (late records count as seen).
         self._last_time = [_NEVER, _NEVER]
@@ -93,9 +95,9 @@ class TwoStreamJoin:
         self._release = release
         self._delta = math.inf if delta_time is None else delta_time
         self._max_pending = max_pending_per_side
+        self._watermark = 0  # min(peak_buffer, max_pending): a side growing beyond it needs a look
         self._max_latency = max_latency
         self._clock = clock
-        self.records = 0  # accepted records
         self.duplicates = 0
         self.rejected = 0
         self.late = 0
@@ -106,7 +108,7 @@ class TwoStreamJoin:
         """Time of the last record seen on a side (-inf before the first)."""
         return self._last_time[side]
 
-    def buffer(self, side: int) -> deque[Entry]:
+    def buffer(self, side: int) -> list[Entry]:
         """The entries a side holds (read-only view for inspection)."""
         return self._buffers[side]
 
@@ -122,7 +124,8 @@ class TwoStreamJoin:
     def ingest(self, side: int, t: float, value: Any, item: Any) -> IngestStatus:
         """Add the next record of a side and emit every pair it makes certain.
 
-        The hot path of the package, hence written out in one function with local names.
+        The hot path of the package, hence written out in one function with local names, and with the
+        bookkeeping that the defaults make unnecessary (delta_time, release hook, max_latency) skipped.
         """
         last_time = self._last_time
         if t <= last_time[side]:
@@ -134,25 +137,31 @@ class TwoStreamJoin:
         if t <= own_frontier:
             self.late += 1
             return _LATE
-        self.records += 1
         frontier[side] = t
         max_latency = self._max_latency
-        now = 0.0 if max_latency is None else self._clock()
-        entry = (t, value, item, now)
-        other = side ^ 1
-        own = self._buffers[side]
-        theirs = self._buffers[other]
+        entry = (t, value, item, 0.0 if max_latency is None else self._clock())
+        own, theirs, other = self._sides[side]
         # A stream that already leads cannot pair yet: the other holds nothing after its frontier.
         if theirs and frontier[other] >= own_frontier:
             emit = self._emit
             delta = self._delta
-            prev = own[-1] if own else None
-            anchor = theirs[0] if theirs[0][0] <= own_frontier else None
+            unbounded = delta == _UNBOUNDED
+            if own:
+                prev = own[-1]
+                prev_time = prev[0]
+            else:
+                prev = None
+                prev_time = _NEVER
+            anchor = theirs[0]
+            anchor_time = anchor[0]
+            if anchor_time > own_frontier:
+                anchor = None
             # The first record after the frontier is prev's successor unless the anchor ties with prev;
             # that pair came when the later of the two arrived, so it must not come again as a predecessor pair.
-            skip_first = prev is not None and prev[0] == own_frontier and (anchor is None or anchor[0] != own_frontier)
+            skip_first = prev is not None and prev_time == own_frontier and (anchor is None or anchor_time != own_frontier)
             successor_of_theirs = SUCCESSOR_CASE[other]
             successor = None
+            at_or_before = 0  # records of theirs at or before t
             in_range = False
             tie = False
             for record in theirs:
@@ -160,6 +169,7 @@ class TwoStreamJoin:
                 if record_time > t:
                     successor = record
                     break
+                at_or_before += 1
                 if record_time <= own_frontier:
                     continue  # the anchor
                 in_range = True
@@ -171,7 +181,7 @@ class TwoStreamJoin:
                         emit(_SAME_TIME, entry, record)
                     continue
                 # The new record is this record's successor ...
-                if t - record_time <= delta:
+                if unbounded or t - record_time <= delta:
                     if side:
                         emit(successor_of_theirs, record, entry)
                     else:
@@ -179,18 +189,18 @@ class TwoStreamJoin:
                 # ... and prev (the previous record of the new record's stream) is now certainly its predecessor.
                 if skip_first:
                     skip_first = False
-                elif prev is not None and record_time - prev[0] <= delta:
+                elif prev is not None and (unbounded or record_time - prev_time <= delta):
                     if side:
                         emit(PREDECESSOR_CASE[other], record, prev)
                     else:
                         emit(PREDECESSOR_CASE[other], prev, record)
-            if successor is not None and not tie and successor[0] - t <= delta:
+            if successor is not None and not tie and (unbounded or successor[0] - t <= delta):
                 if side:
                     emit(SUCCESSOR_CASE[side], successor, entry)
                 else:
                     emit(SUCCESSOR_CASE[side], entry, successor)
-            if anchor is not None and t - anchor[0] <= delta:
-                if prev is None or anchor[0] > prev[0]:
+            if anchor is not None and (unbounded or t - anchor_time <= delta):
+                if prev is None or anchor_time > prev_time:
                     # Forcing closed this stream's gap up to the anchor, so the new record is its successor.
                     if side:
                         emit(successor_of_theirs, anchor, entry)
@@ -204,37 +214,46 @@ class TwoStreamJoin:
                     else:
                         emit(PREDECESSOR_CASE[side], entry, anchor)
             release = self._release
-            if theirs[-1][0] >= t:
+            if successor is not None or theirs[-1][0] == t:
                 # This stream is now behind (or level): it keeps only the new record, the other one its
                 # latest record at or before t plus everything after t.
-                while own:
-                    dropped = own.popleft()
-                    if release is not None:
+                if release is not None:
+                    for dropped in own:
                         release(dropped[2])
+                own.clear()
                 own.append(entry)
-                while len(theirs) > 1 and theirs[1][0] <= t:
-                    dropped = theirs.popleft()
+                if at_or_before > 1:
                     if release is not None:
-                        release(dropped[2])
+                        for dropped in theirs[:at_or_before - 1]:
+                            release(dropped[2])
+                    del theirs[:at_or_before - 1]
                 if max_latency is not None:
-                    self._force_overdue(now)
+                    self._force_overdue(entry[3])
                 return _ACCEPTED
             # This stream now leads: the other keeps only its last record.
-            while len(theirs) > 1:
-                dropped = theirs.popleft()
+            if len(theirs) > 1:
                 if release is not None:
-                    release(dropped[2])
+                    for dropped in theirs[:-1]:
+                        release(dropped[2])
+                del theirs[:-1]
         own.append(entry)
         held = len(own)
+        if held > self._watermark:
+            self._grown(side, held)
+        if max_latency is not None:
+            self._force_overdue(entry[3])
+        return _ACCEPTED
+
+    def _grown(self, side: int, held: int) -> None:
+        """A side holds more records than its peak so far or the pending limit: record the peak, enforce the limit."""
         if held > self.peak_buffer:
             self.peak_buffer = held
-        if held > self._max_pending:  # pending <= held: only then can the limit be exceeded
-            pending = held - 1 if own[0][0] <= frontier[other] else held
-            if pending > self._max_pending:
-                self._force_oldest(side, pending - self._max_pending)
-        if max_latency is not None:
-            self._force_overdue(now)
-        return _ACCEPTED
+        max_pending = self._max_pending
+        if held > max_pending:  # pending <= held: only then can the limit be exceeded
+            pending = held - 1 if self._buffers[side][0][0] <= self._frontier[side ^ 1] else held
+            if pending > max_pending:
+                self._force_oldest(side, pending - max_pending)
+        self._watermark = min(self.peak_buffer, max_pending)
 
     def _out_of_order(self, side: int, t: float, value: Any) -> IngestStatus:
         if t == self._last_time[side] and value == self._last_value[side]:
@@ -280,16 +299,19 @@ class TwoStreamJoin:
         last = lag_buffer[-1] if lag_buffer else None
         release = self._release
         skip_first = last is not None and last[0] == lag_frontier
+        first = 0
         if pending[0][0] <= lag_frontier:
-            anchor = pending.popleft()
+            anchor = pending[0]
+            first = 1
             skip_first = skip_first and anchor[0] != lag_frontier
             if release is not None:
                 release(anchor[2])
         case = PREDECESSOR_CASE[lead]
         delta = self._delta
         emit = self._emit
-        for index in range(count):
-            record = pending.popleft()
+        newest = first + count - 1
+        for index in range(first, newest + 1):
+            record = pending[index]
             if last is not None:
                 if skip_first:
                     skip_first = False
@@ -298,9 +320,9 @@ class TwoStreamJoin:
                         emit(case, last, record)
                     else:
                         emit(case, record, last)
-            if index < count - 1 and release is not None:
+            if index < newest and release is not None:
                 release(record[2])
         # The newest forced record stays: it is the predecessor of the stalled stream's next record.
-        pending.appendleft(record)
+        del pending[:newest]
         self._frontier[lag] = record[0]
         self.forced += count
