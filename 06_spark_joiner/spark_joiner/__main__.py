@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from pyspark.errors import StreamingQueryException
 
 from stack.logs import announce_ready, configure_logging
+from stack.runtime import tune_gc_for_streaming
 from stack.settings import load_settings
 
 from .job import start_query
@@ -36,6 +37,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     sink = TransactionalBatchSink(settings.kafka_bootstrap_servers, settings.output_topic, settings.dlq_topic,
                                   settings.sink_transactional_id())
     query = start_query(spark, settings, sink)
+    tune_gc_for_streaming()  # the sink unpacks and produces every output record in this process
     announce_ready(log, f"spark joiner: {settings.input_topic} -> {settings.output_topic} on {settings.master}")
     restarts = 0
     next_log = time.monotonic() + settings.log_interval_seconds

@@ -33,6 +33,7 @@ from confluent_kafka import Consumer, Producer
 from stack.kafka_clients import admin_client, consumer_config, produce, producer_config
 from stack.logs import configure_logging
 from stack.records import encode_record, record_key
+from stack.runtime import tune_gc_for_streaming
 from stack.topics import MACHINE_DATA, MACHINE_DLQ, MACHINE_OUT, ensure_topics
 
 from .job import start_query
@@ -302,6 +303,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--full-jit", action="store_true",
                         help="let the JVM use its optimising compiler too (the job runs with C1 only)")
     parser.add_argument("--no-standalone", action="store_true", help="skip the standalone joiner's figures")
+    parser.add_argument("--no-latency", action="store_true", help="skip the latency run")
     args = parser.parse_args(argv)
     configure_logging()
     logging.getLogger("py4j").setLevel(logging.WARNING)
@@ -312,13 +314,14 @@ def main(argv: list[str] | None = None) -> int:
     try:
         spark = spark_session(args.master, shuffle_partitions=args.shuffle_partitions, driver_memory="2g",
                               quick_jit=not args.full_jit)
+        tune_gc_for_streaming()  # as `python -m spark_joiner` runs
         for machines in args.machines:
             topics, figures = run_throughput(spark, bootstrap, machines, args.records, workdir, args.batch, cleanup)
             log.info("spark, %d machines: %s", machines, figures)
             standalone = None if args.no_standalone else run_standalone(bootstrap, topics, figures["records"], cleanup)
             results.append((machines, figures, standalone))
-        latency = run_latency(spark, bootstrap, 100, args.rate, args.latency_seconds, args.trigger_seconds, workdir,
-                              cleanup)
+        latency = None if args.no_latency else run_latency(spark, bootstrap, 100, args.rate, args.latency_seconds,
+                                                           args.trigger_seconds, workdir, cleanup)
         spark.stop()
     finally:
         delete_topics(bootstrap, sorted(set(cleanup)))
@@ -334,10 +337,12 @@ def main(argv: list[str] | None = None) -> int:
               f" {figures['joins_per_s']:9,.0f} {figures['steady_records_per_s']:13,.0f}"
               f" {figures['first_batch_s']:11.1f} {figures['cpu_us_per_record']:10.1f} {figures['load_average']:5.1f}"
               f" | {other}")
-    print(f"latency at {latency['rate']:,} records/s, trigger {args.trigger_seconds} s, 100 machines: "
-          f"p50 {latency['p50']:.2f} s, p99 {latency['p99']:.2f} s, max {latency['max']:.2f} s "
-          f"over {latency['joins']:,} joins (Kafka append of the later input -> visible to read_committed), "
-          f"{latency['batches']} batches of {latency['mean_batch_s']:.2f} s on average, load {latency['load_average']:.1f}")
+    if latency:
+        print(f"latency at {latency['rate']:,} records/s, trigger {args.trigger_seconds} s, 100 machines: "
+              f"p50 {latency['p50']:.2f} s, p99 {latency['p99']:.2f} s, max {latency['max']:.2f} s "
+              f"over {latency['joins']:,} joins (Kafka append of the later input -> visible to read_committed), "
+              f"{latency['batches']} batches of {latency['mean_batch_s']:.2f} s on average, "
+              f"load {latency['load_average']:.1f}")
     print("CPU µs/rec: CPU time of the driver, its JVM and Python workers per input record, first batch included; "
           "load: 1-minute load average of the machine (2 cores) at the end of the run")
     return 0

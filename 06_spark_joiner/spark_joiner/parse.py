@@ -15,7 +15,7 @@ per-record cost, and the processor unpacks the columns straight into numpy (:fun
 from __future__ import annotations
 
 import zlib
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
 import numpy as np
@@ -102,11 +102,13 @@ class RecordRouter:
         self.buckets = buckets
         self.reject_bucket = buckets  # one extra bucket, never holding join state
         self._resolver: SpecResolver | None = None
-        self._targets: dict[tuple[str, str], tuple[tuple[int, int, int], ...]] = {}
+        self._targets = _TargetCache(self.targets)
 
     def __getstate__(self) -> dict:
-        return {"join_specs": self.join_specs, "buckets": self.buckets, "reject_bucket": self.reject_bucket,
-                "_resolver": None, "_targets": {}}
+        return {"join_specs": self.join_specs, "buckets": self.buckets, "reject_bucket": self.reject_bucket}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__init__(state["join_specs"], state["buckets"])
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for batch in batches:
@@ -125,51 +127,62 @@ class RecordRouter:
         cache = self._targets
         if len(cache) > _TARGET_CACHE_SIZE:
             cache.clear()
-        # Per record only what needs Python: parse, validate, look up its join keys. The rest is columnar.
-        source: list[int] = []  # the row of the Kafka batch each routed row comes from
-        routed: list[tuple[int, int, int]] = []  # (bucket, route index, side) of each routed row
-        raw_times: list[int | float] = []
-        results: list[int | float] = []
-        things: list[str] = []
-        quantities: list[str] = []
+        # Per record only what needs Python: parse and validate, then look up its join keys; one pass each,
+        # as comprehensions. The rest is columnar.
+        records: list[dict] = []
         rejected: list[int] = []
         reasons: list[str] = []
+        keep = records.append
         for row, payload in enumerate(batch.column("value").to_pylist()):
             try:
-                record = decode_record(payload)
+                keep(decode_record(payload))
             except InvalidRecord as error:
                 rejected.append(row)
                 reasons.append(str(error))
-                continue
-            thing, quantity = record["thing"], record["quantity"]
-            targets = cache.get((thing, quantity))
-            if targets is None:
-                targets = cache[(thing, quantity)] = self.targets(thing, quantity)
-            for target in targets:
-                source.append(row)
-                routed.append(target)
-                raw_times.append(record["phenomenonTime"])
-                results.append(record["result"])
-                things.append(thing)
-                quantities.append(quantity)
-        valid, invalid = len(source), len(rejected)
-        bucket, route, side = (np.array(column, np.int32) for column in zip(*routed)) if routed else ([], [], [])
+        things = [record["thing"] for record in records]
+        quantities = [record["quantity"] for record in records]
+        targets = [cache[key] for key in zip(things, quantities)]
+        flat = [target for record_targets in targets for target in record_targets]
+        valid_rows = np.delete(np.arange(batch.num_rows), rejected) if rejected else np.arange(batch.num_rows)
+        times = epoch_ms([record["phenomenonTime"] for record in records])
+        results = np.array([record["result"] for record in records], np.float64)
+        thing_column, quantity_column = pa.array(things, pa.string()), pa.array(quantities, pa.string())
+        if len(flat) != len(records) or any(len(record_targets) != 1 for record_targets in targets):
+            # Records feeding no join key, or several: one routed row per (record, join key).
+            source = np.repeat(np.arange(len(records)), np.fromiter(map(len, targets), np.int64, len(targets)))
+            valid_rows, times, results = valid_rows[source], times[source], results[source]
+            taken = pa.array(source, pa.int64())
+            thing_column, quantity_column = thing_column.take(taken), quantity_column.take(taken)
+        bucket, route, side = np.array(flat, np.int32).reshape(-1, 3).T
+        valid, invalid = len(flat), len(rejected)
         nan = np.full(invalid, np.nan)
-        rows = pa.array(source + rejected, pa.int64())
+        rows = pa.array(np.concatenate([valid_rows, np.array(rejected, np.int64)]), pa.int64())
         columns = [
-            pa.array(np.concatenate([bucket, np.full(invalid, self.reject_bucket)]), pa.int32()),
-            pa.array(things + [None] * invalid, pa.string()),
-            pa.array(quantities + [None] * invalid, pa.string()),
-            pa.array(np.concatenate([route, np.full(invalid, -1)]), pa.int32()),
-            pa.array(np.concatenate([side, np.full(invalid, -1)]), pa.int32()),
-            pa.array(np.concatenate([epoch_ms(raw_times), nan])),
-            pa.array(np.concatenate([np.array(results, np.float64), nan])),
+            pa.array(np.concatenate([bucket, np.full(invalid, self.reject_bucket, np.int32)]), pa.int32()),
+            pa.concat_arrays([thing_column, pa.nulls(invalid, pa.string())]),
+            pa.concat_arrays([quantity_column, pa.nulls(invalid, pa.string())]),
+            pa.array(np.concatenate([route, np.full(invalid, -1, np.int32)]), pa.int32()),
+            pa.array(np.concatenate([side, np.full(invalid, -1, np.int32)]), pa.int32()),
+            pa.array(np.concatenate([times, nan])),
+            pa.array(np.concatenate([results, nan])),
             batch.column("partition").take(rows).cast(pa.int32()),
             batch.column("offset").take(rows).cast(pa.int64()),
             batch.column("value").take(rows).cast(pa.binary()),
             pa.array([None] * valid + reasons, pa.string()),
         ]
         return pa.RecordBatch.from_arrays(columns, schema=ROUTED_ARROW_SCHEMA)
+
+
+class _TargetCache(dict):
+    """(thing, quantity) -> its routing targets, computed on first use (one dict lookup per record)."""
+
+    def __init__(self, targets: Callable[[str, str], tuple[tuple[int, int, int], ...]]) -> None:
+        super().__init__()
+        self._compute = targets
+
+    def __missing__(self, key: tuple[str, str]) -> tuple[tuple[int, int, int], ...]:
+        value = self[key] = self._compute(*key)
+        return value
 
 
 def epoch_ms(times: list[int | float]) -> np.ndarray:

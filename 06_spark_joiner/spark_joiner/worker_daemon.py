@@ -5,9 +5,17 @@ each task the worker calls ``importlib.invalidate_caches()``, and a zip importer
 its archive's whole directory again: for these archives that was the largest single cost of a short
 task here. Where pyspark and py4j are installed in the environment anyway (as in this project), the archives
 are dropped from the path and the daemon runs as usual. Set as ``spark.python.daemon.module``.
+
+The daemon forks every worker. It imports what the job's workers need (pandas, pyarrow, the engine, this
+package) once before forking, so a new worker does not, and it keeps the garbage collector off the
+per-record path (``stack.runtime.tune_gc_for_streaming``, as the pipeline's other record loops): the
+router and the join allocate several objects per record (parsed records, output records), which with
+CPython's default threshold cost about a tenth of a worker's CPU in collections. What the daemon
+imported is frozen before the fork, and the higher threshold is inherited by every worker.
 """
 from __future__ import annotations
 
+import importlib
 import importlib.util
 import os
 import runpy
@@ -32,6 +40,20 @@ def drop_spark_archives() -> None:
         sys.path[:] = original  # a cluster whose Python has no pyspark of its own: keep Spark's
 
 
+# Modules every worker of the job imports; imported once in the daemon, before it forks the workers.
+_WORKER_MODULES = ("spark_joiner.parse", "spark_joiner.processor")
+
+
+def prepare_workers() -> None:
+    """Import the workers' modules, then freeze them and raise the collection threshold for every worker."""
+    for module in _WORKER_MODULES:
+        importlib.import_module(module)
+    # Imported here, after the archives are dropped: stack is this project's package, not Spark's.
+    from stack.runtime import tune_gc_for_streaming
+    tune_gc_for_streaming()
+
+
 if __name__ == "__main__":
     drop_spark_archives()
+    prepare_workers()
     runpy.run_module("pyspark.daemon", run_name="__main__", alter_sys=True)
