@@ -147,7 +147,7 @@ class RecordRouter:
         times = epoch_ms([record["phenomenonTime"] for record in records])
         results = np.array([record["result"] for record in records], np.float64)
         thing_column, quantity_column = pa.array(things, pa.string()), pa.array(quantities, pa.string())
-        if len(flat) != len(records) or any(len(record_targets) != 1 for record_targets in targets):
+        if len(flat) != len(records) or () in targets:  # else every record feeds exactly one key
             # Records feeding no join key, or several: one routed row per (record, join key).
             source = np.repeat(np.arange(len(records)), np.fromiter(map(len, targets), np.int64, len(targets)))
             valid_rows, times, results = valid_rows[source], times[source], results[source]

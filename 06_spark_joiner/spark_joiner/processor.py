@@ -11,6 +11,7 @@ on each stream's order, so it equals the standalone joiner's, pair for pair.
 """
 from __future__ import annotations
 
+import json
 import pickle
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -33,6 +34,7 @@ from .order import order_verdicts, rejection_reason
 from .parse import binding_id, resolver_for, unpack
 
 STAGE = "spark_joiner"
+NOT_FINITE = "join result is not a finite number"  # the standalone joiner's reason
 OUT = "out"
 DLQ = "dlq"
 
@@ -76,7 +78,8 @@ class BucketJoinProcessor(StatefulProcessor):
         pass
 
     def _load_states(self) -> dict[JoinKey, bytes]:
-        return pickle.loads(self.joins.get()[0]) if self.joins.exists() else {}
+        stored = self.joins.get()  # None for a bucket without state: one call to the state server, not two
+        return pickle.loads(stored[0]) if stored is not None else {}
 
 
 def _codes(column: pa.ChunkedArray) -> tuple[np.ndarray, list]:
@@ -156,7 +159,7 @@ def join_rows(resolver: SpecResolver, data: pa.Table, states: dict[JoinKey, byte
                                   max_pending_per_side=max_pending_per_side)
         states[key] = state.to_bytes()
         emitted.joins(thing, binding, pairs)
-    emitted.build_joins()
+    emitted.build_joins(input_topic)
     return emitted
 
 
@@ -180,9 +183,10 @@ class Emitted:
         if pairs.count:
             self._held.append((thing, binding, pairs))
 
-    def build_joins(self) -> None:
+    def build_joins(self, input_topic: str) -> None:
         """The output records of the held pairs: machine.out in time order per key, whatever order the
-        engine found the pairs in. One sort over all keys, not one per key."""
+        engine found the pairs in. One sort over all keys, not one per key. A record whose result is not a
+        finite number (a formula overflowing, say) is dead-lettered, as the standalone joiner does."""
         if not self._held:
             return
         counts = [pairs.count for _, _, pairs in self._held]
@@ -192,11 +196,24 @@ class Emitted:
         held = PairArrays(*(column[order] for column in held))
         start = 0
         for (thing, binding, _), count in zip(self._held, counts):
-            records = output_records(thing, binding, PairArrays(*(column[start:start + count] for column in held)))
+            payloads = output_payloads(thing, binding, PairArrays(*(column[start:start + count] for column in held)))
             start += count
-            self.kinds.extend([OUT] * count)
-            self.keys.extend([record_key(thing, binding.output_quantity)] * count)
-            self.values.extend(map(encode_record, records))
+            key = record_key(thing, binding.output_quantity)
+            if dict not in map(type, payloads):  # every result finite: the common case
+                self.kinds.extend([OUT] * count)
+                self.keys.extend([key] * count)
+                self.values.extend(payloads)
+                continue
+            for payload in payloads:
+                if type(payload) is bytes:
+                    self.kinds.append(OUT)
+                    self.keys.append(key)
+                    self.values.append(payload)
+                else:
+                    self.kinds.append(DLQ)
+                    self.keys.append(None)
+                    self.values.append(dead_letter(NOT_FINITE, None, STAGE, topic=input_topic,
+                                                   output=json.dumps(payload, default=repr)))
         self._held = []
 
     def frame(self) -> pd.DataFrame:
@@ -204,6 +221,17 @@ class Emitted:
         records = pa.RecordBatch.from_arrays([pa.array(self.kinds, pa.string()), pa.array(self.keys, pa.string()),
                                               pa.array(self.values, pa.binary())], schema=EMITTED_ARROW_SCHEMA)
         return pd.DataFrame({"records": [records.serialize().to_pybytes()]})
+
+
+def output_payloads(thing: str, binding: SpecBinding, pairs: PairArrays) -> list[bytes | dict]:
+    """The encoded machine.out record of each pair, or the record itself where its result is not finite."""
+    payloads: list[bytes | dict] = []
+    for record in output_records(thing, binding, pairs):
+        try:
+            payloads.append(encode_record(record))
+        except ValueError:
+            payloads.append(record)
+    return payloads
 
 
 def unpack_emitted(blobs: Iterable[bytes]) -> pa.Table:
