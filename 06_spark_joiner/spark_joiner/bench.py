@@ -211,7 +211,12 @@ def run_latency(spark, bootstrap: str, machines: int, rate: int, duration_s: flo
         stop.set()
         reader.join(5)
         consumer.close()
-        batches = [p["durationMs"]["triggerExecution"] / 1000 for p in query.recentProgress if p["numInputRows"]]
+        busy = [p for p in query.recentProgress if p["numInputRows"]]
+        batches = [p["durationMs"]["triggerExecution"] / 1000 for p in busy]
+        phases = {phase: round(float(np.mean([p["durationMs"].get(phase, 0) for p in busy])) / 1000, 2)
+                  for phase in (busy[0]["durationMs"] if busy else ())}
+        log.info("latency run: %d batches, mean seconds per phase %s, mean input rows %.0f", len(busy), phases,
+                 np.mean([p["numInputRows"] for p in busy]) if busy else 0)
         query.stop()
         sink.close()
     latencies = []
@@ -291,7 +296,8 @@ def main(argv: list[str] | None = None) -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--kafka-bootstrap-servers", default=os.environ.get("KAFKA_BOOTSTRAP_SERVERS", "127.0.0.1:9092"))
     parser.add_argument("--records", type=int, default=1_000_000, help="pre-loaded records per machine count")
-    parser.add_argument("--machines", type=int, nargs="+", default=[100, 10_000])
+    parser.add_argument("--machines", type=int, nargs="*", default=[100, 10_000],
+                        help="machine counts of the throughput runs (none: the latency run only)")
     parser.add_argument("--batch", type=int, default=250_000,
                         help="maxOffsetsPerTrigger of the throughput runs (the first batch, with the warm-up, is reported apart)")
     parser.add_argument("--rate", type=int, default=10_000, help="records/s of the latency run")

@@ -12,8 +12,18 @@ from .sink import TransactionalBatchSink
 QUERY_NAME = "spark_joiner"
 
 
+# Hadoop's FileContext API, which Structured Streaming uses for checkpoint files by default, sets each new
+# file's permissions and resolves links on rename by starting `chmod` and `readlink` processes when Hadoop's
+# native library is absent (as with pip's pyspark): several per micro-batch, from a JVM with a large heap.
+# The FileSystem API writes local files with Java's own calls. Either keeps the write-then-rename protocol.
+CHECKPOINT_FILE_MANAGER = "spark.sql.streaming.checkpointFileManagerClass"
+FILE_SYSTEM_CHECKPOINTS = "org.apache.spark.sql.execution.streaming.checkpointing.FileSystemBasedCheckpointFileManager"
+
+
 def start_query(spark: SparkSession, settings: SparkJoinerSettings, sink: TransactionalBatchSink) -> StreamingQuery:
     """Start the join query; it resumes from ``settings.checkpoint_dir`` when that holds a checkpoint."""
+    if is_local_path(str(settings.checkpoint_dir)):
+        spark.conf.set(CHECKPOINT_FILE_MANAGER, FILE_SYSTEM_CHECKPOINTS)
     reader = (
         spark.readStream.format("kafka")
         .option("kafka.bootstrap.servers", settings.kafka_bootstrap_servers)
@@ -42,3 +52,9 @@ def start_query(spark: SparkSession, settings: SparkJoinerSettings, sink: Transa
         .trigger(processingTime=f"{int(settings.trigger_seconds * 1000)} milliseconds")
         .start()
     )
+
+
+def is_local_path(path: str) -> bool:
+    """A path without a URI scheme (or with ``file:``): the checkpoint is on this machine's file system."""
+    scheme, colon, _ = path.partition(":")
+    return not colon or scheme == "file" or "/" in scheme

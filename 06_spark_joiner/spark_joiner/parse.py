@@ -54,6 +54,8 @@ PACKED_ARROW_SCHEMA = pa.schema([pa.field("bucket", pa.int32(), nullable=False),
 
 # Distinct (thing, quantity) pairs whose routes the router remembers before it starts afresh.
 _TARGET_CACHE_SIZE = 200_000
+# The routes of this process's routers, per (spec file, bucket count): see RecordRouter.
+_WORKER_TARGETS: dict[tuple[Path | None, int], "_TargetCache"] = {}
 _EXACT_INT = 2.0 ** 53
 
 
@@ -94,7 +96,9 @@ def unpack(blobs: Iterable[bytes]) -> pa.Table:
 class RecordRouter:
     """The ``mapInArrow`` function: Kafka (value, partition, offset) batches -> packed routed rows.
 
-    Picklable (holds only the spec path and bucket count); the resolver is built once per worker.
+    Picklable (holds only the spec path and bucket count). Spark unpickles it for every task; the routes it
+    has looked up stay with the Python worker process, which Spark reuses across tasks and micro-batches
+    (at 10,000 machines every task would otherwise look up 20,000 routes again).
     """
 
     def __init__(self, join_specs: Path | None, buckets: int) -> None:
@@ -102,7 +106,9 @@ class RecordRouter:
         self.buckets = buckets
         self.reject_bucket = buckets  # one extra bucket, never holding join state
         self._resolver: SpecResolver | None = None
-        self._targets = _TargetCache(self.targets)
+        if (join_specs, buckets) not in _WORKER_TARGETS:
+            _WORKER_TARGETS[(join_specs, buckets)] = _TargetCache(self.targets)
+        self._targets = _WORKER_TARGETS[(join_specs, buckets)]
 
     def __getstate__(self) -> dict:
         return {"join_specs": self.join_specs, "buckets": self.buckets, "reject_bucket": self.reject_bucket}
