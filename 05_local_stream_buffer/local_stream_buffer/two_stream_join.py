@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections import deque
 from itertools import islice
 from typing import Any, Callable, Iterator
 
@@ -84,7 +85,7 @@ class TwoStreamJoin:
     ) -> None:
         if max_pending_per_side < 1:
             raise ValueError("max_pending_per_side must be at least 1")
-        self._buffers: tuple[list[Entry], list[Entry]] = ([], [])
+        self._buffers: tuple[deque[Entry], deque[Entry]] = (deque(), deque())
         # Per side: its buffer, the other side's buffer and the other side.
         self._sides = ((self._buffers[LEFT], self._buffers[RIGHT], RIGHT), (self._buffers[RIGHT], self._buffers[LEFT], LEFT))
         self._frontier = [_NEVER, _NEVER]
@@ -108,7 +109,7 @@ class TwoStreamJoin:
         """Time of the last record seen on a side (-inf before the first)."""
         return self._last_time[side]
 
-    def buffer(self, side: int) -> list[Entry]:
+    def buffer(self, side: int) -> deque[Entry]:
         """The entries a side holds (read-only view for inspection)."""
         return self._buffers[side]
 
@@ -223,19 +224,22 @@ class TwoStreamJoin:
                 own.clear()
                 own.append(entry)
                 if at_or_before > 1:
-                    if release is not None:
-                        for dropped in theirs[:at_or_before - 1]:
+                    popleft = theirs.popleft
+                    for _ in range(at_or_before - 1):
+                        dropped = popleft()
+                        if release is not None:
                             release(dropped[2])
-                    del theirs[:at_or_before - 1]
                 if max_latency is not None:
                     self._force_overdue(entry[3])
                 return _ACCEPTED
             # This stream now leads: the other keeps only its last record.
             if len(theirs) > 1:
+                last = theirs.pop()
                 if release is not None:
-                    for dropped in theirs[:-1]:
+                    for dropped in theirs:
                         release(dropped[2])
-                del theirs[:-1]
+                theirs.clear()
+                theirs.append(last)
         own.append(entry)
         held = len(own)
         if held > self._watermark:
@@ -323,6 +327,7 @@ class TwoStreamJoin:
             if index < newest and release is not None:
                 release(record[2])
         # The newest forced record stays: it is the predecessor of the stalled stream's next record.
-        del pending[:newest]
+        for _ in range(newest):
+            pending.popleft()
         self._frontier[lag] = record[0]
         self.forced += count
