@@ -13,6 +13,8 @@ import logging
 import time
 from dataclasses import dataclass
 
+import pyarrow as pa
+import pyarrow.compute as pc
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from pyspark.sql import DataFrame
 
@@ -69,13 +71,10 @@ class TransactionalBatchSink:
             return
         began = time.monotonic()
         rows = unpack_emitted(batch.toArrow().column("records").to_pylist())
-        kinds = rows.column("kind").to_pylist()
-        keys = rows.column("key").to_pylist()
-        values = rows.column("value").to_pylist()
         computed = time.monotonic()
         self.producer.begin_transaction()
         try:
-            dead_letters = self._produce(kinds, keys, values)
+            dead_letters = self._produce(rows)
             marker = TopicPartition(self.output_topic, 0, batch_id + 1, f"spark batch {batch_id}")
             self.producer.send_offsets_to_transaction([marker], self._marker_group.consumer_group_metadata(), 60)
             self._commit()
@@ -84,25 +83,31 @@ class TransactionalBatchSink:
             raise
         counters = self.counters
         counters.batches += 1
-        counters.joins += len(kinds) - dead_letters
+        counters.joins += rows.num_rows - dead_letters
         counters.dead_letters += dead_letters
         counters.last_batch_id = batch_id
         counters.compute_seconds += computed - began
         counters.produce_seconds += time.monotonic() - computed
-        log.debug("batch %d: %d records computed in %.2f s, produced and committed in %.2f s", batch_id, len(kinds),
+        log.debug("batch %d: %d records computed in %.2f s, produced and committed in %.2f s", batch_id, rows.num_rows,
                   computed - began, time.monotonic() - computed)
 
-    def _produce(self, kinds: list[str], keys: list[str | None], values: list[bytes]) -> int:
-        producer = self.producer
-        dead_letters = 0
-        for kind, key, value in zip(kinds, keys, values):
-            if kind == DLQ:
-                topic = self.dlq_topic
-                dead_letters += 1
-            else:
-                topic = self.output_topic
-            produce(producer, topic, value, key)
-        return dead_letters
+    def _produce(self, rows: pa.Table) -> int:
+        """Produce the batch's records, machine.out's then machine.dlq's (each topic in the processor's
+        order); returns the number of dead letters."""
+        is_dead_letter = pc.equal(rows.column("kind"), DLQ)
+        dead_letters = rows.filter(is_dead_letter)
+        for topic, records in ((self.output_topic, rows.filter(pc.invert(is_dead_letter))),
+                               (self.dlq_topic, dead_letters)):
+            self._produce_to(topic, records.column("value").to_pylist(), records.column("key").to_pylist())
+        return dead_letters.num_rows
+
+    def _produce_to(self, topic: str, values: list[bytes], keys: list[str | None]) -> None:
+        produce_one = self.producer.produce
+        for value, key in zip(values, keys):
+            try:
+                produce_one(topic, value, key)
+            except BufferError:  # local queue full: the shared helper waits for deliveries to drain it
+                produce(self.producer, topic, value, key)
 
     def _commit(self) -> None:
         deadline = time.monotonic() + 120
