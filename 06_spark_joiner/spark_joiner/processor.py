@@ -35,15 +35,17 @@ from .parse import binding_id, resolver_for, unpack
 
 STAGE = "spark_joiner"
 NOT_FINITE = "join result is not a finite number"  # the standalone joiner's reason
-OUT = "out"
-DLQ = "dlq"
+# The topic of an emitted record: a small int column, which Arrow builds from numpy without a Python
+# object per record.
+OUT = 0  # machine.out
+DLQ = 1  # machine.dlq
 
 # What the processor emits: per bucket and micro-batch one row, its encoded Kafka records for machine.out
 # and machine.dlq as an Arrow IPC record batch (EMITTED_ARROW_SCHEMA). One row per record would cost the
 # JVM a conversion per record twice (into Spark rows, and into Arrow again for the sink).
 OUTPUT_SCHEMA = StructType([StructField("records", BinaryType(), False)])
 EMITTED_ARROW_SCHEMA = pa.schema([
-    pa.field("kind", pa.string(), nullable=False),  # OUT or DLQ
+    pa.field("kind", pa.int8(), nullable=False),  # OUT or DLQ
     pa.field("key", pa.string()),
     pa.field("value", pa.binary(), nullable=False),
 ])
@@ -71,7 +73,7 @@ class BucketJoinProcessor(StatefulProcessor):
         emitted = join_rows(self.resolver, data, states, self.input_topic, self.max_pending_per_side)
         if has_data:
             self.joins.update((pickle.dumps(states, protocol=pickle.HIGHEST_PROTOCOL),))
-        if emitted.kinds:
+        if emitted:
             yield emitted.frame()
 
     def close(self) -> None:
@@ -167,13 +169,16 @@ class Emitted:
     """Output rows of one bucket, built column by column."""
 
     def __init__(self) -> None:
-        self.kinds: list[str] = []
+        self.dead_letter_rows: list[int] = []  # rows of kind DLQ; every other row is OUT
         self.keys: list[str | None] = []
         self.values: list[bytes] = []
         self._held: list[tuple[str, SpecBinding, PairArrays]] = []
 
+    def __len__(self) -> int:
+        return len(self.values)
+
     def dead_letter(self, reason: str, payload: bytes, topic: str, partition: int, offset: int) -> None:
-        self.kinds.append(DLQ)
+        self.dead_letter_rows.append(len(self.values))
         self.keys.append(None)
         self.values.append(dead_letter(reason, bytes(payload), STAGE, topic=topic, partition=int(partition),
                                        offset=int(offset)))
@@ -200,17 +205,15 @@ class Emitted:
             start += count
             key = record_key(thing, binding.output_quantity)
             if dict not in map(type, payloads):  # every result finite: the common case
-                self.kinds.extend([OUT] * count)
                 self.keys.extend([key] * count)
                 self.values.extend(payloads)
                 continue
             for payload in payloads:
                 if type(payload) is bytes:
-                    self.kinds.append(OUT)
                     self.keys.append(key)
                     self.values.append(payload)
                 else:
-                    self.kinds.append(DLQ)
+                    self.dead_letter_rows.append(len(self.values))
                     self.keys.append(None)
                     self.values.append(dead_letter(NOT_FINITE, None, STAGE, topic=input_topic,
                                                    output=json.dumps(payload, default=repr)))
@@ -218,20 +221,27 @@ class Emitted:
 
     def frame(self) -> pd.DataFrame:
         """The records as the processor's one output row."""
-        records = pa.RecordBatch.from_arrays([pa.array(self.kinds, pa.string()), pa.array(self.keys, pa.string()),
+        kinds = np.full(len(self.values), OUT, np.int8)
+        kinds[self.dead_letter_rows] = DLQ
+        records = pa.RecordBatch.from_arrays([pa.array(kinds), pa.array(self.keys, pa.string()),
                                               pa.array(self.values, pa.binary())], schema=EMITTED_ARROW_SCHEMA)
         return pd.DataFrame({"records": [records.serialize().to_pybytes()]})
 
 
 def output_payloads(thing: str, binding: SpecBinding, pairs: PairArrays) -> list[bytes | dict]:
     """The encoded machine.out record of each pair, or the record itself where its result is not finite."""
-    payloads: list[bytes | dict] = []
-    for record in output_records(thing, binding, pairs):
-        try:
-            payloads.append(encode_record(record))
-        except ValueError:
-            payloads.append(record)
-    return payloads
+    records = output_records(thing, binding, pairs)
+    try:
+        return list(map(encode_record, records))
+    except ValueError:  # some result is not finite (rare): find which, record by record
+        return [_encoded_or_record(record) for record in records]
+
+
+def _encoded_or_record(record: dict) -> bytes | dict:
+    try:
+        return encode_record(record)
+    except ValueError:
+        return record
 
 
 def unpack_emitted(blobs: Iterable[bytes]) -> pa.Table:

@@ -39,7 +39,7 @@ def run_batches(records, raw=(), batches=3, seed=0):
         assert not batch.column("offset").to_pandas().is_monotonic_increasing  # really out of offset order
         for blob in pack(batch).column("rows").to_pylist():
             emitted = join_rows(SpecResolver(), unpack([blob]), states, "machine.data", 10_000)
-            if emitted.kinds:  # through the processor's packed output row, as the sink reads it
+            if emitted:  # through the processor's packed output row, as the sink reads it
                 records = unpack_emitted(emitted.frame()["records"]).to_pydict()
                 for kind, value in zip(records["kind"], records["value"]):
                     (outputs if kind == OUT else dead_letters).append(value)
