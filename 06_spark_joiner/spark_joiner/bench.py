@@ -29,6 +29,7 @@ from pathlib import Path
 
 import numpy as np
 from confluent_kafka import Consumer, Producer
+from pyspark.sql.streaming import StreamingQuery
 
 from stack.kafka_clients import admin_client, consumer_config, produce, producer_config
 from stack.logs import configure_logging
@@ -157,7 +158,7 @@ def run_throughput(spark, bootstrap: str, machines: int, records: int, workdir: 
         progress = [p for p in query.recentProgress if p["numInputRows"]]
         cpu_seconds = tree_cpu_seconds() - cpu_before
     finally:
-        query.stop()
+        stop_between_batches(query)
         sink.close()
     seconds = [p["durationMs"]["triggerExecution"] / 1000 for p in progress]
     rows = [p["numInputRows"] for p in progress]
@@ -171,6 +172,15 @@ def run_throughput(spark, bootstrap: str, machines: int, records: int, workdir: 
                "sink_produce_s": round(sink.counters.produce_seconds, 2),
                "cpu_us_per_record": cpu_seconds / len(payloads) * 1e6, "load_average": os.getloadavg()[0]}
     return topics, figures
+
+
+def stop_between_batches(query: StreamingQuery, deadline_s: float = 30.0) -> None:
+    """Stop the query while no batch runs: a batch stopped midway interrupts its sink call, which Spark and
+    py4j report with long (harmless) stack traces."""
+    deadline = time.monotonic() + deadline_s
+    while query.status["isTriggerActive"] and time.monotonic() < deadline:
+        query.awaitTermination(0.02)
+    query.stop()
 
 
 def run_latency(spark, bootstrap: str, machines: int, rate: int, duration_s: float, trigger_s: float,
@@ -206,7 +216,9 @@ def run_latency(spark, bootstrap: str, machines: int, rate: int, duration_s: flo
         deadline = time.monotonic() + 60
         while sink.counters.joins < expected * 0.95 and time.monotonic() < deadline:
             query.awaitTermination(0.5)
-        time.sleep(2)  # let the reader catch the last committed batch
+        deadline = time.monotonic() + 10
+        while len(seen) < sink.counters.joins and time.monotonic() < deadline:
+            query.awaitTermination(0.05)  # the reader catches up with the last committed batch
     finally:
         stop.set()
         reader.join(5)
@@ -217,7 +229,7 @@ def run_latency(spark, bootstrap: str, machines: int, rate: int, duration_s: flo
                   for phase in (busy[0]["durationMs"] if busy else ())}
         log.info("latency run: %d batches, mean seconds per phase %s, mean input rows %.0f", len(busy), phases,
                  np.mean([p["numInputRows"] for p in busy]) if busy else 0)
-        query.stop()
+        stop_between_batches(query)
         sink.close()
     latencies = []
     for value, received in seen:
