@@ -37,30 +37,50 @@ class Measurement:
     wall: float  # seconds, best run
     cpu: float  # seconds of this process's CPU time, best run
     peak_held: int  # most records held by one side at once
+    steal: float | None  # share of the machine's CPU time the host took (steal) during the best run
 
     def row(self) -> str:
         return (f"  {self.path:<24} {self.records:>10,} {self.joins:>10,} {self.wall:>7.3f} {self.cpu:>7.3f} "
                 f"{self.records / self.cpu:>12,.0f} {self.joins / self.cpu:>12,.0f} {self.records / self.wall:>12,.0f} "
-                f"{self.peak_held:>6,}")
+                f"{self.peak_held:>6,} {'-' if self.steal is None else f'{self.steal:.0%}':>6}")
 
 
 HEADER = (f"  {'path':<24} {'records':>10} {'joins':>10} {'wall s':>7} {'cpu s':>7} "
-          f"{'records/s':>12} {'joins/s':>12} {'records/s':>12} {'peak':>6}\n"
-          f"  {'':<24} {'':>10} {'':>10} {'':>7} {'':>7} {'(cpu)':>12} {'(cpu)':>12} {'(wall)':>12} {'held':>6}")
+          f"{'records/s':>12} {'joins/s':>12} {'records/s':>12} {'peak':>6} {'host':>6}\n"
+          f"  {'':<24} {'':>10} {'':>10} {'':>7} {'':>7} {'(cpu)':>12} {'(cpu)':>12} {'(wall)':>12} {'held':>6} {'steal':>6}")
 
 
-def timed(run: Callable[[], tuple[int, int]]) -> tuple[float, float, int, int]:
-    """(wall s, cpu s, joins, peak held) of one run."""
+def cpu_ticks() -> tuple[int, int] | None:
+    """(steal, total) CPU ticks of the machine so far, from /proc/stat (None where there is none).
+
+    On a virtual machine the host may run other guests on our cores ("steal"); the guest still counts that
+    time to whatever it was running, so a busy host slows every figure here, the CPU ones included."""
+    try:
+        with open("/proc/stat") as stat:
+            ticks = [int(field) for field in stat.readline().split()[1:]]
+    except (OSError, ValueError):
+        return None
+    return (ticks[7] if len(ticks) > 7 else 0), sum(ticks[:8])
+
+
+def timed(run: Callable[[], tuple[int, int]]) -> tuple[float, float, int, int, float | None]:
+    """(wall s, cpu s, joins, peak held, host steal share) of one run."""
     gc.collect()
+    ticks = cpu_ticks()
     wall, cpu = time.perf_counter(), time.process_time()
     joins, peak = run()
-    return time.perf_counter() - wall, time.process_time() - cpu, joins, peak
+    wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+    after = cpu_ticks()
+    steal = None
+    if ticks is not None and after is not None and after[1] > ticks[1]:
+        steal = (after[0] - ticks[0]) / (after[1] - ticks[1])
+    return wall, cpu, joins, peak, steal
 
 
 def best_of(repeats: int, path: str, records: int, run: Callable[[], tuple[int, int]]) -> Measurement:
     runs = [timed(run) for _ in range(repeats)]
-    return Measurement(path, records, runs[0][2], min(r[0] for r in runs), min(r[1] for r in runs),
-                       max(r[3] for r in runs))
+    best = min(runs, key=lambda r: r[1])
+    return Measurement(path, records, runs[0][2], min(r[0] for r in runs), best[1], max(r[3] for r in runs), best[4])
 
 
 def per_record(left: list[Record], right: list[Record], order: list[int]) -> Callable[[], tuple[int, int]]:
@@ -116,7 +136,8 @@ def main(argv: list[str] | None = None) -> None:
         if len({result.joins for result in results}) != 1:
             raise SystemExit(f"{name}: the paths disagree on the number of joins")
     print(f"\nfor comparison: {SEED_FIGURES}")
-    print("peak held: most records one side held at once (per-record) or after a batch (batch path)")
+    print("peak held: most records one side held at once (per-record) or after a batch (batch path); host steal:\n"
+          "share of the machine's CPU time the virtual machine's host took during the best run (it slows every figure)")
 
 
 if __name__ == "__main__":
