@@ -201,22 +201,28 @@ class Emitted:
         held = PairArrays(*(column[order] for column in held))
         start = 0
         for (thing, binding, _), count in zip(self._held, counts):
-            payloads = output_payloads(thing, binding, PairArrays(*(column[start:start + count] for column in held)))
+            records = output_records(thing, binding, PairArrays(*(column[start:start + count] for column in held)))
             start += count
             key = record_key(thing, binding.output_quantity)
-            if dict not in map(type, payloads):  # every result finite: the common case
+            try:
+                values = list(map(encode_record, records))
+            except ValueError:  # some result is not finite (rare): dead-letter those, record by record
+                values = None
+            if values is not None:
                 self.keys.extend([key] * count)
-                self.values.extend(payloads)
+                self.values.extend(values)
                 continue
-            for payload in payloads:
-                if type(payload) is bytes:
-                    self.keys.append(key)
-                    self.values.append(payload)
-                else:
+            for record in records:
+                try:
+                    value = encode_record(record)
+                except ValueError:
                     self.dead_letter_rows.append(len(self.values))
                     self.keys.append(None)
                     self.values.append(dead_letter(NOT_FINITE, None, STAGE, topic=input_topic,
-                                                   output=json.dumps(payload, default=repr)))
+                                                   output=json.dumps(record, default=repr)))
+                    continue
+                self.keys.append(key)
+                self.values.append(value)
         self._held = []
 
     def frame(self) -> pd.DataFrame:
@@ -227,21 +233,6 @@ class Emitted:
                                               pa.array(self.values, pa.binary())], schema=EMITTED_ARROW_SCHEMA)
         return pd.DataFrame({"records": [records.serialize().to_pybytes()]})
 
-
-def output_payloads(thing: str, binding: SpecBinding, pairs: PairArrays) -> list[bytes | dict]:
-    """The encoded machine.out record of each pair, or the record itself where its result is not finite."""
-    records = output_records(thing, binding, pairs)
-    try:
-        return list(map(encode_record, records))
-    except ValueError:  # some result is not finite (rare): find which, record by record
-        return [_encoded_or_record(record) for record in records]
-
-
-def _encoded_or_record(record: dict) -> bytes | dict:
-    try:
-        return encode_record(record)
-    except ValueError:
-        return record
 
 
 def unpack_emitted(blobs: Iterable[bytes]) -> pa.Table:
