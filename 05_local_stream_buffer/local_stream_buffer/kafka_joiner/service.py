@@ -46,6 +46,7 @@ _BATCH = 500  # messages per consume() call: bounds one call's work (frames hold
 _POLL_TIMEOUT_S = 0.005
 _KAFKA_TIMEOUT_S = 30.0
 _COMMIT_ATTEMPTS = 5
+_NOTHING_DELIVERED = -1  # the append time an input partition counts with before its first record
 _ACCEPTED = IngestStatus.ACCEPTED
 _REJECTED = IngestStatus.REJECTED
 _LATE = IngestStatus.LATE
@@ -392,6 +393,19 @@ class KafkaJoiner:
                 continue
             if high > self._forwarded.get(partition, high):
                 behind[partition] = append_time
+        for owned in self._owned:
+            if owned.topic != topic or owned.partition in self._input_times:
+                continue
+            # Nothing delivered yet (its first fetch can come many fetches after the others'): while it may
+            # have a backlog, the others wait for its first record, as Kafka Streams waits for a partition
+            # whose lag is unknown or positive before it processes the others.
+            try:
+                low, high = self._consumer.get_watermark_offsets(owned, cached=True)
+            except KafkaException:
+                continue
+            start = self._assigned_at.get((topic, owned.partition), OFFSET_BEGINNING)
+            if high < 0 or high > (start if start >= 0 else low):
+                behind[owned.partition] = _NOTHING_DELIVERED
         floor = min((t for p, t in behind.items() if p not in self._paused), default=None)
         if floor is None:
             ahead: set[int] = set()
