@@ -94,10 +94,12 @@ class BatchJoinState:
         state.last_value = list(fields[7:9])
         (state.records, state.pairs, state.duplicates, state.rejected, state.late, state.forced) = fields[9:15]
         arrays = np.frombuffer(data, dtype="<f8", offset=_HEADER.size).astype(_FLOAT)
-        bounds = np.cumsum([0, n_left, n_left, n_right, n_right])
-        state.times[LEFT], state.values[LEFT], state.times[RIGHT], state.values[RIGHT] = (
-            arrays[bounds[i]:bounds[i + 1]] for i in range(4)
-        )
+        # Plain ints for the bounds: a numpy call here cost as much as the rest of the method.
+        right_start = 2 * n_left
+        state.times[LEFT] = arrays[:n_left]
+        state.values[LEFT] = arrays[n_left:right_start]
+        state.times[RIGHT] = arrays[right_start:right_start + n_right]
+        state.values[RIGHT] = arrays[right_start + n_right:]
         return state
 
     def copy(self) -> BatchJoinState:
@@ -167,7 +169,9 @@ def _accept_in_order(state: BatchJoinState, side: int, times: np.ndarray, values
     if not len(times):
         return times, values
     last_time = state.last_time[side]
-    if times[0] <= last_time or not (times[1:] > times[:-1]).all():
+    # np.count_nonzero rather than .all()/.any(): those go through Python-level wrappers, which cost more
+    # than the whole comparison on the small batches that Spark's buckets hand over per key.
+    if times[0] <= last_time or np.count_nonzero(times[1:] > times[:-1]) != len(times) - 1:
         times, values = _drop_out_of_order(state, side, times, values)
         if not len(times):
             return times, values
@@ -232,18 +236,19 @@ def _certain_new_pairs(times: list[np.ndarray], n_old: tuple[int, int], old_fron
         has_old = n_old[side] or n_old[other]
 
         # Successor pairs (same-time pairs once, from the left): new if one of the two records is.
-        any_tie = bool(tie.any())
+        any_tie = np.count_nonzero(tie) > 0
         if not (limited or has_old or any_tie):
             # Every record up to the other side's last time, with its successor: nothing to select.
             pieces.append(_oriented(side, np.arange(count), partner, _SUCCESSOR_CODE[side]))
         else:
-            keep = np.ones(count, dtype=bool)
-            if limited:
-                keep &= partner_time - own_time <= delta
+            # Masks are combined as they come: np.ones, like .any(), is a Python-level function.
+            keep = partner_time - own_time <= delta if limited else None
             if has_old:
                 new = partner >= n_old[other]
                 new[n_old[side]:] = True
-                keep &= new
+                keep = new if keep is None else keep & new
+            if keep is None:
+                keep = np.ones(count, dtype=bool)
             if any_tie:
                 if side == LEFT:
                     index = (keep & tie).nonzero()[0]
