@@ -7,7 +7,7 @@ A series is a list of (time in epoch seconds, result); an ingestion order lists 
 from __future__ import annotations
 
 import random
-from typing import Iterable, Sequence
+from typing import Iterable
 
 from .record import Record
 from .stream_buffer import StreamBuffer
@@ -59,8 +59,10 @@ def as_records(series: Series, quantity: str) -> list[Record]:
     return [Record(timestamp=t, quantity=quantity, result=value) for t, value in series]
 
 
-def replay(stream_buffer: StreamBuffer, left: Sequence[Record], right: Sequence[Record], order: Iterable[int]) -> None:
-    """Ingest ``left`` and ``right`` into ``stream_buffer``, each in its order, interleaved as ``order`` says."""
+def replay(stream_buffer: StreamBuffer, left: Iterable[Record], right: Iterable[Record], order: Iterable[int]) -> None:
+    """Ingest ``left`` and ``right`` into ``stream_buffer``, each in its order, interleaved as ``order`` says.
+
+    Given iterators, a further call goes on where this one stopped."""
     ingest = (stream_buffer.ingest_left, stream_buffer.ingest_right)
     next_record = (iter(left).__next__, iter(right).__next__)
     for side in order:
