@@ -90,6 +90,25 @@ def test_file_order_dead_letters_late_and_malformed_records_and_joins_the_rest(b
     assert joiner.alive()
 
 
+def test_backlog_in_some_partitions_while_the_others_stay_empty(bootstrap, new_topics, joiners, tmp_path) -> None:
+    """Two keys fill at most two of the five input partitions before the joiner starts; the others stay
+    empty. Holding partitions back for one that has not delivered yet must neither stall the backlog for
+    good nor let a key's two streams drift apart into forcing."""
+    topics = new_topics()
+    joined = {"actSpeed_C11", "vaTorque_C11"}
+    records = [r for r in rows_as_records(EVENTS_FILE, time_order=True)
+               if r["thing"] == "R0815" and r["quantity"] in joined]
+    expected, _ = offline_join(records)
+    assert len(expected) > 100
+    produce_records(bootstrap, topics.data, records, key=key_of)
+    joiner = start_joiner(joiners, bootstrap, topics, new_group(), tmp_path)
+
+    outputs = read_outputs(bootstrap, topics.out, len(expected))
+    assert as_multiset([m.value for m in outputs]) == as_multiset(expected)
+    assert "forced out" not in joiner.log()
+    assert joiner.terminate() == 0
+
+
 def produce_paced(bootstrap: str, topic: str, records: list[dict], chunks: int, pause_s: float = 0.0
                   ) -> Iterator[int]:
     """Produce in `chunks` parts, yielding after each (and pausing, to spread the input over time)."""

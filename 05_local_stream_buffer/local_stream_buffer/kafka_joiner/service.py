@@ -47,6 +47,7 @@ _POLL_TIMEOUT_S = 0.005
 _KAFKA_TIMEOUT_S = 30.0
 _COMMIT_ATTEMPTS = 5
 _NOTHING_DELIVERED = -1  # the append time an input partition counts with before its first record
+_FIRST_RECORD_WAIT_S = 5.0  # how long after an assignment a partition yet to deliver holds the others back
 _ACCEPTED = IngestStatus.ACCEPTED
 _REJECTED = IngestStatus.REJECTED
 _LATE = IngestStatus.LATE
@@ -94,6 +95,7 @@ class KafkaJoiner:
         self._forwarded: dict[int, int] = {}  # input partition -> next offset to forward
         self._input_times: dict[int, int] = {}  # input partition -> append time of its last consumed record
         self._paused: set[int] = set()  # input partitions held back by `_align_inputs`
+        self._assignment_time = 0.0  # time.monotonic() of the last assignment
         self._assigned_at: dict[tuple[str, int], int] = {}  # where each owned partition started
         self._joins: dict[int, PartitionJoin] = {}  # co-partitioned partition -> its join
         self._assignment_changes = 0
@@ -150,6 +152,9 @@ class KafkaJoiner:
             messages = []
         if messages:
             self._process(messages)
+        if messages or self._paused:
+            # Also without input while partitions are paused: the partition they wait for may have turned
+            # out empty, and only this resumes them.
             self._align_inputs()
         now = time.monotonic()
         # A short batch means the consumer waited for input: nothing is queued, so commit now instead of
@@ -355,6 +360,9 @@ class KafkaJoiner:
         self.stats.aborted += 1
         if rewind:
             self._rewinds += 1
+            if self._paused:
+                # The reloaded state starts unaligned: nothing may stay paused that no longer counts as such.
+                self._consumer.resume([TopicPartition(self.settings.input_topic, p) for p in self._paused])
             # The aborted outputs are gone and the state has moved past them: restart every owned
             # partition from its last commit, exactly as after an assignment.
             self._load_state(self._owned)
@@ -393,19 +401,21 @@ class KafkaJoiner:
                 continue
             if high > self._forwarded.get(partition, high):
                 behind[partition] = append_time
-        for owned in self._owned:
-            if owned.topic != topic or owned.partition in self._input_times:
-                continue
-            # Nothing delivered yet (its first fetch can come many fetches after the others'): while it may
-            # have a backlog, the others wait for its first record, as Kafka Streams waits for a partition
-            # whose lag is unknown or positive before it processes the others.
-            try:
-                low, high = self._consumer.get_watermark_offsets(owned, cached=True)
-            except KafkaException:
-                continue
-            start = self._assigned_at.get((topic, owned.partition), OFFSET_BEGINNING)
-            if high < 0 or high > (start if start >= 0 else low):
-                behind[owned.partition] = _NOTHING_DELIVERED
+        if time.monotonic() - self._assignment_time < _FIRST_RECORD_WAIT_S:
+            # Right after an assignment, a partition's first fetch can come tens of thousands of records after
+            # the others'. While it has not delivered and its lag is unknown or positive, the others wait for
+            # it, as Kafka Streams waits for such a partition; for a while only, so that a partition without
+            # a leader, or whose last offsets are a transaction's markers, stops nothing.
+            for owned in self._owned:
+                if owned.topic != topic or owned.partition in self._input_times:
+                    continue
+                try:
+                    low, high = self._consumer.get_watermark_offsets(owned, cached=True)
+                except KafkaException:
+                    continue
+                start = self._assigned_at.get((topic, owned.partition), OFFSET_BEGINNING)
+                if high < 0 or high > (start if start >= 0 else low):
+                    behind[owned.partition] = _NOTHING_DELIVERED
         floor = min((t for p, t in behind.items() if p not in self._paused), default=None)
         if floor is None:
             ahead: set[int] = set()
@@ -421,7 +431,7 @@ class KafkaJoiner:
 
     def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         self._assignment_changes += 1
-        started = time.monotonic()
+        started = self._assignment_time = time.monotonic()
         positions = self._load_state(partitions)
         consumer.assign(positions)
         rebuilding = sum(join.rebuilding for join in self._joins.values())
