@@ -3,9 +3,10 @@
 Two workloads, as issue 3 asks: the seed's five_five_many shape (100k records in time order, runs of
 five per stream) and 1M records of two random walks ingested in shuffled order. Each runs through the
 per-record API (``StreamBuffer`` with the seed's default result dicts, fetched as a stream's consumer does
-and, as the seed's tests did, once at the end) and the batch path (numpy), in one batch and in 100. Inputs are built before the clock starts. Each figure is the best of a few runs, as
-wall-clock and as CPU time of this process: on a machine shared with other work the CPU figure is the
-engine's own speed, the wall figure what this run got.
+and, as the seed's tests did, once at the end) and the batch path (numpy), in one batch and in 100. Inputs
+are built before the clock starts. Each figure is the best of a few runs, as wall-clock and as CPU time of
+this process: on a machine shared with other work the CPU figure is the engine's own speed, the wall
+figure what this run got.
 """
 
 from __future__ import annotations

@@ -90,10 +90,11 @@ def produce(bootstrap: str, topic: str, records: Iterator[tuple[str, bytes]], ra
     if rate is not None:
         # The pace starts once the first record is acknowledged: until the connection and the idempotent
         # producer's id are set up, paced records would queue locally and reach the broker as one burst.
-        for key, value in records:
+        first = next(records, None)
+        if first is not None:
+            key, value = first
             produce_with_backpressure(producer, topic, value, key)
-            count += 1
-            break
+            count = 1
         producer.flush(30)
     started = time.monotonic()
     for key, value in records:
