@@ -23,9 +23,10 @@ from confluent_kafka import KafkaError, KafkaException, Message, Producer
 from paho.mqtt.enums import MQTTErrorCode, MQTTProtocolVersion
 
 from stack.kafka_clients import admin_client, produce, producer_config
+from stack.partitioning import thing_partition
 from stack.logs import announce_ready
 from stack.records import dead_letter, encode_record, record_key
-from stack.topics import MACHINE_DATA, MACHINE_DLQ, ensure_topics
+from stack.topics import MACHINE_DATA, MACHINE_DLQ, ensure_topics, partition_count
 
 from .mqtt_io import FastClient, new_client, pump
 from .rows import split_row
@@ -73,6 +74,9 @@ class Connector:
         self.subscribed = False
         self.stopping = False
         self.failure: str | None = None
+        # Records go to the partition of their thing (see stack.partitioning): a joiner finds a machine's
+        # joined quantities together. Read from the topic on start.
+        self.data_partitions = MACHINE_DATA.partitions
 
     # --- MQTT side -----------------------------------------------------------------------------
 
@@ -123,9 +127,11 @@ class Connector:
         split = split_row(message.payload, self.settings.max_payload_bytes)
         delivered = self._delivery_callback(pending)
         data_topic = self.settings.data_topic
+        partitions = self.data_partitions
         for record in split.records:
-            self._produce(data_topic, encode_record(record), record_key(record["thing"], record["quantity"]),
-                          pending, delivered)
+            thing = record["thing"]
+            self._produce(data_topic, encode_record(record), record_key(thing, record["quantity"]),
+                          pending, delivered, partition=thing_partition(thing, partitions))
         self.counters.records += len(split.records)
         if split.rejections:
             self.counters.rejected_rows += 1
@@ -158,9 +164,10 @@ class Connector:
 
         return delivered
 
-    def _produce(self, topic: str, value: bytes, key: str | None, pending: PendingRow, delivered) -> None:
+    def _produce(self, topic: str, value: bytes, key: str | None, pending: PendingRow, delivered,
+                 **options: int) -> None:
         pending.remaining += 1
-        produce(self.producer, topic, value, key, on_delivery=delivered)
+        produce(self.producer, topic, value, key, on_delivery=delivered, **options)
 
     def _dead_letter(self, pending: PendingRow, delivered, reason: str, payload: bytes, mqtt_topic: str,
                      **context) -> None:
@@ -196,9 +203,10 @@ class Connector:
 
     def run(self) -> int:
         """Bridge until SIGTERM/SIGINT or an unrecoverable error; returns the exit code."""
-        ensure_topics(admin_client(self.settings.kafka_bootstrap_servers),
-                      (dataclasses.replace(MACHINE_DATA, name=self.settings.data_topic),
-                       dataclasses.replace(MACHINE_DLQ, name=self.settings.dlq_topic)))
+        admin = admin_client(self.settings.kafka_bootstrap_servers)
+        ensure_topics(admin, (dataclasses.replace(MACHINE_DATA, name=self.settings.data_topic),
+                              dataclasses.replace(MACHINE_DLQ, name=self.settings.dlq_topic)))
+        self.data_partitions = partition_count(admin, self.settings.data_topic)
         self._connect()
         ready = False
         next_report = time.monotonic() + self.settings.stats_interval_s

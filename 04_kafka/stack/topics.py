@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass, field
 
 from confluent_kafka import KafkaException
@@ -50,3 +51,15 @@ def ensure_topics(admin: AdminClient, topics: tuple[TopicSpec, ...] = PIPELINE_T
                 raise
     log.info("created topics %s", ", ".join(created) or "(none)")
     return created
+
+
+def partition_count(admin: AdminClient, topic: str, timeout: float = 30.0) -> int:
+    """Partitions of `topic`, waiting up to `timeout` for a just created topic to show in the metadata."""
+    deadline = time.monotonic() + timeout
+    while True:
+        metadata = admin.list_topics(topic, timeout=timeout).topics.get(topic)
+        if metadata is not None and metadata.error is None and metadata.partitions:
+            return len(metadata.partitions)
+        if time.monotonic() > deadline:
+            raise SystemExit(f"topic {topic} does not exist ({metadata.error if metadata else 'unknown'})")
+        time.sleep(0.1)  # metadata of a new topic reaches the broker's cache shortly

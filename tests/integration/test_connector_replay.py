@@ -5,7 +5,9 @@ import json
 
 from conftest import EVENTS_FILE
 from connector_support import by_key, connector, expected_records, read_rows, run_simulator, topic_size  # noqa: F401
+from stack.partitioning import thing_partition
 from stack.records import decode_record, record_key
+from stack.topics import MACHINE_DATA
 from support import read_topic
 
 
@@ -23,6 +25,8 @@ def test_replay_of_the_real_rows_gives_one_record_per_row_and_quantity(connector
     records = [decode_record(message.value) for message in messages]
     for message, record in zip(messages, records):
         assert message.key.decode() == record_key(record["thing"], record["quantity"])
+        # Every quantity of a machine in the partition of its thing: joiners find a key's streams together.
+        assert message.partition == thing_partition(record["thing"], MACHINE_DATA.partitions)
     # Per key, Kafka holds the series exactly, in time order (the simulator's default order).
     wanted = {key: sorted(series, key=lambda r: r["phenomenonTime"]) for key, series in by_key(expected).items()}
     assert by_key(records) == wanted
