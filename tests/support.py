@@ -9,8 +9,10 @@ from typing import Any, TypeVar
 
 from confluent_kafka import Consumer, Producer
 
-from stack.kafka_clients import consumer_config, producer_config
+from stack.kafka_clients import admin_client, consumer_config, producer_config
+from stack.partitioning import thing_partition
 from stack.records import encode_record
+from stack.topics import partition_count
 
 T = TypeVar("T")
 
@@ -85,19 +87,22 @@ def read_topic(bootstrap: str, topic: str, *, expected: int | None = None, deadl
 
 
 def produce_records(bootstrap: str, topic: str, records: Iterable[dict[str, Any]],
-                    key: Callable[[dict[str, Any]], str] | None = None) -> int:
-    """Produce JSON records and wait until Kafka confirmed every one; returns the count."""
+                    key: Callable[[dict[str, Any]], str] | None = None, *, by_thing: bool = False) -> int:
+    """Produce JSON records and wait until Kafka confirmed every one; returns the count. With `by_thing`,
+    each record goes to the partition of its thing, as the stream connector writes them."""
     producer = Producer(producer_config(bootstrap))
     failures: list[str] = []
     count = 0
+    partitions = partition_count(admin_client(bootstrap), topic) if by_thing else 0
 
     def on_delivery(error, _message) -> None:
         if error is not None:
             failures.append(str(error))
 
     for record in records:
+        options = {"partition": thing_partition(record["thing"], partitions)} if by_thing else {}
         producer.produce(topic, encode_record(record), key=key(record) if key else None,
-                         on_delivery=on_delivery)
+                         on_delivery=on_delivery, **options)
         producer.poll(0)
         count += 1
     producer.flush(60)

@@ -35,8 +35,9 @@ def db_connector() -> Service:
 # at once, and the joiner's stable transactional id fences the crashed run's open transaction.
 DEFAULT_JOINER = "lsb"
 JOINERS = {
+    # The stream connector writes each thing to one partition: the joiner joins where records lie.
     "lsb": lambda: PipelineProcess("lsb-joiner", "local_stream_buffer.kafka_joiner",
-                                   "--instance-id", "lsb-joiner"),
+                                   "--instance-id", "lsb-joiner", "--input-partitioned-by-thing"),
     # JVM start, Spark session and the first stateful batch take a while on two cores.
     "spark": lambda: PipelineProcess("spark-joiner", "spark_joiner", start_deadline_s=240.0),
 }

@@ -1,5 +1,6 @@
 """The standalone Kafka joiner against real Kafka: its committed machine.out equals the offline engine's
-join on the same records, exactly once, through file-order input, crashes and a second instance."""
+join on the same records, exactly once, through file-order input, crashes and a second instance; with the
+input partitioned by thing (as the stream connector writes it) and by key (repartitioned first)."""
 from __future__ import annotations
 
 import json
@@ -14,6 +15,9 @@ from confluent_kafka import Producer
 
 from conftest import EVENTS_FILE
 from stack.kafka_clients import producer_config
+from stack.partitioning import thing_partition
+from stack.records import encode_record
+from stack.topics import MACHINE_DATA
 from kafka_joiner_support import (JoinerProcess, as_multiset, delete_internal_topics, key_of, new_group,
                                   offline_join, read_outputs, rows_as_records)
 from support import produce_records, read_topic, wait_for
@@ -31,20 +35,27 @@ def joiners(bootstrap: str, tmp_path: Path) -> Iterator[list[JoinerProcess]]:
     delete_internal_topics(bootstrap, sorted({joiner.group_id for joiner in started}))
 
 
+@pytest.fixture(params=["by_thing", "by_key"])
+def by_thing(request: pytest.FixtureRequest) -> bool:
+    """Input partitioned by thing, joined where it lies; or by key, repartitioned by the joiner first."""
+    return request.param == "by_thing"
+
+
 def start_joiner(joiners: list[JoinerProcess], bootstrap: str, topics, group: str, tmp_path: Path,
-                 instance_id: str | None = None) -> JoinerProcess:
-    joiner = JoinerProcess(bootstrap, topics, group, tmp_path, instance_id)
+                 instance_id: str | None = None, by_thing: bool = False) -> JoinerProcess:
+    extra = ("--input-partitioned-by-thing",) if by_thing else ()
+    joiner = JoinerProcess(bootstrap, topics, group, tmp_path, instance_id, *extra)
     joiners.append(joiner)
     return joiner.start()
 
 
-def test_time_order_replay_equals_offline_join(bootstrap, new_topics, joiners, tmp_path) -> None:
+def test_time_order_replay_equals_offline_join(bootstrap, new_topics, joiners, tmp_path, by_thing) -> None:
     topics = new_topics()
     records = rows_as_records(EVENTS_FILE, time_order=True)
     expected, rejected = offline_join(records)
     assert expected and not rejected
-    joiner = start_joiner(joiners, bootstrap, topics, new_group(), tmp_path)
-    produce_records(bootstrap, topics.data, records, key=key_of)
+    joiner = start_joiner(joiners, bootstrap, topics, new_group(), tmp_path, by_thing=by_thing)
+    produce_records(bootstrap, topics.data, records, key=key_of, by_thing=by_thing)
 
     outputs = read_outputs(bootstrap, topics.out, len(expected))
     assert as_multiset([m.value for m in outputs]) == as_multiset(expected)
@@ -55,13 +66,14 @@ def test_time_order_replay_equals_offline_join(bootstrap, new_topics, joiners, t
     assert "stopped" in joiner.log()
 
 
-def test_file_order_dead_letters_late_and_malformed_records_and_joins_the_rest(bootstrap, new_topics, joiners, tmp_path) -> None:
+def test_file_order_dead_letters_late_and_malformed_records_and_joins_the_rest(bootstrap, new_topics, joiners, tmp_path,
+                                                                             by_thing) -> None:
     topics = new_topics()
     records = rows_as_records(EVENTS_FILE, time_order=False)  # the file's own order: many late records
     expected, rejected = offline_join(records)
     assert rejected
-    joiner = start_joiner(joiners, bootstrap, topics, new_group(), tmp_path)
-    produce_records(bootstrap, topics.data, records, key=key_of)
+    joiner = start_joiner(joiners, bootstrap, topics, new_group(), tmp_path, by_thing=by_thing)
+    produce_records(bootstrap, topics.data, records, key=key_of, by_thing=by_thing)
     # Malformed input with keys of joined quantities: dead letters with the reason, the joiner stays up.
     malformed = {
         b"{not json": "malformed JSON",
@@ -109,27 +121,53 @@ def test_backlog_in_some_partitions_while_the_others_stay_empty(bootstrap, new_t
     assert joiner.terminate() == 0
 
 
-def produce_paced(bootstrap: str, topic: str, records: list[dict], chunks: int, pause_s: float = 0.0
-                  ) -> Iterator[int]:
+def test_partitioned_by_thing_dead_letters_a_record_in_another_partition(bootstrap, new_topics, joiners,
+                                                                         tmp_path) -> None:
+    """A record outside its thing's partition cannot meet its partner there: it is dead-lettered with the
+    reason, and the records where they belong still join exactly."""
+    topics = new_topics()
+    records = [r for r in rows_as_records(EVENTS_FILE, time_order=True) if r["thing"] == "R0815"]
+    stray = next(r for r in records if r["quantity"] == "actSpeed_C11")
+    records.remove(stray)
+    expected, _ = offline_join(records)
+    joiner = start_joiner(joiners, bootstrap, topics, new_group(), tmp_path, by_thing=True)
+    produce_records(bootstrap, topics.data, records, key=key_of, by_thing=True)
+    partitions = MACHINE_DATA.partitions
+    home = thing_partition("R0815", partitions)
+    producer = Producer(producer_config(bootstrap))
+    producer.produce(topics.data, encode_record(stray), key=key_of(stray), partition=(home + 1) % partitions)
+    assert producer.flush(30) == 0
+
+    [dead] = read_topic(bootstrap, topics.dlq, expected=1, deadline_s=60)
+    envelope = json.loads(dead.value)
+    assert envelope["reason"].startswith("misrouted: thing 'R0815' belongs in partition")
+    assert json.loads(envelope["payload"]) == stray and envelope["partition"] == (home + 1) % partitions
+    outputs = read_outputs(bootstrap, topics.out, len(expected))
+    assert as_multiset([m.value for m in outputs]) == as_multiset(expected)
+    assert joiner.terminate() == 0
+
+
+def produce_paced(bootstrap: str, topic: str, records: list[dict], chunks: int, by_thing: bool,
+                  pause_s: float = 0.0) -> Iterator[int]:
     """Produce in `chunks` parts, yielding after each (and pausing, to spread the input over time)."""
     size = -(-len(records) // chunks)
     for start in range(0, len(records), size):
-        produce_records(bootstrap, topic, records[start:start + size], key=key_of)
+        produce_records(bootstrap, topic, records[start:start + size], key=key_of, by_thing=by_thing)
         yield start + size
         time.sleep(pause_s)  # pacing the input, not waiting for anything
 
 
-def test_kill_9_at_random_moments_loses_and_repeats_nothing(bootstrap, new_topics, joiners, tmp_path) -> None:
+def test_kill_9_at_random_moments_loses_and_repeats_nothing(bootstrap, new_topics, joiners, tmp_path, by_thing) -> None:
     topics = new_topics()
     records = rows_as_records(EVENTS_FILE, time_order=True)
     expected, _ = offline_join(records)
     seed = random.randrange(1 << 30)
     rng = random.Random(seed)
-    joiner = start_joiner(joiners, bootstrap, topics, new_group(), tmp_path, instance_id="crashy")
+    joiner = start_joiner(joiners, bootstrap, topics, new_group(), tmp_path, instance_id="crashy", by_thing=by_thing)
     # Input keeps flowing in a background thread while the joiner is killed and restarted, so kills land
     # mid-transaction, mid-rebuild and between transactions alike.
     producer = threading.Thread(target=lambda: list(produce_paced(bootstrap, topics.data, records, chunks=40,
-                                                                  pause_s=0.25)))
+                                                                  by_thing=by_thing, pause_s=0.25)))
     producer.start()
     try:
         for _ in range(6):
@@ -146,16 +184,16 @@ def test_kill_9_at_random_moments_loses_and_repeats_nothing(bootstrap, new_topic
     assert joiner.terminate() == 0
 
 
-def test_two_instances_one_stopped_midway(bootstrap, new_topics, joiners, tmp_path) -> None:
+def test_two_instances_one_stopped_midway(bootstrap, new_topics, joiners, tmp_path, by_thing) -> None:
     topics = new_topics()
     records = rows_as_records(EVENTS_FILE, time_order=True)
     expected, _ = offline_join(records)
     group = new_group()
-    first = start_joiner(joiners, bootstrap, topics, group, tmp_path)
+    first = start_joiner(joiners, bootstrap, topics, group, tmp_path, by_thing=by_thing)
     second = None
-    for produced in produce_paced(bootstrap, topics.data, records, chunks=4):
+    for produced in produce_paced(bootstrap, topics.data, records, chunks=4, by_thing=by_thing):
         if second is None:
-            second = start_joiner(joiners, bootstrap, topics, group, tmp_path)
+            second = start_joiner(joiners, bootstrap, topics, group, tmp_path, by_thing=by_thing)
             wait_for(lambda: "assigned" in second.log(), 30, "the second instance to get partitions")
         elif first.alive():
             assert first.terminate() == 0  # leaves the group: its partitions move to the second instance

@@ -7,6 +7,9 @@ producer per instance. Every transaction carries, atomically:
 * join outputs and dead letters, and per co-partitioned partition the offset of the oldest frame with a
   record still held in a join buffer plus the processed position in that offset's metadata (see `progress`).
 
+Input already partitioned by thing (`input_partitioned_by_thing`, as the stream connector writes it) skips
+the hop: the input topic is the co-partitioned topic, each record its own frame.
+
 Transactions are batched by time (`commit_interval_ms`) or size, never one per join. On assignment each
 co-partitioned partition is re-read from its committed offset; frames below the processed position
 rebuild the join state silently. On revocation the open transaction commits and the partitions' state is
@@ -24,8 +27,9 @@ from collections.abc import Callable
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 
 from stack.kafka_clients import admin_client, consumer_config, produce, transactional_producer_config
+from stack.partitioning import thing_partition
 from stack.records import InvalidRecord, decode_record, dead_letter, encode_record, record_key
-from stack.topics import MACHINE_DATA, TopicSpec, ensure_topics
+from stack.topics import MACHINE_DATA, TopicSpec, ensure_topics, partition_count
 
 from ..keyed import KeyedJoiner
 from ..specs import SpecResolver, load_join_specs
@@ -60,7 +64,9 @@ class KafkaJoiner:
         self.resolver = SpecResolver(load_join_specs(settings.join_specs))
         self.instance_id = settings.instance_id or uuid.uuid4().hex[:12]
         self.transactional_id = f"{settings.transactional_id_prefix}.{self.instance_id}"
-        self.repartition_topic = settings.repartition_topic_name()
+        self._by_thing = settings.input_partitioned_by_thing
+        # The topic whose partitions hold the joins: where every quantity of a thing lies in one partition.
+        self.join_topic = settings.input_topic if self._by_thing else settings.repartition_topic_name()
         self.stats = JoinerStats()
         self._progress = ProgressLog(log, self.stats, settings.log_interval_s)
         self._stop_requested = False
@@ -90,6 +96,7 @@ class KafkaJoiner:
             consumer_overrides["group.instance.id"] = settings.instance_id
         self._consumer = Consumer(consumer_config(bootstrap, settings.group_id, **consumer_overrides))
         self._router: ThingRouter | None = None
+        self._input_partitions = 0
         self._owned: list[TopicPartition] = []
         self._forwarded: dict[int, int] = {}  # input partition -> next offset to forward
         self._input_times: dict[int, int] = {}  # input partition -> append time of its last consumed record
@@ -108,19 +115,22 @@ class KafkaJoiner:
     # -- life cycle ------------------------------------------------------------------------------------
 
     def start(self) -> None:
-        """Create the co-partitioned topic, fence earlier runs of this transactional id, join the group."""
+        """Create the co-partitioned topic (unless the input is one), fence earlier runs of this transactional
+        id, join the group."""
         admin = admin_client(self.settings.kafka_bootstrap_servers)
-        input_partitions = self._partition_count(admin, self.settings.input_topic, wait=True)
-        ensure_topics(admin, (TopicSpec(self.repartition_topic, input_partitions, dict(MACHINE_DATA.config)),))
-        self._router = ThingRouter(self.resolver, self._partition_count(admin, self.repartition_topic, wait=True))
+        input_topic = self.settings.input_topic
+        self._input_partitions = partition_count(admin, input_topic)
+        if not self._by_thing:
+            ensure_topics(admin, (TopicSpec(self.join_topic, self._input_partitions, dict(MACHINE_DATA.config)),))
+        self._router = ThingRouter(self.resolver, partition_count(admin, self.join_topic))
         # Before joining the group: aborts the open transaction of a crashed run with this transactional id,
         # whose pending offsets would otherwise hold up reading the committed ones.
         self._producer.init_transactions(_KAFKA_TIMEOUT_S)
-        self._consumer.subscribe([self.settings.input_topic, self.repartition_topic],
+        self._consumer.subscribe(sorted({input_topic, self.join_topic}),
                                  on_assign=self._on_assign, on_revoke=self._on_revoke, on_lost=self._on_lost)
-        log.info("joining %s into %s (dlq %s) as %s in group %s, via %s", self.settings.input_topic,
-                 self.settings.output_topic, self.settings.dlq_topic, self.transactional_id,
-                 self.settings.group_id, self.repartition_topic)
+        log.info("joining %s into %s (dlq %s) as %s in group %s, %s", input_topic, self.settings.output_topic,
+                 self.settings.dlq_topic, self.transactional_id, self.settings.group_id,
+                 "where each record lies (partitioned by thing)" if self._by_thing else f"via {self.join_topic}")
 
     def stop(self) -> None:
         """Ask the loop to finish: it commits what is done and returns (safe from a signal handler)."""
@@ -151,7 +161,7 @@ class KafkaJoiner:
             messages = []
         if messages:
             self._process(messages)
-        if messages or self._paused:
+        if (messages or self._paused) and not self._by_thing:
             # Also without input while partitions are paused: the partition they wait for may have turned
             # out empty, and only this resumes them.
             self._align_inputs()
@@ -190,6 +200,9 @@ class KafkaJoiner:
         stats = self.stats
         if stats.first_record_at is None:
             stats.first_record_at = time.monotonic()
+        if self._by_thing:
+            self._join_input(messages)
+            return
         frames: dict[int, list[bytes]] = {}  # co-partitioned partition -> parts of its frame
         partition_of = self._router.partition
         forwarded = self._forwarded
@@ -237,47 +250,98 @@ class KafkaJoiner:
 
     def _flush_frames(self, frames: dict[int, list[bytes]]) -> None:
         for partition, parts in frames.items():
-            produce(self._producer, self.repartition_topic, b"".join(parts), None, partition=partition)
+            produce(self._producer, self.join_topic, b"".join(parts), None, partition=partition)
         frames.clear()
 
+    def _join_input(self, messages: list[Message]) -> None:
+        """Input partitioned by thing: join every record in the partition it lies in, no forwarding hop."""
+        joinable_of = self._router.partition
+        batches: dict[int, list[tuple[int, int, int, bytes | None, bytes | None]]] = {}
+        last_offsets: dict[int, int] = {}  # input partition -> offset of its last record in this batch
+        consumed = joinable = 0
+        for message in messages:
+            if message.error() is not None:
+                self._consumer_error(message.error())
+                continue
+            partition = message.partition()
+            offset = last_offsets[partition] = message.offset()
+            consumed += 1
+            key = message.key()
+            if joinable_of(key) is None:
+                continue  # no join spec uses this quantity
+            records = batches.get(partition)
+            if records is None:
+                records = batches[partition] = []
+            append_time = message.timestamp()[1]
+            records.append((partition, offset, append_time if append_time > 0 else 0, key, message.value()))
+            joinable += 1
+        if not consumed:
+            return
+        if not self._in_transaction:
+            self._begin()
+        self.stats.records_in += consumed
+        self.stats.forwarded += joinable
+        self._transaction_records += consumed
+        for partition, last_offset in last_offsets.items():
+            join = self._joins.get(partition)
+            if join is None:
+                continue  # not ours (any more): whoever owns the partition reads it
+            records = batches.get(partition)
+            if records:
+                self._join_records(join, records, frame_offset=None)
+            join.advance(last_offset)
+
     def _join_frame(self, message: Message) -> None:
-        """Stage two: ingest a frame's records into the partition's keyed join; emit outputs and dead
-        letters only for a frame processed for the first time."""
+        """Stage two: ingest a frame of the co-partitioned topic into the partition's keyed join."""
         join = self._joins.get(message.partition())
         if join is None:
             return  # not ours (any more): whoever owns the partition reads it
-        offset = message.offset()
-        replay = join.is_replay(offset)
-        join.advance(offset)
-        ingest = join.joiner.ingest
         records = decode_frame(message.value() or b"")
         self._transaction_records += len(records)
+        self._join_records(join, records, frame_offset=message.offset())
+        join.advance(message.offset())
+
+    def _join_records(self, join: PartitionJoin, records: list[tuple[int, int, int, bytes | None, bytes | None]],
+                      frame_offset: int | None) -> None:
+        """Ingest input records (`FramedRecord` fields) into a partition's keyed join, before `join.advance`.
+
+        A record is held as the offset of its frame, or as its own input offset when the input is partitioned
+        by thing (`frame_offset` None). Below the processed position records rebuild the state silently;
+        outputs and dead letters come only from records processed for the first time.
+        """
+        replay_below = join.processed if join.processed is not None else -1
+        ingest = join.joiner.ingest
         stats = self.stats
-        if replay:
-            stats.rebuilt += len(records)
-        else:
-            stats.joined_in += len(records)
         produce_output = self._producer.produce
         output_topic = self.settings.output_topic
         append_times = self._transaction_append_times
+        partitions = self._input_partitions
+        rebuilt = joined = 0
         for framed in records:
+            source = framed[1] if frame_offset is None else frame_offset
+            replay = source < replay_below
             key = framed[3]
             try:
                 record = decode_record(framed[4])
                 expected_key = record_key(record["thing"], record["quantity"])
                 if key != expected_key.encode():
                     raise InvalidRecord(f"key {key!r} does not match {expected_key!r}")
+                if frame_offset is None and thing_partition(record["thing"], partitions) != framed[0]:
+                    raise InvalidRecord(
+                        f"misrouted: thing {record['thing']!r} belongs in partition "
+                        f"{thing_partition(record['thing'], partitions)} of {partitions}, not {framed[0]}; the "
+                        "input is not partitioned by thing (see stack.partitioning), so run the joiner without "
+                        "--input-partitioned-by-thing")
             except InvalidRecord as error:
-                if replay:
-                    stats.rebuilt -= 1
-                else:
-                    stats.joined_in -= 1
+                if not replay:
                     self._dead_letter(str(error), FramedRecord._make(framed))
                 continue
-            # The frame is what is held: its offset is the position a restart re-reads from.
-            status, outputs, reason = ingest(record, offset)
+            # What is held is where a restart re-reads from: the frame, or the record itself.
+            status, outputs, reason = ingest(record, source)
             if replay:
+                rebuilt += 1
                 continue
+            joined += 1
             if status is not _ACCEPTED:
                 if status is _REJECTED:
                     self._dead_letter(reason or "rejected", FramedRecord._make(framed))
@@ -296,6 +360,8 @@ class KafkaJoiner:
                 except BufferError:  # local queue full: the shared helper waits for deliveries to drain it
                     produce(self._producer, output_topic, payload, record_key(output["thing"], output["quantity"]))
                 append_times.append(framed[2])
+        stats.rebuilt += rebuilt
+        stats.joined_in += joined
 
     def _dead_letter(self, reason: str, framed: FramedRecord, **context: object) -> None:
         key = framed.key
@@ -463,7 +529,7 @@ class KafkaJoiner:
             offset = position.offset if position.offset >= 0 else None
             self._assigned_at[(position.topic, position.partition)] = (
                 offset if offset is not None else OFFSET_BEGINNING)
-            if position.topic == self.repartition_topic:
+            if position.topic == self.join_topic:
                 joiner = KeyedJoiner(self.resolver, max_pending_per_side=self.settings.max_pending_per_side)
                 self._joins[position.partition] = PartitionJoin(
                     position.topic, position.partition, joiner, offset, decode_metadata(position.metadata))
@@ -473,7 +539,7 @@ class KafkaJoiner:
     def _drop_state(self, partitions: list[TopicPartition]) -> None:
         for position in partitions:
             self._assigned_at.pop((position.topic, position.partition), None)
-            if position.topic == self.repartition_topic:
+            if position.topic == self.join_topic:
                 self._joins.pop(position.partition, None)
             else:
                 self._forwarded.pop(position.partition, None)
@@ -485,7 +551,7 @@ class KafkaJoiner:
     def _reposition(self) -> None:
         """Move every owned partition back to the next offset its state expects."""
         for owned in self._owned:
-            if owned.topic == self.repartition_topic:
+            if owned.topic == self.join_topic:
                 join = self._joins[owned.partition]
                 offset = join.position if join.position is not None else self._assigned_at[
                     (owned.topic, owned.partition)]
@@ -520,7 +586,7 @@ class KafkaJoiner:
                 _low, high = self._consumer.get_watermark_offsets(owned, cached=True)
             except KafkaException:
                 continue
-            if owned.topic == self.repartition_topic:
+            if owned.topic == self.join_topic:
                 position = self._joins[owned.partition].position
             else:
                 position = self._forwarded.get(owned.partition)
@@ -529,15 +595,3 @@ class KafkaJoiner:
             if high >= 0 and position >= 0:
                 lag += max(high - position, 0)
         return lag
-
-    @staticmethod
-    def _partition_count(admin, topic: str, wait: bool = False) -> int:
-        """Partitions of `topic`; with `wait`, until a just created topic shows in the metadata."""
-        deadline = time.monotonic() + _KAFKA_TIMEOUT_S
-        while True:
-            metadata = admin.list_topics(topic, timeout=_KAFKA_TIMEOUT_S).topics.get(topic)
-            if metadata is not None and metadata.error is None and metadata.partitions:
-                return len(metadata.partitions)
-            if not wait or time.monotonic() > deadline:
-                raise SystemExit(f"topic {topic} does not exist ({metadata.error if metadata else 'unknown'})")
-            time.sleep(0.1)  # metadata of a new topic reaches the broker's cache shortly

@@ -19,6 +19,11 @@ class KafkaJoinerSettings(KafkaSettings):
     dlq_topic: str = setting(MACHINE_DLQ.name, "KAFKA_JOINER_DLQ_TOPIC", "topic of rejected records, with reason")
     group_id: str = setting("kafka-joiner", "KAFKA_JOINER_GROUP_ID",
                             "consumer group; instances of one group share the work")
+    input_partitioned_by_thing: bool = setting(
+        False, "KAFKA_JOINER_INPUT_PARTITIONED_BY_THING",
+        "the input holds every quantity of a thing in one partition (the stream connector writes it so, see "
+        "stack.partitioning): join each partition where it lies, without the repartition hop; a record found "
+        "in another partition is dead-lettered")
     repartition_topic: str | None = setting(
         None, "KAFKA_JOINER_REPARTITION_TOPIC",
         "internal topic holding the input co-partitioned by thing (default: <group-id>.<input-topic>.by-thing)")
