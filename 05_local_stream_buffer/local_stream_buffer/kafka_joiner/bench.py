@@ -15,6 +15,8 @@ import argparse
 import dataclasses
 import logging
 import multiprocessing
+import multiprocessing.synchronize
+import queue
 import signal
 import sys
 import time
@@ -26,10 +28,11 @@ from confluent_kafka import Producer
 from stack.kafka_clients import admin_client, producer_config
 from stack.kafka_clients import produce as produce_with_backpressure
 from stack.logs import configure_logging
+from stack.partitioning import thing_partition
 from stack.records import record_key
 from stack.runtime import tune_gc_for_streaming
 from stack.settings import KafkaSettings, add_arguments, from_namespace
-from stack.topics import MACHINE_DATA, MACHINE_DLQ, MACHINE_OUT, ensure_topics
+from stack.topics import MACHINE_DATA, MACHINE_DLQ, MACHINE_OUT, ensure_topics, partition_count
 
 from .service import KafkaJoiner
 from .settings import KafkaJoinerSettings
@@ -40,8 +43,8 @@ START_MS = 1_700_000_000_000
 TICK_MS = 10  # speed at every tick, torque half a tick later: each record completes about one pair
 
 
-def synthetic_records(count: int, machines: int, axes: int) -> Iterator[tuple[str, bytes]]:
-    """(key, value) of `count` records in time order: speed and torque of every machine and axis."""
+def synthetic_records(count: int, machines: int, axes: int) -> Iterator[tuple[str, bytes, str]]:
+    """(key, value, thing) of `count` records in time order: speed and torque of every machine and axis."""
     per_tick = machines * axes * 2
     # Formatted directly (the same compact JSON encode_record writes): generating 1M records stays quick.
     template = '{{"thing":"{}","quantity":"{}","phenomenonTime":{},"result":{!r}}}'
@@ -52,7 +55,8 @@ def synthetic_records(count: int, machines: int, axes: int) -> Iterator[tuple[st
             for axis in range(11, 11 + axes):
                 for quantity, offset, value in ((f"actSpeed_C{axis}", 0, 1000.0 + tick % 97),
                                                 (f"vaTorque_C{axis}", TICK_MS // 2, 2.5 + tick % 13)):
-                    yield record_key(thing, quantity), template.format(thing, quantity, t + offset, value).encode()
+                    yield (record_key(thing, quantity), template.format(thing, quantity, t + offset, value).encode(),
+                           thing)
 
 
 def expected_joins(count: int, machines: int, axes: int) -> int:
@@ -81,28 +85,37 @@ def delete_topics(bootstrap: str, topics: dict[str, str]) -> None:
             future.result(30)
 
 
-def produce(bootstrap: str, topic: str, records: Iterator[tuple[str, bytes]], rate: float | None = None) -> int:
-    """Produce the records (at `rate` per second if given) and wait for every acknowledgement."""
+def produce(bootstrap: str, topic: str, records: Iterator[tuple[str, bytes, str]], by_thing: bool,
+            rate: float | None = None) -> int:
+    """Produce the records (at `rate` per second if given) and wait for every acknowledgement; partitioned
+    by thing as the stream connector writes them, or by key."""
     producer = Producer(producer_config(bootstrap, **{"linger.ms": 20 if rate is None else 2,
                                                       "batch.size": 1_000_000,
                                                       "queue.buffering.max.messages": 2_000_000}))
+    partitions = partition_count(admin_client(bootstrap), topic)
+
+    def send(key: str, value: bytes, thing: str) -> None:
+        if by_thing:
+            produce_with_backpressure(producer, topic, value, key, partition=thing_partition(thing, partitions))
+        else:
+            produce_with_backpressure(producer, topic, value, key)
+
     count = 0
     if rate is not None:
         # The pace starts once the first record is acknowledged: until the connection and the idempotent
         # producer's id are set up, paced records would queue locally and reach the broker as one burst.
         first = next(records, None)
         if first is not None:
-            key, value = first
-            produce_with_backpressure(producer, topic, value, key)
+            send(*first)
             count = 1
         producer.flush(30)
     started = time.monotonic()
-    for key, value in records:
+    for record in records:
         if rate is not None and count % 100 == 0:
             ahead = count / rate - (time.monotonic() - started)
             if ahead > 0:
                 time.sleep(ahead)
-        produce_with_backpressure(producer, topic, value, key)
+        send(*record)
         producer.poll(0)
         count += 1
     if producer.flush(120):
@@ -110,54 +123,139 @@ def produce(bootstrap: str, topic: str, records: Iterator[tuple[str, bytes]], ra
     return count
 
 
-def joiner_settings(connection: KafkaSettings, topics: dict[str, str], commit_interval_ms: int
-                    ) -> KafkaJoinerSettings:
-    return KafkaJoinerSettings(**dataclasses.asdict(connection), input_topic=topics["data"],
-                               output_topic=topics["out"], dlq_topic=topics["dlq"], group_id=topics["group"],
-                               transactional_id_prefix=topics["group"], commit_interval_ms=commit_interval_ms,
-                               log_interval_s=5.0)
+def joiner_settings(connection: KafkaSettings, topics: dict[str, str], commit_interval_ms: int, by_thing: bool,
+                    instance_id: str | None = None) -> KafkaJoinerSettings:
+    return KafkaJoinerSettings(**dataclasses.asdict(connection), input_partitioned_by_thing=by_thing,
+                               input_topic=topics["data"], output_topic=topics["out"], dlq_topic=topics["dlq"],
+                               group_id=topics["group"], transactional_id_prefix=topics["group"],
+                               instance_id=instance_id, commit_interval_ms=commit_interval_ms, log_interval_s=5.0)
 
 
-def run_until(joiner: KafkaJoiner, joins: int, max_seconds: float) -> None:
-    """Run the joiner until it committed `joins` outputs, or for at most `max_seconds` after its first record."""
-    joiner.start()
+@dataclasses.dataclass(frozen=True)
+class InstanceResult:
+    """What one joiner instance of a throughput run did; times are time.monotonic(), the same clock in
+    every process."""
+
+    first_record_at: float | None
+    last_commit_at: float | None
+    joins_out: int
+    joined_in: int
+    records_in: int
+    transactions: int
+    forced: int
+    cpu_s: float
+
+
+def _throughput_instance(settings: KafkaJoinerSettings, started: multiprocessing.synchronize.Barrier,
+                         stop: multiprocessing.synchronize.Event, reports: multiprocessing.Queue) -> None:
+    """One joiner instance in its own process, as `python -m local_stream_buffer.kafka_joiner` runs: it
+    reports its committed joins every 0.1 s, and its result once the parent says stop."""
+    configure_logging("WARNING")
+    tune_gc_for_streaming()
+    joiner = KafkaJoiner(settings)
     stats = joiner.stats
-    joiner.run(until=lambda j: stats.joins_out >= joins or (
-        stats.first_record_at is not None and time.monotonic() - stats.first_record_at > max_seconds))
+    cpu_before = time.process_time()
+    next_report = 0.0
+
+    def done(_joiner: KafkaJoiner) -> bool:
+        nonlocal next_report
+        now = time.monotonic()
+        if now >= next_report:
+            reports.put(("progress", settings.instance_id, (stats.first_record_at, stats.joins_out)))
+            next_report = now + 0.1
+        return stop.is_set()
+
+    # All instances join the group at once: the first does not take every partition, only to hand
+    # some over in a rebalance a second later, when the others have imported their modules.
+    started.wait(60)
+    joiner.start()
+    joiner.run(until=done)
+    reports.put(("done", settings.instance_id, InstanceResult(
+        stats.first_record_at, stats.last_commit_at, stats.joins_out, stats.joined_in, stats.records_in,
+        stats.transactions, joiner.forced(), time.process_time() - cpu_before)))
 
 
-def throughput(connection: KafkaSettings, args: argparse.Namespace) -> None:
+def run_instances(settings: list[KafkaJoinerSettings], joins: int, max_seconds: float) -> list[InstanceResult]:
+    """Run one process per instance until together they committed `joins` outputs, or for at most
+    `max_seconds` after the first record."""
+    context = multiprocessing.get_context("spawn")
+    started = context.Barrier(len(settings))
+    stop = context.Event()
+    reports = context.Queue()
+    processes = [context.Process(target=_throughput_instance, args=(each, started, stop, reports))
+                 for each in settings]
+    for process in processes:
+        process.start()
+    committed: dict[str, int] = {}
+    first_record_at: float | None = None
+    results: dict[str, InstanceResult] = {}
+    try:
+        while len(results) < len(processes):
+            try:
+                kind, name, report = reports.get(timeout=1.0)
+            except queue.Empty:
+                if any(process.exitcode for process in processes):
+                    raise RuntimeError("a joiner instance failed") from None
+                continue
+            if kind == "progress":
+                first, committed[name] = report
+                if first is not None:
+                    first_record_at = first if first_record_at is None else min(first_record_at, first)
+                out_of_time = first_record_at is not None and time.monotonic() - first_record_at > max_seconds
+                if sum(committed.values()) >= joins or out_of_time:
+                    stop.set()
+            else:
+                results[name] = report
+    finally:
+        stop.set()
+        for process in processes:
+            process.join(60)
+    return list(results.values())
+
+
+def throughput_row(connection: KafkaSettings, args: argparse.Namespace, by_thing: bool, instances: int) -> str:
+    """Pre-load fresh topics and run `instances` joiner processes on them: one row of the table."""
     bootstrap = connection.kafka_bootstrap_servers
     topics = fresh_topics(bootstrap, append_time=False)
     try:
-        started = time.monotonic()
-        count = produce(bootstrap, topics["data"], synthetic_records(args.records, args.machines, args.axes))
-        print(f"pre-loaded {count:,} records ({args.machines} machines x {args.axes} axes) "
-              f"in {time.monotonic() - started:.1f} s")
+        count = produce(bootstrap, topics["data"], synthetic_records(args.records, args.machines, args.axes),
+                        by_thing)
         joins = expected_joins(count, args.machines, args.axes)
-        joiner = KafkaJoiner(joiner_settings(connection, topics, args.commit_interval_ms))
-        cpu_before = time.process_time()
-        run_until(joiner, joins, args.max_seconds)
-        cpu = time.process_time() - cpu_before
-        stats = joiner.stats
-        elapsed = stats.last_commit_at - stats.first_record_at
-        print(f"throughput at exactly-once: {stats.joins_out:,} joins of {stats.joined_in:,} records in "
-              f"{elapsed:.1f} s (first record consumed to last output committed): "
-              f"{stats.joins_out / elapsed:,.0f} joins/s, {stats.joined_in / elapsed:,.0f} records/s, "
-              f"{stats.transactions} transactions; joiner CPU {cpu / max(stats.records_in, 1) * 1e6:.0f} µs per record "
-              f"(all threads)")
-        if stats.joins_out < joins:
-            print(f"(stopped after --max-seconds {args.max_seconds:.0f}: {stats.joined_in:,} of {count:,} records "
-                  f"joined; the rates are over that span)")
-        forced = sum(join.joiner.counters.forced for join in joiner._joins.values())
-        if forced:
-            print(f"WARNING: {forced:,} pending records were forced out: the input streams of a key drifted apart")
+        settings = [joiner_settings(connection, topics, args.commit_interval_ms, by_thing, f"bench-{index}")
+                    for index in range(instances)]
+        results = run_instances(settings, joins, args.max_seconds)
     finally:
         delete_topics(bootstrap, topics)
+    first = min(r.first_record_at for r in results if r.first_record_at is not None)
+    last = max(r.last_commit_at for r in results if r.last_commit_at is not None)
+    elapsed = last - first
+    joins_out = sum(r.joins_out for r in results)
+    joined_in = sum(r.joined_in for r in results)
+    cpu_per_record = sum(r.cpu_s for r in results) / max(sum(r.records_in for r in results), 1) * 1e6
+    label = "by thing, joined where it lies" if by_thing else "by key, repartitioned first"
+    row = (f"  {label:<32} {instances:>9} {joins_out:>10,} {elapsed:>8.1f} {joins_out / elapsed:>10,.0f} "
+           f"{joined_in / elapsed:>10,.0f} {sum(r.transactions for r in results):>7,} {cpu_per_record:>13.0f}")
+    if joins_out < joins:
+        row += f"\n    (stopped after --max-seconds {args.max_seconds:.0f}: {joins_out:,} of {joins:,} joins)"
+    forced = sum(r.forced for r in results)
+    if forced:
+        row += f"\n    WARNING: {forced:,} pending records were forced out: the streams of a key drifted apart"
+    return row
+
+
+def throughput(connection: KafkaSettings, args: argparse.Namespace) -> None:
+    print(f"throughput at exactly-once: {args.records:,} records pre-loaded ({args.machines} machines x "
+          f"{args.axes} axes, one join per record), from the first record consumed to the last output committed")
+    print(f"  {'input partitioned':<32} {'processes':>9} {'joins':>10} {'seconds':>8} {'joins/s':>10} "
+          f"{'records/s':>10} {'commits':>7} {'CPU µs/record':>13}")
+    for by_thing, instances in ((True, 1), (True, 2), (False, 1)):
+        print(throughput_row(connection, args, by_thing, instances), flush=True)
+    print("  (by thing is how `make up` runs: the stream connector writes every quantity of a machine to one "
+          "partition;\n   CPU is the joiners' own, all threads; the broker shares the same cores)")
 
 
 def _steady_producer(bootstrap: str, topic: str, count: int, machines: int, axes: int, rate: float) -> None:
-    produce(bootstrap, topic, synthetic_records(count, machines, axes), rate=rate)
+    produce(bootstrap, topic, synthetic_records(count, machines, axes), True, rate=rate)
 
 
 def latency(connection: KafkaSettings, args: argparse.Namespace) -> None:
@@ -166,7 +264,7 @@ def latency(connection: KafkaSettings, args: argparse.Namespace) -> None:
     count = int(args.rate * (args.warmup_seconds + args.latency_seconds))
     joins = expected_joins(count, args.machines, args.axes)
     try:
-        joiner = KafkaJoiner(joiner_settings(connection, topics, args.commit_interval_ms))
+        joiner = KafkaJoiner(joiner_settings(connection, topics, args.commit_interval_ms, True))
         stats = joiner.stats
         stats.keep_latencies = True
         joiner.start()
@@ -217,7 +315,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--latency-seconds", type=float, default=20, help="length of the latency run")
     parser.add_argument("--warmup-seconds", type=float, default=5,
                         help="input at the same rate before the latency run, reported apart")
-    parser.add_argument("--commit-interval-ms", type=int, default=50, help="transaction interval of the joiner")
+    parser.add_argument("--commit-interval-ms", type=int, default=KafkaJoinerSettings.commit_interval_ms,
+                        help="transaction interval of the joiner while it reads a backlog")
     parser.add_argument("--max-seconds", type=float, default=90,
                         help="stop the throughput run this long after its first record (the latency run: after the input)")
     parser.add_argument("--skip-throughput", action="store_true")

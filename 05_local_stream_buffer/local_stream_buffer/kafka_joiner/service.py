@@ -571,12 +571,16 @@ class KafkaJoiner:
         keys = sum(join.joiner.key_count() for join in self._joins.values())
         rebuilding = sum(join.rebuilding for join in self._joins.values())
         self._progress.log(now, self.lag(), held, keys, rebuilding)
-        forced = sum(join.joiner.counters.forced for join in self._joins.values())
+        forced = self.forced()
         if forced > self._forced_reported:
             # Forcing follows arrival, which a rebuild after a crash need not reproduce: say so loudly.
             log.warning("%d pending records forced out by the pending limit (a stream of a key stalls); "
                         "their pairs are exact only if no restart happens before they are released", forced)
         self._forced_reported = forced
+
+    def forced(self) -> int:
+        """Pending records forced out by the pending limit in the owned partitions' joins."""
+        return sum(join.joiner.counters.forced for join in self._joins.values())
 
     def lag(self) -> int:
         """Records not yet processed in the owned partitions, from the consumer's cached watermarks."""

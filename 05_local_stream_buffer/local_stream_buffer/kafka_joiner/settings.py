@@ -35,7 +35,7 @@ class KafkaJoinerSettings(KafkaSettings):
         "same name takes over at once and aborts the crashed run's open transaction; default: random per run")
     join_specs: Path | None = setting(None, "KAFKA_JOINER_JOIN_SPECS",
                                       "join-spec TOML file (default: local_stream_buffer/join_specs.toml)")
-    commit_interval_ms: int = setting(50, "KAFKA_JOINER_COMMIT_INTERVAL_MS",
+    commit_interval_ms: int = setting(100, "KAFKA_JOINER_COMMIT_INTERVAL_MS",
                                       "a transaction commits at least this often while a backlog is read (at once when the input is drained)")
     max_transaction_records: int = setting(50_000, "KAFKA_JOINER_MAX_TRANSACTION_RECORDS",
                                            "a transaction commits early once it consumed this many records")
