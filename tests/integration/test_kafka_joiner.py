@@ -14,13 +14,15 @@ import pytest
 from confluent_kafka import Producer
 
 from conftest import EVENTS_FILE
+from connector_support import ConnectorProcess, run_simulator
+from kafka_joiner_support import (JoinerProcess, as_multiset, delete_internal_topics, key_of, new_group,
+                                  offline_join, read_outputs, rows_as_records)
 from stack.kafka_clients import producer_config
 from stack.partitioning import thing_partition
 from stack.records import encode_record
 from stack.topics import MACHINE_DATA
-from kafka_joiner_support import (JoinerProcess, as_multiset, delete_internal_topics, key_of, new_group,
-                                  offline_join, read_outputs, rows_as_records)
-from support import produce_records, read_topic, wait_for
+from stream_connector.mqtt_io import drop_session
+from support import produce_records, read_topic, unique, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -64,6 +66,29 @@ def test_time_order_replay_equals_offline_join(bootstrap, new_topics, joiners, t
     assert read_topic(bootstrap, topics.dlq, idle_s=0.5) == []
     assert joiner.terminate() == 0
     assert "stopped" in joiner.log()
+
+
+def test_simulator_to_joined_output_as_make_up_runs_it(stack, bootstrap, new_topics, joiners, tmp_path) -> None:
+    """The path of `make up` + `make data`: simulator -> MQTT -> stream connector, which writes each thing to
+    its partition -> the joiner joining records where they lie. machine.out equals the offline join."""
+    topics = new_topics()
+    name = unique("pipeline").replace(".", "-")
+    connector = ConnectorProcess(mqtt_topic=f"test/{name}/states", client_id=name, data_topic=topics.data,
+                                 dlq_topic=topics.dlq, log_path=tmp_path / "connector.log")
+    try:
+        connector.start()
+        joiner = start_joiner(joiners, bootstrap, topics, new_group(), tmp_path, by_thing=True)
+        simulated = run_simulator(connector.mqtt_topic, "--events-file", str(EVENTS_FILE))
+        assert simulated.returncode == 0, simulated.stdout + simulated.stderr
+        expected, _ = offline_join(rows_as_records(EVENTS_FILE, time_order=True))
+
+        outputs = read_outputs(bootstrap, topics.out, len(expected))
+        assert as_multiset([m.value for m in outputs]) == as_multiset(expected)
+        assert read_topic(bootstrap, topics.dlq, idle_s=0.5) == []
+        assert joiner.terminate() == 0
+    finally:
+        connector.kill()
+        drop_session(stack, name)
 
 
 def test_file_order_dead_letters_late_and_malformed_records_and_joins_the_rest(bootstrap, new_topics, joiners, tmp_path,
