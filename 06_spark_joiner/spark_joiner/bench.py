@@ -33,9 +33,10 @@ from pyspark.sql.streaming import StreamingQuery
 
 from stack.kafka_clients import admin_client, consumer_config, produce, producer_config
 from stack.logs import configure_logging
+from stack.partitioning import thing_partition
 from stack.records import encode_record, record_key
 from stack.runtime import tune_gc_for_streaming
-from stack.topics import MACHINE_DATA, MACHINE_DLQ, MACHINE_OUT, ensure_topics
+from stack.topics import MACHINE_DATA, MACHINE_DLQ, MACHINE_OUT, ensure_topics, partition_count
 
 from .job import start_query
 from .session import spark_session
@@ -92,10 +93,13 @@ def synthetic_records(machines: int, total: int, seed: int = 1) -> list[bytes]:
 
 
 def preload(bootstrap: str, topic: str, payloads: list[bytes], keys: list[bytes]) -> None:
+    """Produce the records, each to the partition of its thing, as the stream connector writes them."""
     producer = Producer(producer_config(bootstrap, **{"linger.ms": 50, "batch.size": 1_000_000,
                                                       "queue.buffering.max.messages": 2_000_000}))
+    partitions = partition_count(admin_client(bootstrap), topic)
     for payload, key in zip(payloads, keys):
-        produce(producer, topic, payload, key)
+        thing = key.split(b".", 1)[0].decode()
+        produce(producer, topic, payload, key, partition=thing_partition(thing, partitions))
     if producer.flush(120):
         raise RuntimeError("pre-load did not complete")
 
@@ -248,6 +252,7 @@ def produce_steady(bootstrap: str, topic: str, machines: int, rate: int, duratio
                    appended: dict) -> None:
     """Produce at `rate` records/s for `duration_s`, remembering each record's append time."""
     producer = Producer(producer_config(bootstrap, **{"linger.ms": 5}))
+    partitions = partition_count(admin_client(bootstrap), topic)
     start = time.monotonic()
     step = 1
     sent = 0
@@ -257,7 +262,8 @@ def produce_steady(bootstrap: str, topic: str, machines: int, rate: int, duratio
             thing = f"M{machine:05d}"
             for quantity, moment in ((SPEED, t), (TORQUE, t + 3)):
                 producer.produce(topic, encode_record({"thing": thing, "quantity": quantity, "phenomenonTime": moment,
-                                                       "result": 1.0 + (sent % 97)}), record_key(thing, quantity))
+                                                       "result": 1.0 + (sent % 97)}), record_key(thing, quantity),
+                                 partition=thing_partition(thing, partitions))
                 appended[(thing, quantity, moment)] = time.time()
                 sent += 1
         producer.poll(0)
@@ -275,7 +281,7 @@ def run_standalone(bootstrap: str, topics: Topics, records: int, cleanup: list[s
     group = f"bench-standalone.{uuid.uuid4().hex[:8]}"
     command = [sys.executable, "-m", "local_stream_buffer.kafka_joiner", "--kafka-bootstrap-servers", bootstrap,
                "--input-topic", topics.data, "--output-topic", out.out, "--dlq-topic", out.dlq,
-               "--group-id", group, "--transactional-id-prefix", group]
+               "--group-id", group, "--transactional-id-prefix", group, "--input-partitioned-by-thing"]
     consumer = Consumer(consumer_config(bootstrap, f"{group}.reader"))
     consumer.subscribe([out.out])
     process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
