@@ -120,9 +120,12 @@ class KafkaJoiner:
         admin = admin_client(self.settings.kafka_bootstrap_servers)
         input_topic = self.settings.input_topic
         self._input_partitions = partition_count(admin, input_topic)
-        if not self._by_thing:
+        if self._by_thing:
+            join_partitions = self._input_partitions
+        else:
             ensure_topics(admin, (TopicSpec(self.join_topic, self._input_partitions, dict(MACHINE_DATA.config)),))
-        self._router = ThingRouter(self.resolver, partition_count(admin, self.join_topic))
+            join_partitions = partition_count(admin, self.join_topic)  # an existing topic may differ
+        self._router = ThingRouter(self.resolver, join_partitions)
         # Before joining the group: aborts the open transaction of a crashed run with this transactional id,
         # whose pending offsets would otherwise hold up reading the committed ones.
         self._producer.init_transactions(_KAFKA_TIMEOUT_S)
