@@ -23,8 +23,8 @@ from confluent_kafka import KafkaError, KafkaException, Message, Producer
 from paho.mqtt.enums import MQTTErrorCode, MQTTProtocolVersion
 
 from stack.kafka_clients import admin_client, produce, producer_config
-from stack.partitioning import thing_partition
 from stack.logs import announce_ready
+from stack.partitioning import thing_partition
 from stack.records import dead_letter, encode_record, record_key
 from stack.topics import MACHINE_DATA, MACHINE_DLQ, ensure_topics, partition_count
 

@@ -1,8 +1,9 @@
 """Benchmark of the Kafka joiner at exactly-once: ``python -m local_stream_buffer.kafka_joiner.bench``.
 
 1. Throughput: pre-load synthetic records (several machines, speed and torque interleaved) into a fresh
-   copy of machine.data, then run the joiner from the first consumed record to the commit of the last
-   output: joins/s and records/s.
+   copy of machine.data, then run joiner instances, each in its own process, from the first consumed
+   record to the commit of the last output: joins/s and records/s. One row each for the input partitioned
+   by thing with one and with two instances, and partitioned by key (repartitioned first) with one.
 2. Latency: a steady input of `--rate` records/s produced by a separate process into a fresh topic with
    log-append timestamps; per output, the time from its completing record's append to the commit of the
    transaction that carries it: p50/p99.

@@ -236,7 +236,7 @@ class KafkaJoiner:
                 consumed += 1
                 continue
             stats.records_in += consumed
-            stats.forwarded += joinable
+            stats.joinable += joinable
             self._transaction_records += consumed
             consumed = joinable = 0
             self._join_frame(message)
@@ -247,7 +247,7 @@ class KafkaJoiner:
                 if self._rewinds != rewinds:
                     return  # aborted: the rest of this batch is read again from the last commit
         stats.records_in += consumed
-        stats.forwarded += joinable
+        stats.joinable += joinable
         self._transaction_records += consumed
         self._flush_frames(frames)
 
@@ -283,7 +283,7 @@ class KafkaJoiner:
         if not self._in_transaction:
             self._begin()
         self.stats.records_in += consumed
-        self.stats.forwarded += joinable
+        self.stats.joinable += joinable
         self._transaction_records += consumed
         for partition, last_offset in last_offsets.items():
             join = self._joins.get(partition)

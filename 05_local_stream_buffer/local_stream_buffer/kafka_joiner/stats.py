@@ -12,7 +12,7 @@ class JoinerStats:
     """Totals since start; rates and latency percentiles are per log interval."""
 
     records_in: int = 0  # records consumed from the input topic
-    forwarded: int = 0  # of those, forwarded to the co-partitioned topic
+    joinable: int = 0  # of those, records of a quantity some join spec uses
     joined_in: int = 0  # records ingested by the join (rebuild excluded)
     rebuilt: int = 0  # records re-ingested silently to rebuild state
     joins_out: int = 0  # output records committed
@@ -54,7 +54,7 @@ class ProgressLog:
             "records in %d (%.0f/s, %d joinable), joins out %d (%.0f/s), dlq %d, lag %d, "
             "state %d held records in %d keys%s, %d records rebuilt, commit latency p50 %.0f ms p99 %.0f ms, "
             "transactions %d (%d aborted)",
-            stats.records_in, (stats.records_in - self._last_records) / elapsed, stats.forwarded,
+            stats.records_in, (stats.records_in - self._last_records) / elapsed, stats.joinable,
             stats.joins_out, (stats.joins_out - self._last_joins) / elapsed,
             stats.dead_letters, lag, held, keys,
             f", {rebuilding} partitions rebuilding" if rebuilding else "", stats.rebuilt,
