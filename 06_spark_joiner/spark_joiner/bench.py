@@ -7,6 +7,9 @@
    time from the Kafka append of the later of its two inputs to the moment a read_committed consumer
    sees it; p50/p99.
 3. The standalone joiner (``local_stream_buffer.kafka_joiner``) on the same pre-loaded topics.
+4. Spark's Kafka source alone on the first pre-loaded topic, in the JVM the job has warmed up: into Spark's
+   no-op sink, directly and through a Python step that only counts rows. The share of the job's cost that
+   is reading Kafka and crossing into Python; the rest is the join, its output records and the sink.
 
 Topics are unique per run and deleted afterwards; checkpoints go to a temporary folder.
 """
@@ -25,11 +28,14 @@ import tempfile
 import threading
 import time
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
+import pyarrow as pa
 from confluent_kafka import Consumer, Producer
 from pyspark.sql.streaming import StreamingQuery
+from pyspark.sql.types import LongType, StructField, StructType
 
 from stack.kafka_clients import admin_client, consumer_config, produce, producer_config
 from stack.logs import configure_logging
@@ -39,6 +45,7 @@ from stack.runtime import tune_gc_for_streaming
 from stack.topics import MACHINE_DATA, MACHINE_DLQ, MACHINE_OUT, ensure_topics, partition_count
 
 from .job import start_query
+from .parse import KAFKA_COLUMNS
 from .session import spark_session
 from .settings import SparkJoinerSettings
 from .sink import TransactionalBatchSink
@@ -155,27 +162,62 @@ def run_throughput(spark, bootstrap: str, machines: int, records: int, workdir: 
     cpu_before = tree_cpu_seconds()
     query = start_query(spark, settings, sink)
     try:
-        while sum(p["numInputRows"] for p in query.recentProgress) < len(payloads):
-            if query.exception() is not None:
-                raise RuntimeError(f"query failed: {query.exception()}")
-            query.awaitTermination(0.5)
-        progress = [p for p in query.recentProgress if p["numInputRows"]]
-        cpu_seconds = tree_cpu_seconds() - cpu_before
+        figures = run_to_end(query, len(payloads), cpu_before)
     finally:
         stop_between_batches(query)
         sink.close()
+    figures.update(joins=sink.counters.joins, joins_per_s=sink.counters.joins / figures["seconds"],
+                   sink_compute_s=round(sink.counters.compute_seconds, 2),
+                   sink_produce_s=round(sink.counters.produce_seconds, 2))
+    return topics, figures
+
+
+def run_to_end(query: StreamingQuery, records: int, cpu_before: float) -> dict:
+    """Wait until ``query`` has read ``records`` input rows; its rates from Spark's own batch durations, and the
+    CPU this process tree spent since ``cpu_before``."""
+    while sum(p["numInputRows"] for p in query.recentProgress) < records:
+        if query.exception() is not None:
+            raise RuntimeError(f"query failed: {query.exception()}")
+        query.awaitTermination(0.5)
+    progress = [p for p in query.recentProgress if p["numInputRows"]]
+    cpu_seconds = tree_cpu_seconds() - cpu_before
     seconds = [p["durationMs"]["triggerExecution"] / 1000 for p in progress]
     rows = [p["numInputRows"] for p in progress]
     steady_rows, steady_seconds = (sum(rows[1:]), sum(seconds[1:])) if len(rows) > 1 else (rows[0], seconds[0])
-    figures = {"records": len(payloads), "joins": sink.counters.joins, "batches": len(rows),
-               "seconds": sum(seconds), "records_per_s": sum(rows) / sum(seconds),
-               "joins_per_s": sink.counters.joins / sum(seconds),
-               "steady_records_per_s": steady_rows / steady_seconds, "first_batch_s": seconds[0],
-               "batch_seconds": [round(second, 2) for second in seconds],
-               "sink_compute_s": round(sink.counters.compute_seconds, 2),
-               "sink_produce_s": round(sink.counters.produce_seconds, 2),
-               "cpu_us_per_record": cpu_seconds / len(payloads) * 1e6, "load_average": os.getloadavg()[0]}
-    return topics, figures
+    return {"records": records, "batches": len(rows), "seconds": sum(seconds), "records_per_s": sum(rows) / sum(seconds),
+            "steady_records_per_s": steady_rows / steady_seconds, "first_batch_s": seconds[0],
+            "batch_seconds": [round(second, 2) for second in seconds],
+            "cpu_us_per_record": cpu_seconds / records * 1e6, "load_average": os.getloadavg()[0]}
+
+
+def count_rows(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """A ``mapInArrow`` step that does nothing but cross into Python: one row with each batch's size."""
+    for batch in batches:
+        yield pa.RecordBatch.from_arrays([pa.array([batch.num_rows], pa.int64())], schema=COUNT_ARROW_SCHEMA)
+
+
+COUNT_ARROW_SCHEMA = pa.schema([pa.field("rows", pa.int64())])
+COUNT_SCHEMA = StructType([StructField("rows", LongType())])
+
+
+def run_source_floor(spark, bootstrap: str, topic: str, records: int, batch: int, python_step: bool,
+                     workdir: Path) -> dict:
+    """Spark's Kafka source on the pre-loaded input into Spark's no-op sink, with no join and no output:
+    optionally through a Python step that only counts rows. What any job reading that source pays before
+    its own work, on the same input and batch size; the job's figures cannot exceed it."""
+    reader = (spark.readStream.format("kafka").option("kafka.bootstrap.servers", bootstrap)
+              .option("subscribe", topic).option("startingOffsets", "earliest")
+              .option("maxOffsetsPerTrigger", batch))
+    rows = reader.load().select(*KAFKA_COLUMNS)
+    if python_step:
+        rows = rows.mapInArrow(count_rows, COUNT_SCHEMA)
+    cpu_before = tree_cpu_seconds()
+    query = (rows.writeStream.format("noop").option("checkpointLocation", str(workdir / f"floor-{python_step}"))
+             .trigger(processingTime="0 seconds").start())
+    try:
+        return run_to_end(query, records, cpu_before)
+    finally:
+        stop_between_batches(query)
 
 
 def stop_between_batches(query: StreamingQuery, deadline_s: float = 30.0) -> None:
@@ -328,6 +370,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="let the JVM use its optimising compiler too (the job runs with C1 only)")
     parser.add_argument("--no-standalone", action="store_true", help="skip the standalone joiner's figures")
     parser.add_argument("--no-latency", action="store_true", help="skip the latency run")
+    parser.add_argument("--no-floor", action="store_true",
+                        help="skip the runs of Spark's Kafka source alone (no join, no output)")
     args = parser.parse_args(argv)
     configure_logging()
     logging.getLogger("py4j").setLevel(logging.WARNING)
@@ -335,6 +379,8 @@ def main(argv: list[str] | None = None) -> int:
     workdir = Path(tempfile.mkdtemp(prefix="spark-joiner-bench-"))
     cleanup: list[str] = []
     results: list[tuple[int, dict, dict | None]] = []
+    floors: list[tuple[str, dict]] = []  # Spark's Kafka source alone, on the first machine count's input
+    floor_machines = 0
     try:
         spark = spark_session(args.master, shuffle_partitions=args.shuffle_partitions, driver_memory="2g",
                               quick_jit=not args.full_jit)
@@ -344,6 +390,12 @@ def main(argv: list[str] | None = None) -> int:
             log.info("spark, %d machines: %s", machines, figures)
             standalone = None if args.no_standalone else run_standalone(bootstrap, topics, figures["records"], cleanup)
             results.append((machines, figures, standalone))
+            if not args.no_floor and not floors:
+                floors = [(label, run_source_floor(spark, bootstrap, topics.data, figures["records"], args.batch,
+                                                   python_step, workdir))
+                          for label, python_step in (("source -> no-op sink", False),
+                                                     ("source -> Python step -> no-op sink", True))]
+                floor_machines = machines
         latency = None if args.no_latency else run_latency(spark, bootstrap, 100, args.rate, args.latency_seconds,
                                                            args.trigger_seconds, workdir, cleanup)
         spark.stop()
@@ -361,6 +413,12 @@ def main(argv: list[str] | None = None) -> int:
               f" {figures['joins_per_s']:9,.0f} {figures['steady_records_per_s']:13,.0f}"
               f" {figures['first_batch_s']:11.1f} {figures['cpu_us_per_record']:10.1f} {figures['load_average']:5.1f}"
               f" | {other}")
+    if floors:
+        print(f"Spark's Kafka source alone on the same input ({floor_machines:,} machines, same batches, JVM warmed up "
+              "by the job), no join and no output: what the job pays before its own work")
+        for label, figures in floors:
+            print(f"{label:>36}: {figures['records_per_s']:9,.0f} rec/s, steady {figures['steady_records_per_s']:9,.0f},"
+                  f" 1st batch {figures['first_batch_s']:4.1f} s, CPU µs/rec {figures['cpu_us_per_record']:5.1f}")
     if latency:
         print(f"latency at {latency['rate']:,} records/s, trigger {args.trigger_seconds} s, 100 machines: "
               f"p50 {latency['p50']:.2f} s, p99 {latency['p99']:.2f} s, max {latency['max']:.2f} s "
