@@ -44,8 +44,7 @@ from stack.records import encode_record, record_key
 from stack.runtime import tune_gc_for_streaming
 from stack.topics import MACHINE_DATA, MACHINE_DLQ, MACHINE_OUT, ensure_topics, partition_count
 
-from .job import start_query
-from .parse import KAFKA_COLUMNS
+from .job import kafka_source, start_query
 from .session import spark_session
 from .settings import SparkJoinerSettings
 from .sink import TransactionalBatchSink
@@ -200,19 +199,17 @@ COUNT_ARROW_SCHEMA = pa.schema([pa.field("rows", pa.int64())])
 COUNT_SCHEMA = StructType([StructField("rows", LongType())])
 
 
-def run_source_floor(spark, bootstrap: str, topic: str, records: int, batch: int, python_step: bool,
+def run_source_floor(spark, bootstrap: str, topics: Topics, records: int, batch: int, python_step: bool,
                      workdir: Path) -> dict:
-    """Spark's Kafka source on the pre-loaded input into Spark's no-op sink, with no join and no output:
-    optionally through a Python step that only counts rows. What any job reading that source pays before
+    """Spark's Kafka source on the pre-loaded input, read as the job reads it, into Spark's no-op sink with
+    no join and no output; optionally through a Python step that only counts rows. What the job pays before
     its own work, on the same input and batch size; the job's figures cannot exceed it."""
-    reader = (spark.readStream.format("kafka").option("kafka.bootstrap.servers", bootstrap)
-              .option("subscribe", topic).option("startingOffsets", "earliest")
-              .option("maxOffsetsPerTrigger", batch))
-    rows = reader.load().select(*KAFKA_COLUMNS)
+    settings = settings_for(bootstrap, topics, workdir / f"floor-{python_step}", max_offsets_per_trigger=batch)
+    rows = kafka_source(spark, settings)
     if python_step:
         rows = rows.mapInArrow(count_rows, COUNT_SCHEMA)
     cpu_before = tree_cpu_seconds()
-    query = (rows.writeStream.format("noop").option("checkpointLocation", str(workdir / f"floor-{python_step}"))
+    query = (rows.writeStream.format("noop").option("checkpointLocation", str(settings.checkpoint_dir))
              .trigger(processingTime="0 seconds").start())
     try:
         return run_to_end(query, records, cpu_before)
@@ -391,7 +388,7 @@ def main(argv: list[str] | None = None) -> int:
             standalone = None if args.no_standalone else run_standalone(bootstrap, topics, figures["records"], cleanup)
             results.append((machines, figures, standalone))
             if not args.no_floor and not floors:
-                floors = [(label, run_source_floor(spark, bootstrap, topics.data, figures["records"], args.batch,
+                floors = [(label, run_source_floor(spark, bootstrap, topics, figures["records"], args.batch,
                                                    python_step, workdir))
                           for label, python_step in (("source -> no-op sink", False),
                                                      ("source -> Python step -> no-op sink", True))]

@@ -1,7 +1,7 @@
 """The streaming query: Kafka source -> route -> keyed join in Spark state -> transactional sink."""
 from __future__ import annotations
 
-from pyspark.sql import SparkSession
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
 from .parse import KAFKA_COLUMNS, PACKED_SCHEMA, RecordRouter
@@ -24,20 +24,7 @@ def start_query(spark: SparkSession, settings: SparkJoinerSettings, sink: Transa
     """Start the join query; it resumes from ``settings.checkpoint_dir`` when that holds a checkpoint."""
     if is_local_path(str(settings.checkpoint_dir)):
         spark.conf.set(CHECKPOINT_FILE_MANAGER, FILE_SYSTEM_CHECKPOINTS)
-    reader = (
-        spark.readStream.format("kafka")
-        .option("kafka.bootstrap.servers", settings.kafka_bootstrap_servers)
-        .option("subscribe", settings.input_topic)
-        .option("startingOffsets", "earliest")
-        # Only committed input; the connector writes without transactions, so this changes nothing there.
-        .option("kafka.isolation.level", "read_committed")
-        # Records past retention are gone for every reader: log and go on rather than stop the pipeline.
-        .option("failOnDataLoss", "false")
-    )
-    if settings.max_offsets_per_trigger > 0:
-        reader = reader.option("maxOffsetsPerTrigger", settings.max_offsets_per_trigger)
-    routed = reader.load().select(*KAFKA_COLUMNS).mapInArrow(
-        RecordRouter(settings.join_specs, settings.buckets), PACKED_SCHEMA)
+    routed = kafka_source(spark, settings).mapInArrow(RecordRouter(settings.join_specs, settings.buckets), PACKED_SCHEMA)
     joined = routed.groupBy("bucket").transformWithStateInPandas(
         statefulProcessor=BucketJoinProcessor(settings.join_specs, settings.input_topic,
                                               settings.max_pending_per_side),
@@ -52,6 +39,23 @@ def start_query(spark: SparkSession, settings: SparkJoinerSettings, sink: Transa
         .trigger(processingTime=f"{int(settings.trigger_seconds * 1000)} milliseconds")
         .start()
     )
+
+
+def kafka_source(spark: SparkSession, settings: SparkJoinerSettings) -> DataFrame:
+    """The input records as the job reads them: value, partition and offset of each, from Spark's Kafka source."""
+    reader = (
+        spark.readStream.format("kafka")
+        .option("kafka.bootstrap.servers", settings.kafka_bootstrap_servers)
+        .option("subscribe", settings.input_topic)
+        .option("startingOffsets", "earliest")
+        # Only committed input; the connector writes without transactions, so this changes nothing there.
+        .option("kafka.isolation.level", "read_committed")
+        # Records past retention are gone for every reader: log and go on rather than stop the pipeline.
+        .option("failOnDataLoss", "false")
+    )
+    if settings.max_offsets_per_trigger > 0:
+        reader = reader.option("maxOffsetsPerTrigger", settings.max_offsets_per_trigger)
+    return reader.load().select(*KAFKA_COLUMNS)
 
 
 def is_local_path(path: str) -> bool:
