@@ -189,14 +189,15 @@ def run_to_end(query: StreamingQuery, records: int, cpu_before: float) -> dict:
             "cpu_us_per_record": cpu_seconds / records * 1e6, "load_average": os.getloadavg()[0]}
 
 
+# What the source-only runs' Python step returns: the size of each Arrow batch it was handed.
+COUNT_ARROW_SCHEMA = pa.schema([pa.field("rows", pa.int64())])
+COUNT_SCHEMA = StructType([StructField("rows", LongType())])
+
+
 def count_rows(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
     """A ``mapInArrow`` step that does nothing but cross into Python: one row with each batch's size."""
     for batch in batches:
         yield pa.RecordBatch.from_arrays([pa.array([batch.num_rows], pa.int64())], schema=COUNT_ARROW_SCHEMA)
-
-
-COUNT_ARROW_SCHEMA = pa.schema([pa.field("rows", pa.int64())])
-COUNT_SCHEMA = StructType([StructField("rows", LongType())])
 
 
 def run_source_floor(spark, bootstrap: str, topics: Topics, records: int, batch: int, python_step: bool,
