@@ -49,6 +49,7 @@ _BATCH = 500  # messages per consume() call: bounds one call's work (frames hold
 _POLL_TIMEOUT_S = 0.005
 _KAFKA_TIMEOUT_S = 30.0
 _COMMIT_ATTEMPTS = 5
+_SEEK_ATTEMPTS = 5
 _NOTHING_DELIVERED = -1  # the append time an input partition counts with before its first record
 _FIRST_RECORD_WAIT_S = 5.0  # how long after an assignment a partition yet to deliver holds the others back
 _ACCEPTED = IngestStatus.ACCEPTED
@@ -560,12 +561,24 @@ class KafkaJoiner:
                     (owned.topic, owned.partition)]
             else:
                 offset = self._forwarded.get(owned.partition, self._assigned_at[(owned.topic, owned.partition)])
+            self._seek(TopicPartition(owned.topic, owned.partition, offset))
+
+    def _seek(self, position: TopicPartition) -> None:
+        # Right after an assignment the consumer starts each partition asynchronously, so a seek can come too
+        # early: before the start (_STATE), or overtaken by it (_OUTDATED). Before, nothing of the partition
+        # was delivered and it starts at the assigned offset, which is the position sought. Overtaken, the
+        # seek goes after the start: seeking again then sets the position for certain.
+        for attempt in range(_SEEK_ATTEMPTS):
             try:
-                self._consumer.seek(TopicPartition(owned.topic, owned.partition, offset))
+                self._consumer.seek(position)
+                return
             except KafkaException as exception:
-                # Not fetching yet: it will start at the assigned offset, nothing of it was delivered.
-                if exception.args[0].code() != KafkaError._STATE:
+                code = exception.args[0].code()
+                if code == KafkaError._STATE:
+                    return
+                if code != KafkaError._OUTDATED or attempt == _SEEK_ATTEMPTS - 1:
                     raise
+                log.debug("seeking %s [%d] again: %s", position.topic, position.partition, exception.args[0])
 
     # -- reporting -------------------------------------------------------------------------------------
 
