@@ -76,9 +76,11 @@ class JoinerProcess:
         self.log_path: Path | None = None
         self.runs = 0
         self.name = unique(instance_id or "joiner")
+        self.stopped_by_test = False
 
     def start(self, wait_ready: bool = True) -> JoinerProcess:
         self.runs += 1
+        self.stopped_by_test = False
         self.log_path = self.log_dir / f"{self.name}-{self.runs}.log"
         command = [sys.executable, "-m", "local_stream_buffer.kafka_joiner",
                    "--kafka-bootstrap-servers", self.bootstrap,
@@ -106,13 +108,20 @@ class JoinerProcess:
     def alive(self) -> bool:
         return self.process is not None and self.process.poll() is None
 
+    def failed(self) -> bool:
+        """True if the process exited with an error that no kill() or terminate() asked for."""
+        return (self.process is not None and not self.stopped_by_test
+                and self.process.poll() not in (None, 0))
+
     def kill(self) -> None:
+        self.stopped_by_test = True
         if self.alive():
             self.process.send_signal(signal.SIGKILL)
             self.process.wait(30)
 
     def terminate(self, deadline_s: float = 60) -> int:
         """SIGTERM, and wait for the graceful exit."""
+        self.stopped_by_test = True
         if self.alive():
             self.process.send_signal(signal.SIGTERM)
             self.process.wait(deadline_s)

@@ -32,9 +32,13 @@ def joiners(bootstrap: str, tmp_path: Path) -> Iterator[list[JoinerProcess]]:
     """Joiner subprocesses of one test; killed, and their internal topics deleted, afterwards."""
     started: list[JoinerProcess] = []
     yield started
+    # A joiner that failed by itself explains whatever the test saw: show its log.
+    failures = [f"{joiner.log_path} (exit {joiner.process.returncode}):\n{joiner.log()}"
+                for joiner in started if joiner.failed()]
     for joiner in started:
         joiner.kill()
     delete_internal_topics(bootstrap, sorted({joiner.group_id for joiner in started}))
+    assert not failures, "a joiner failed:\n" + "\n".join(failures)
 
 
 @pytest.fixture(params=["by_thing", "by_key"])
