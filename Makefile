@@ -8,9 +8,9 @@ PY := $(VENV)/bin/python
 INSTALLED := $(VENV)/.installed
 STACK ?= $(shell docker info >/dev/null 2>&1 && echo docker || echo native)
 
-# Every stage's benchmark, in pipeline order; `make bench BENCHMARKS=db_connector.bench` runs one.
-BENCHMARKS ?= local_stream_buffer.bench simulator.bench stream_connector.bench \
-	local_stream_buffer.kafka_joiner.bench spark_joiner.bench db_connector.bench
+# Every stage's benchmark, in pipeline order; `make bench BENCHMARKS=benchmarks.db_connector` runs one.
+BENCHMARKS ?= benchmarks.join_engine benchmarks.mqtt_publish benchmarks.stream_connector \
+	benchmarks.kafka_joiner benchmarks.spark_joiner benchmarks.db_connector
 
 .PHONY: setup up down clean status logs data report test bench
 
@@ -18,7 +18,7 @@ setup: $(INSTALLED)
 	@$(PY) -m stack.provision
 
 # A new stage package needs a reinstall too: the editable install maps packages when it is made.
-$(INSTALLED): pyproject.toml $(wildcard 0*/*/__init__.py)
+$(INSTALLED): pyproject.toml $(wildcard core/*/__init__.py ops/*/__init__.py 0*/*/__init__.py)
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	@echo "installing Python dependencies into $(VENV) ..."
 	@$(PY) -m pip install -q --disable-pip-version-check -e '.[test]' > $(VENV)/pip-install.log 2>&1 \
@@ -68,8 +68,8 @@ test: setup
 # needs none and runs before they start: a booting JVM would share its two cores.
 bench: setup
 	@servers=; for benchmark in $(BENCHMARKS); do \
-		if [ -z "$$servers" ] && [ "$$benchmark" != local_stream_buffer.bench ]; then \
+		if [ -z "$$servers" ] && [ "$$benchmark" != benchmarks.join_engine ]; then \
 			$(PY) -m stack up --servers-only || exit 1; servers=up; \
 		fi; \
-		echo; echo "=== $$benchmark ==="; $(PY) -m $$benchmark || exit 1; \
+		echo; echo "=== $$benchmark ==="; PYTHONPATH=$(CURDIR) $(PY) -m $$benchmark || exit 1; \
 	done

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 from stack import manager
-from stack.kafka_clients import admin_client
-from stack.settings import ConnectionSettings, load_settings
-from stack.topics import MACHINE_DATA, MACHINE_DLQ, MACHINE_OUT, ensure_topics
+from pipeline_core.kafka_clients import admin_client
+from pipeline_core.settings import ConnectionSettings, load_settings
+from pipeline_core.topics import MACHINE_DATA, MACHINE_DLQ, MACHINE_OUT, ensure_topics
 from support import unique
 
 # The 5,000 real event rows (three machines), shipped with the simulator as its default replay.

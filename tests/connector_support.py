@@ -14,11 +14,11 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Consumer, TopicPartition
 
-from stack.kafka_clients import consumer_config
-from stack.logs import READY_MARKER
-from stack.records import record_key
-from stack.settings import ConnectionSettings
-from stream_connector.mqtt_io import drop_session
+from pipeline_core.kafka_clients import consumer_config
+from pipeline_core.logs import READY_MARKER
+from pipeline_core.records import record_key
+from pipeline_core.settings import ConnectionSettings
+from pipeline_core.mqtt import drop_session
 from support import unique, wait_for
 
 QUANTITY_EXCLUDED = ("Thing", "Timestamp", "id")

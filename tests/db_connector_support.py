@@ -15,9 +15,9 @@ from typing import Any
 from influxdb import InfluxDBClient
 
 from local_stream_buffer.keyed import KeyedJoiner
-from stack import paths
-from stack.health import influxdb_ready
-from stack.records import record_key
+from pipeline_core import paths
+from pipeline_core.health import influxdb_ready
+from pipeline_core.records import record_key
 from stack.services import render
 from support import unique, wait_for
 

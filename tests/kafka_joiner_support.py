@@ -13,8 +13,8 @@ from typing import Any
 
 from local_stream_buffer.keyed import KeyedJoiner
 from local_stream_buffer.status import IngestStatus
-from stack.kafka_clients import admin_client
-from stack.records import record_key
+from pipeline_core.kafka_clients import admin_client
+from pipeline_core.records import record_key
 from support import Message, read_topic, unique, wait_for
 
 ROW_FIELDS = ("Thing", "Timestamp", "id")
@@ -62,7 +62,7 @@ def read_outputs(bootstrap: str, topic: str, expected: int, deadline_s: float = 
 
 
 class JoinerProcess:
-    """`python -m local_stream_buffer.kafka_joiner` as a real subprocess, logging to a file."""
+    """`python -m kafka_joiner` as a real subprocess, logging to a file."""
 
     def __init__(self, bootstrap: str, topics: Any, group_id: str, log_dir: Path, instance_id: str | None = None,
                  *extra: str) -> None:
@@ -82,7 +82,7 @@ class JoinerProcess:
         self.runs += 1
         self.stopped_by_test = False
         self.log_path = self.log_dir / f"{self.name}-{self.runs}.log"
-        command = [sys.executable, "-m", "local_stream_buffer.kafka_joiner",
+        command = [sys.executable, "-m", "kafka_joiner",
                    "--kafka-bootstrap-servers", self.bootstrap,
                    "--input-topic", self.topics.data, "--output-topic", self.topics.out,
                    "--dlq-topic", self.topics.dlq, "--group-id", self.group_id,

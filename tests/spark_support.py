@@ -11,7 +11,7 @@ from typing import Any
 import pyarrow as pa
 
 from spark_joiner.parse import RecordRouter
-from stack.records import encode_record
+from pipeline_core.records import encode_record
 from support import wait_for
 
 # Spark on two shared cores: a JVM start, a session and the first stateful batch take a while.

@@ -9,10 +9,10 @@ from typing import Any, TypeVar
 
 from confluent_kafka import Consumer, Producer
 
-from stack.kafka_clients import admin_client, consumer_config, producer_config
-from stack.partitioning import thing_partition
-from stack.records import encode_record
-from stack.topics import partition_count
+from pipeline_core.kafka_clients import admin_client, consumer_config, producer_config
+from pipeline_core.partitioning import thing_partition
+from pipeline_core.records import encode_record
+from pipeline_core.topics import partition_count
 
 T = TypeVar("T")
 

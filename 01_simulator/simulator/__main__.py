@@ -6,8 +6,8 @@ import os
 import signal
 import sys
 
-from stack.logs import configure_logging
-from stack.settings import load_settings
+from pipeline_core.logs import configure_logging
+from pipeline_core.settings import load_settings
 
 from .events import EventsFileError, write_events
 from .publisher import Publisher, PublishError

@@ -9,7 +9,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any, TextIO
 
-from local_stream_buffer.timestamps import to_epoch_ms
+from pipeline_core.timestamps import to_epoch_ms
 
 Row = dict[str, Any]
 ORDERS = ("time", "file")

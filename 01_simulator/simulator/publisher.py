@@ -13,8 +13,8 @@ import time
 
 from paho.mqtt.enums import MQTTErrorCode, MQTTProtocolVersion
 
-from stack.settings import MqttSettings
-from stream_connector.mqtt_io import new_client, pump
+from pipeline_core.settings import MqttSettings
+from pipeline_core.mqtt import new_client, pump
 
 log = logging.getLogger(__name__)
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from stack.settings import MqttSettings, setting
+from pipeline_core.settings import MqttSettings, setting
 from stream_connector.settings import DEFAULT_MQTT_TOPIC
 
 from .synthetic import DEFAULT_START_MS

@@ -4,9 +4,9 @@ from __future__ import annotations
 import signal
 import sys
 
-from stack.logs import configure_logging
-from stack.runtime import tune_gc_for_streaming
-from stack.settings import load_settings
+from pipeline_core.logs import configure_logging
+from pipeline_core.runtime import tune_gc_for_streaming
+from pipeline_core.settings import load_settings
 
 from .connector import Connector
 from .settings import ConnectorSettings

@@ -22,13 +22,13 @@ from dataclasses import dataclass
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
 from paho.mqtt.enums import MQTTErrorCode, MQTTProtocolVersion
 
-from stack.kafka_clients import admin_client, produce, producer_config
-from stack.logs import announce_ready
-from stack.partitioning import thing_partition
-from stack.records import dead_letter, encode_record, record_key
-from stack.topics import MACHINE_DATA, MACHINE_DLQ, ensure_topics, partition_count
+from pipeline_core.kafka_clients import admin_client, produce, producer_config
+from pipeline_core.logs import announce_ready
+from pipeline_core.partitioning import thing_partition
+from pipeline_core.records import dead_letter, encode_record, record_key
+from pipeline_core.topics import MACHINE_DATA, MACHINE_DLQ, ensure_topics, partition_count
 
-from .mqtt_io import FastClient, new_client, pump
+from pipeline_core.mqtt import FastClient, new_client, pump
 from .rows import split_row
 from .settings import ConnectorSettings
 
@@ -74,7 +74,7 @@ class Connector:
         self.subscribed = False
         self.stopping = False
         self.failure: str | None = None
-        # Records go to the partition of their thing (see stack.partitioning): a joiner finds a machine's
+        # Records go to the partition of their thing (see pipeline_core.partitioning): a joiner finds a machine's
         # joined quantities together. Read from the topic on start.
         self.data_partitions = MACHINE_DATA.partitions
 

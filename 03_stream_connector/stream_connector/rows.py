@@ -12,8 +12,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from local_stream_buffer.timestamps import to_epoch_ms
-from stack.records import MachineRecord, is_finite_number
+from pipeline_core.timestamps import to_epoch_ms
+from pipeline_core.records import MachineRecord, is_finite_number
 
 THING = "Thing"
 TIMESTAMP = "Timestamp"

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from stack.settings import KafkaSettings, MqttSettings, setting
-from stack.topics import MACHINE_DATA, MACHINE_DLQ
+from pipeline_core.settings import KafkaSettings, MqttSettings, setting
+from pipeline_core.topics import MACHINE_DATA, MACHINE_DLQ
 
 DEFAULT_MQTT_TOPIC = "machine/states"
 

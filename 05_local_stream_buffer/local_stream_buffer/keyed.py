@@ -28,7 +28,7 @@ from .output import canonical_time, output_builder
 from .record import Record
 from .specs import JoinSpec, SpecBinding, SpecResolver
 from .status import IngestStatus
-from .timestamps import MILLISECONDS_LIMIT, SECONDS_LIMIT, to_epoch_ms
+from pipeline_core.timestamps import MILLISECONDS_LIMIT, SECONDS_LIMIT, to_epoch_ms
 from .two_stream_join import DEFAULT_MAX_PENDING_PER_SIDE, Entry, TwoStreamJoin
 
 logger = logging.getLogger(__name__)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from .timestamps import to_epoch_seconds
+from pipeline_core.timestamps import to_epoch_seconds
 
 
 class Record:

@@ -10,9 +10,9 @@ from collections.abc import Sequence
 
 from pyspark.errors import StreamingQueryException
 
-from stack.logs import announce_ready, configure_logging
-from stack.runtime import tune_gc_for_streaming
-from stack.settings import load_settings
+from pipeline_core.logs import announce_ready, configure_logging
+from pipeline_core.runtime import tune_gc_for_streaming
+from pipeline_core.settings import load_settings
 
 from .job import start_query
 from .progress import log_progress

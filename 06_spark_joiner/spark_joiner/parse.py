@@ -23,8 +23,8 @@ import pyarrow as pa
 from pyspark.sql.types import BinaryType, IntegerType, StructField, StructType
 
 from local_stream_buffer.specs import SpecBinding, SpecResolver, load_join_specs
-from local_stream_buffer.timestamps import MILLISECONDS_LIMIT, SECONDS_LIMIT, to_epoch_ms
-from stack.records import InvalidRecord, decode_record
+from pipeline_core.timestamps import MILLISECONDS_LIMIT, SECONDS_LIMIT, to_epoch_ms
+from pipeline_core.records import InvalidRecord, decode_record
 
 # Columns the job selects from Spark's Kafka source.
 KAFKA_COLUMNS = ("value", "partition", "offset")
@@ -192,7 +192,7 @@ class _TargetCache(dict):
 
 
 def epoch_ms(times: list[int | float]) -> np.ndarray:
-    """``local_stream_buffer.timestamps.to_epoch_ms`` of validated numeric times, vectorised.
+    """``pipeline_core.timestamps.to_epoch_ms`` of validated numeric times, vectorised.
 
     Equal to it value for value: below 2**53 an int converts to float64 exactly, so each step is the same
     correctly rounded operation on the same number; larger ints (ns) take the engine's own function."""

@@ -28,7 +28,7 @@ from local_stream_buffer import LEFT, RIGHT
 from local_stream_buffer.batch import BatchJoinState, PairArrays, join_batch
 from local_stream_buffer.output import output_records
 from local_stream_buffer.specs import SpecBinding, SpecResolver
-from stack.records import dead_letter, encode_record, record_key
+from pipeline_core.records import dead_letter, encode_record, record_key
 
 from .order import order_verdicts, rejection_reason
 from .parse import binding_id, resolver_for, unpack

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from pyspark.sql import SparkSession
 
-from stack.paths import SPARK_JARS
+from pipeline_core.paths import SPARK_JARS
 
 CONF_DIR = Path(__file__).resolve().parents[1] / "conf"  # log4j2.properties
 ARROW_BATCH_ROWS = 50_000

@@ -6,9 +6,9 @@ import hashlib
 from pathlib import Path
 
 from local_stream_buffer import DEFAULT_MAX_PENDING_PER_SIDE
-from stack.paths import STATE_DIR
-from stack.settings import ConnectionSettings, setting
-from stack.topics import MACHINE_DATA, MACHINE_DLQ, MACHINE_OUT
+from pipeline_core.paths import STATE_DIR
+from pipeline_core.settings import ConnectionSettings, setting
+from pipeline_core.topics import MACHINE_DATA, MACHINE_DLQ, MACHINE_OUT
 
 DEFAULT_CHECKPOINT_DIR = STATE_DIR / "spark_joiner" / "checkpoint"
 

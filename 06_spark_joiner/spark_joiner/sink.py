@@ -18,7 +18,7 @@ import pyarrow.compute as pc
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from pyspark.sql import DataFrame
 
-from stack.kafka_clients import consumer_config, produce, transactional_producer_config
+from pipeline_core.kafka_clients import consumer_config, produce, transactional_producer_config
 
 from .processor import DLQ, unpack_emitted
 

@@ -8,7 +8,7 @@ are dropped from the path and the daemon runs as usual. Set as ``spark.python.da
 
 The daemon forks every worker. It imports what the job's workers need (pandas, pyarrow, the engine, this
 package) once before forking, so a new worker does not, and it keeps the garbage collector off the
-per-record path (``stack.runtime.tune_gc_for_streaming``, as the pipeline's other record loops): the
+per-record path (``pipeline_core.runtime.tune_gc_for_streaming``, as the pipeline's other record loops): the
 router and the join allocate several objects per record (parsed records, output records), which with
 CPython's default threshold cost about a tenth of a worker's CPU in collections. What the daemon
 imported is frozen before the fork, and the higher threshold is inherited by every worker.
@@ -49,7 +49,7 @@ def prepare_workers() -> None:
     for module in _WORKER_MODULES:
         importlib.import_module(module)
     # Imported here, after the archives are dropped: stack is this project's package, not Spark's.
-    from stack.runtime import tune_gc_for_streaming
+    from pipeline_core.runtime import tune_gc_for_streaming
     tune_gc_for_streaming()
 
 

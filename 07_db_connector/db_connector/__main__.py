@@ -7,9 +7,9 @@ import sys
 import threading
 from collections.abc import Sequence
 
-from stack.logs import configure_logging
-from stack.runtime import tune_gc_for_streaming
-from stack.settings import load_settings
+from pipeline_core.logs import configure_logging
+from pipeline_core.runtime import tune_gc_for_streaming
+from pipeline_core.settings import load_settings
 
 from .connector import DbConnector
 from .points import PowerLevels

@@ -13,10 +13,10 @@ from dataclasses import dataclass, field
 
 from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartition
 
-from stack.influx import influx_client
-from stack.kafka_clients import consumer_config, producer_config
-from stack.logs import announce_ready
-from stack.records import InvalidRecord, dead_letter, decode_record
+from pipeline_core.influx import influx_client
+from pipeline_core.kafka_clients import consumer_config, producer_config
+from pipeline_core.logs import announce_ready
+from pipeline_core.records import InvalidRecord, dead_letter, decode_record
 
 from .points import PowerLevels, data_point, deadletter_point, joined_point
 from .settings import DbConnectorSettings

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
-from stack.records import InvalidRecord, MachineRecord, is_finite_number
+from pipeline_core.records import InvalidRecord, MachineRecord, is_finite_number
 
 NS_PER_MS = 1_000_000
 LEVEL_NAMES = ("idle", "low", "medium", "high")

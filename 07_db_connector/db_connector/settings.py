@@ -3,8 +3,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from stack.settings import InfluxSettings, KafkaSettings, setting
-from stack.topics import MACHINE_DATA, MACHINE_DLQ, MACHINE_OUT
+from pipeline_core.settings import InfluxSettings, KafkaSettings, setting
+from pipeline_core.topics import MACHINE_DATA, MACHINE_DLQ, MACHINE_OUT
 
 
 @dataclass(frozen=True)

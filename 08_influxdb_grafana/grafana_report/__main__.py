@@ -8,9 +8,9 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
-from stack.influx import influx_client
-from stack.logs import configure_logging
-from stack.settings import InfluxSettings, load_settings, setting
+from pipeline_core.influx import influx_client
+from pipeline_core.logs import configure_logging
+from pipeline_core.settings import InfluxSettings, load_settings, setting
 
 from .dashboards import DASHBOARDS_DIR, load_dashboards
 from .macros import TimeRange, all_values

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from stack import paths
+from pipeline_core import paths
 
 DASHBOARDS_DIR = paths.INFLUXDB_GRAFANA_DIR / "grafana" / "dashboards"
 

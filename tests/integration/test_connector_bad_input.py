@@ -10,8 +10,8 @@ import os
 from conftest import EVENTS_FILE
 from connector_support import connector, expected_records, read_rows, topic_size  # noqa: F401
 from simulator.publisher import Publisher
-from stack.kafka_clients import admin_client
-from stack.topics import MACHINE_DATA, ensure_topics
+from pipeline_core.kafka_clients import admin_client
+from pipeline_core.topics import MACHINE_DATA, ensure_topics
 from support import read_topic, unique, wait_for
 
 T_MS = 1_554_096_460_415

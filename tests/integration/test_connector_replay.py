@@ -5,9 +5,9 @@ import json
 
 from conftest import EVENTS_FILE
 from connector_support import by_key, connector, expected_records, read_rows, run_simulator, topic_size  # noqa: F401
-from stack.partitioning import thing_partition
-from stack.records import decode_record, record_key
-from stack.topics import MACHINE_DATA
+from pipeline_core.partitioning import thing_partition
+from pipeline_core.records import decode_record, record_key
+from pipeline_core.topics import MACHINE_DATA
 from support import read_topic
 
 

@@ -20,9 +20,9 @@ from db_connector_support import (ConnectorProcess, connector_args, distinct_ser
 from grafana_report.__main__ import data_range
 from grafana_report.dashboards import load_dashboards, panel_queries
 from grafana_report.macros import TimeRange, all_values, substitute
-from stack.kafka_clients import admin_client, producer_config
-from stack.settings import ConnectionSettings
-from stack.topics import MACHINE_DATA, MACHINE_DLQ, MACHINE_OUT, ensure_topics
+from pipeline_core.kafka_clients import admin_client, producer_config
+from pipeline_core.settings import ConnectionSettings
+from pipeline_core.topics import MACHINE_DATA, MACHINE_DLQ, MACHINE_OUT, ensure_topics
 from support import produce_records, unique
 
 pytestmark = pytest.mark.integration

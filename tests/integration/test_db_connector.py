@@ -16,8 +16,8 @@ from influxdb import InfluxDBClient
 from conftest import EVENTS_FILE
 from db_connector_support import (ConnectorProcess, PrivateInfluxDB, connector_args, count, distinct_series_times,
                                   join_results, key_of, raw_records, wait_for_count)
-from stack.kafka_clients import producer_config
-from stack.settings import ConnectionSettings
+from pipeline_core.kafka_clients import producer_config
+from pipeline_core.settings import ConnectionSettings
 from support import produce_records, read_topic, unique, wait_for
 
 pytestmark = pytest.mark.integration

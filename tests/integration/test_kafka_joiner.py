@@ -17,11 +17,11 @@ from conftest import EVENTS_FILE
 from connector_support import ConnectorProcess, run_simulator
 from kafka_joiner_support import (JoinerProcess, as_multiset, delete_internal_topics, key_of, new_group,
                                   offline_join, read_outputs, rows_as_records)
-from stack.kafka_clients import producer_config
-from stack.partitioning import thing_partition
-from stack.records import encode_record
-from stack.topics import MACHINE_DATA
-from stream_connector.mqtt_io import drop_session
+from pipeline_core.kafka_clients import producer_config
+from pipeline_core.partitioning import thing_partition
+from pipeline_core.records import encode_record
+from pipeline_core.topics import MACHINE_DATA
+from pipeline_core.mqtt import drop_session
 from support import produce_records, read_topic, unique, wait_for
 
 pytestmark = pytest.mark.integration

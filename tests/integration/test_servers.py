@@ -8,9 +8,9 @@ import paho.mqtt.client as mqtt
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
-from stack.influx import influx_client
-from stack.kafka_clients import consumer_config, producer_config, transactional_producer_config
-from stack.settings import ConnectionSettings
+from pipeline_core.influx import influx_client
+from pipeline_core.kafka_clients import consumer_config, producer_config, transactional_producer_config
+from pipeline_core.settings import ConnectionSettings
 from support import read_topic, unique, wait_for
 
 pytestmark = pytest.mark.integration

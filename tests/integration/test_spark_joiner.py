@@ -20,7 +20,7 @@ from conftest import EVENTS_FILE
 from kafka_joiner_support import (JoinerProcess, as_multiset, delete_internal_topics, key_of, new_group,
                                   offline_join, rows_as_records)
 from spark_support import OUTPUT_DEADLINE_S, SparkJoinerProcess
-from stack.kafka_clients import producer_config
+from pipeline_core.kafka_clients import producer_config
 from support import produce_records, read_topic, wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]

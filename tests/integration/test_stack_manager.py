@@ -116,7 +116,7 @@ class ExitsAtStart(Service):
 
 
 def test_a_server_that_exits_at_start_reports_its_log_tail(tmp_path: Path, monkeypatch) -> None:
-    monkeypatch.setattr("stack.paths.STATE_DIR", tmp_path)
+    monkeypatch.setattr("pipeline_core.paths.STATE_DIR", tmp_path)
     with pytest.raises(StackError) as error:
         manager.start(ExitsAtStart())
     assert "exits-at-start exited during start (exit code 3)" in str(error.value)

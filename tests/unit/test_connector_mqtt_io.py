@@ -9,8 +9,8 @@ import pytest
 from paho.mqtt.client import _ConnectionState
 from paho.mqtt.enums import MQTTErrorCode, MQTTProtocolVersion
 
-from stack.settings import ConnectionSettings
-from stream_connector.mqtt_io import new_client
+from pipeline_core.settings import ConnectionSettings
+from pipeline_core.mqtt import new_client
 from support import wait_for
 
 

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from stack.records import decode_record, encode_record
+from pipeline_core.records import decode_record, encode_record
 from stream_connector.rows import event_time_ms, split_row
 
 LIMIT = 1_000_000

@@ -8,7 +8,7 @@ import yaml
 
 from grafana_report.dashboards import DASHBOARDS_DIR, load_dashboards, panel_queries
 from grafana_report.macros import TimeRange, alias, interval_ms, interval_text, regex_value, substitute
-from stack import paths
+from pipeline_core import paths
 
 PROVISIONING = paths.INFLUXDB_GRAFANA_DIR / "grafana" / "provisioning"
 DAY_MS = 86_400_000

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from db_connector.points import (NS_PER_MS, PowerLevels, data_point, deadletter_point, epoch_ms_to_ns,
                                  joined_point)
 from local_stream_buffer.keyed import KeyedJoiner
-from stack.records import InvalidRecord
+from pipeline_core.records import InvalidRecord
 
 LEVELS = PowerLevels.parse("100,1000,5000")
 T0 = 1554096460000

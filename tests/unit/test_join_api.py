@@ -7,7 +7,7 @@ import logging
 import pytest
 
 from local_stream_buffer import IngestStatus, JoinCase, Record, StreamBuffer, record_from_dict
-from local_stream_buffer.timestamps import to_epoch_ms, to_epoch_seconds
+from pipeline_core.timestamps import to_epoch_ms, to_epoch_seconds
 
 
 @pytest.mark.parametrize("value, seconds", [

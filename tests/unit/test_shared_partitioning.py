@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from stack.partitioning import murmur2, thing_partition
+from pipeline_core.partitioning import murmur2, thing_partition
 
 
 @pytest.mark.parametrize("text, signed", [

@@ -7,8 +7,8 @@ import math
 
 import pytest
 
-from stack.records import InvalidRecord, dead_letter, decode_record, encode_record, record_key
-from stack.settings import ConnectionSettings, load_settings, setting
+from pipeline_core.records import InvalidRecord, dead_letter, decode_record, encode_record, record_key
+from pipeline_core.settings import ConnectionSettings, load_settings, setting
 
 GOOD = {"thing": "R0815", "quantity": "actSpeed_C11", "phenomenonTime": 1554096460415, "result": 288.2}
 

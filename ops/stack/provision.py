@@ -13,7 +13,7 @@ import sys
 from importlib.metadata import version
 from pathlib import Path
 
-from . import paths
+from pipeline_core import paths
 
 DEBIAN_PACKAGES = {  # binary -> package
     "mosquitto": "mosquitto",

@@ -1,21 +1,21 @@
-"""Entry point: ``python -m local_stream_buffer.kafka_joiner [--flags]``; SIGTERM commits, then exits."""
+"""Entry point: ``python -m kafka_joiner [--flags]``; SIGTERM commits, then exits."""
 from __future__ import annotations
 
 import logging
 import signal
 
-from stack.logs import announce_ready, configure_logging
-from stack.runtime import tune_gc_for_streaming
-from stack.settings import load_settings
+from pipeline_core.logs import announce_ready, configure_logging
+from pipeline_core.runtime import tune_gc_for_streaming
+from pipeline_core.settings import load_settings
 
 from .service import KafkaJoiner
 from .settings import KafkaJoinerSettings
 
-log = logging.getLogger("local_stream_buffer.kafka_joiner")
+log = logging.getLogger("kafka_joiner")
 
 
 def main(argv: list[str] | None = None) -> None:
-    settings = load_settings(KafkaJoinerSettings, argv, prog="python -m local_stream_buffer.kafka_joiner")
+    settings = load_settings(KafkaJoinerSettings, argv, prog="python -m kafka_joiner")
     configure_logging()
     joiner = KafkaJoiner(settings)
     for signum in (signal.SIGTERM, signal.SIGINT):

@@ -14,7 +14,7 @@ import struct
 import zlib
 from typing import NamedTuple
 
-from ..specs import SpecResolver
+from local_stream_buffer.specs import SpecResolver
 
 # Distinct keys are things x quantities: small. The bound only guards against a flood of junk keys.
 _MAX_CACHED_KEYS = 100_000

@@ -1,4 +1,4 @@
-"""Benchmark of the Kafka joiner at exactly-once: ``python -m local_stream_buffer.kafka_joiner.bench``.
+"""Benchmark of the Kafka joiner at exactly-once: ``python -m benchmarks.kafka_joiner``.
 
 1. Throughput: pre-load synthetic records (several machines, speed and torque interleaved) into a fresh
    copy of machine.data, then run joiner instances, each in its own process, from the first consumed
@@ -26,19 +26,19 @@ from collections.abc import Iterator
 
 from confluent_kafka import Producer
 
-from stack.kafka_clients import admin_client, producer_config
-from stack.kafka_clients import produce as produce_with_backpressure
-from stack.logs import configure_logging
-from stack.partitioning import thing_partition
-from stack.records import record_key
-from stack.runtime import tune_gc_for_streaming
-from stack.settings import KafkaSettings, add_arguments, from_namespace
-from stack.topics import MACHINE_DATA, MACHINE_DLQ, MACHINE_OUT, ensure_topics, partition_count
+from pipeline_core.kafka_clients import admin_client, producer_config
+from pipeline_core.kafka_clients import produce as produce_with_backpressure
+from pipeline_core.logs import configure_logging
+from pipeline_core.partitioning import thing_partition
+from pipeline_core.records import record_key
+from pipeline_core.runtime import tune_gc_for_streaming
+from pipeline_core.settings import KafkaSettings, add_arguments, from_namespace
+from pipeline_core.topics import MACHINE_DATA, MACHINE_DLQ, MACHINE_OUT, ensure_topics, partition_count
 
-from .service import KafkaJoiner
-from .settings import KafkaJoinerSettings
+from kafka_joiner.service import KafkaJoiner
+from kafka_joiner.settings import KafkaJoinerSettings
 
-log = logging.getLogger("local_stream_buffer.kafka_joiner.bench")
+log = logging.getLogger("benchmarks.kafka_joiner")
 
 START_MS = 1_700_000_000_000
 TICK_MS = 10  # speed at every tick, torque half a tick later: each record completes about one pair
@@ -149,7 +149,7 @@ class InstanceResult:
 
 def _throughput_instance(settings: KafkaJoinerSettings, started: multiprocessing.synchronize.Barrier,
                          stop: multiprocessing.synchronize.Event, reports: multiprocessing.Queue) -> None:
-    """One joiner instance in its own process, as `python -m local_stream_buffer.kafka_joiner` runs: it
+    """One joiner instance in its own process, as `python -m kafka_joiner` runs: it
     reports its committed joins every 0.1 s, and its result once the parent says stop."""
     configure_logging("WARNING")
     tune_gc_for_streaming()
@@ -305,7 +305,7 @@ def latency(connection: KafkaSettings, args: argparse.Namespace) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m local_stream_buffer.kafka_joiner.bench",
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.kafka_joiner",
                                      description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     add_arguments(parser, KafkaSettings)
@@ -324,7 +324,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--skip-latency", action="store_true")
     args = parser.parse_args(argv)
     configure_logging("WARNING")
-    tune_gc_for_streaming()  # as `python -m local_stream_buffer.kafka_joiner` runs
+    tune_gc_for_streaming()  # as `python -m kafka_joiner` runs
     # A stop request unwinds normally, so the runs' topics are still deleted.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))
     connection = from_namespace(KafkaSettings, args)

@@ -6,11 +6,11 @@ import sys
 import time
 
 from . import manager
-from .kafka_clients import admin_client, wait_for_kafka
-from .logs import configure_logging
+from pipeline_core.kafka_clients import admin_client, wait_for_kafka
+from pipeline_core.logs import configure_logging
 from .processes import StackError, tail
-from .settings import ConnectionSettings, load_settings
-from .topics import ensure_topics
+from pipeline_core.settings import ConnectionSettings, load_settings
+from pipeline_core.topics import ensure_topics
 
 
 def main(argv: list[str] | None = None) -> int:

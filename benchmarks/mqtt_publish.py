@@ -1,4 +1,4 @@
-"""`python -m simulator.bench`: rows/s simulator -> Mosquitto, the seed's method beside ours.
+"""`python -m benchmarks.mqtt_publish`: rows/s simulator -> Mosquitto, the seed's method beside ours.
 
 Both publish real rows to a fresh topic while a QoS 1 subscriber in another process counts what
 arrives, so "lost" is measured, not assumed. The seed's method is `paho.mqtt.publish.single` at
@@ -19,12 +19,12 @@ from dataclasses import dataclass
 from paho.mqtt import publish
 from paho.mqtt.enums import MQTTErrorCode, MQTTProtocolVersion
 
-from stack.settings import ConnectionSettings, load_settings
-from stream_connector.mqtt_io import new_client, pump, wait_connected
+from pipeline_core.settings import ConnectionSettings, load_settings
+from pipeline_core.mqtt import new_client, pump, wait_connected
 
-from .events import in_order, read_events, repeat
-from .publisher import Publisher
-from .settings import DEFAULT_EVENTS_FILE
+from simulator.events import in_order, read_events, repeat
+from simulator.publisher import Publisher
+from simulator.settings import DEFAULT_EVENTS_FILE
 
 
 @dataclass(frozen=True)
@@ -97,7 +97,7 @@ def our_method(settings: ConnectionSettings, rows: list[bytes], window: int, inf
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m simulator.bench", description=__doc__,
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.mqtt_publish", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seed-rows", type=int, default=900, help="rows for the seed's method, over all rounds (default 900)")
     parser.add_argument("--rows", type=int, default=30_000, help="rows for ours, over all rounds (default 30000)")
@@ -105,7 +105,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--window", type=int, default=1000)
     parser.add_argument("--inflight", type=int, default=0, help="paho's inflight limit (0 = off)")
     args, rest = parser.parse_known_args(argv)
-    settings = load_settings(ConnectionSettings, rest, prog="python -m simulator.bench")
+    settings = load_settings(ConnectionSettings, rest, prog="python -m benchmarks.mqtt_publish")
     events = in_order(read_events(DEFAULT_EVENTS_FILE), "time")
     payloads = [json.dumps(row).encode() for row in itertools.islice(repeat(events), max(args.rows, args.seed_rows))]
 

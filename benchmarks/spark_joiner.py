@@ -1,4 +1,4 @@
-"""``python -m spark_joiner.bench``: the Spark joiner's throughput and latency, the standalone joiner beside it.
+"""``python -m benchmarks.spark_joiner``: the Spark joiner's throughput and latency, the standalone joiner beside it.
 
 1. Throughput: pre-load N synthetic records (speed and torque of axis C11, per machine) into a fresh
    topic, then run the join query with large micro-batches; records/s and joins/s from Spark's own
@@ -6,7 +6,7 @@
 2. Latency: a steady input rate (default 10k records/s) with a sub-second trigger; for every join, the
    time from the Kafka append of the later of its two inputs to the moment a read_committed consumer
    sees it; p50/p99.
-3. The standalone joiner (``local_stream_buffer.kafka_joiner``) on the same pre-loaded topics.
+3. The standalone joiner (``kafka_joiner``) on the same pre-loaded topics.
 4. Spark's Kafka source alone on the first pre-loaded topic, in the JVM the job has warmed up: into Spark's
    no-op sink, directly and through a Python step that only counts rows. The share of the job's cost that
    is reading Kafka and crossing into Python; the rest is the join, its output records and the sink.
@@ -37,19 +37,19 @@ from confluent_kafka import Consumer, Producer
 from pyspark.sql.streaming import StreamingQuery
 from pyspark.sql.types import LongType, StructField, StructType
 
-from stack.kafka_clients import admin_client, consumer_config, produce, producer_config
-from stack.logs import configure_logging
-from stack.partitioning import thing_partition
-from stack.records import encode_record, record_key
-from stack.runtime import tune_gc_for_streaming
-from stack.topics import MACHINE_DATA, MACHINE_DLQ, MACHINE_OUT, ensure_topics, partition_count
+from pipeline_core.kafka_clients import admin_client, consumer_config, produce, producer_config
+from pipeline_core.logs import configure_logging
+from pipeline_core.partitioning import thing_partition
+from pipeline_core.records import encode_record, record_key
+from pipeline_core.runtime import tune_gc_for_streaming
+from pipeline_core.topics import MACHINE_DATA, MACHINE_DLQ, MACHINE_OUT, ensure_topics, partition_count
 
-from .job import kafka_source, start_query
-from .session import spark_session
-from .settings import SparkJoinerSettings
-from .sink import TransactionalBatchSink
+from spark_joiner.job import kafka_source, start_query
+from spark_joiner.session import spark_session
+from spark_joiner.settings import SparkJoinerSettings
+from spark_joiner.sink import TransactionalBatchSink
 
-log = logging.getLogger("spark_joiner.bench")
+log = logging.getLogger("benchmarks.spark_joiner")
 
 START_MS = 1_700_000_000_000
 STEP_MS = 10  # per machine and stream: 100 samples/s
@@ -319,7 +319,7 @@ def run_standalone(bootstrap: str, topics: Topics, records: int, cleanup: list[s
     out = make_topics(bootstrap, "standalone")
     cleanup.extend(dataclasses.astuple(out))
     group = f"bench-standalone.{uuid.uuid4().hex[:8]}"
-    command = [sys.executable, "-m", "local_stream_buffer.kafka_joiner", "--kafka-bootstrap-servers", bootstrap,
+    command = [sys.executable, "-m", "kafka_joiner", "--kafka-bootstrap-servers", bootstrap,
                "--input-topic", topics.data, "--output-topic", out.out, "--dlq-topic", out.dlq,
                "--group-id", group, "--transactional-id-prefix", group, "--input-partitioned-by-thing"]
     consumer = Consumer(consumer_config(bootstrap, f"{group}.reader"))
@@ -350,7 +350,7 @@ def run_standalone(bootstrap: str, topics: Topics, records: int, cleanup: list[s
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m spark_joiner.bench", description=__doc__,
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.spark_joiner", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--kafka-bootstrap-servers", default=os.environ.get("KAFKA_BOOTSTRAP_SERVERS", "127.0.0.1:9092"))
     parser.add_argument("--records", type=int, default=1_000_000, help="pre-loaded records per machine count")

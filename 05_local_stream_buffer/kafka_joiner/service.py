@@ -26,14 +26,14 @@ from collections.abc import Callable
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 
-from stack.kafka_clients import admin_client, consumer_config, produce, transactional_producer_config
-from stack.partitioning import thing_partition
-from stack.records import InvalidRecord, decode_record, dead_letter, encode_record, record_key
-from stack.topics import MACHINE_DATA, TopicSpec, ensure_topics, partition_count
+from pipeline_core.kafka_clients import admin_client, consumer_config, produce, transactional_producer_config
+from pipeline_core.partitioning import thing_partition
+from pipeline_core.records import InvalidRecord, decode_record, dead_letter, encode_record, record_key
+from pipeline_core.topics import MACHINE_DATA, TopicSpec, ensure_topics, partition_count
 
-from ..keyed import KeyedJoiner
-from ..specs import SpecResolver, load_join_specs
-from ..status import IngestStatus
+from local_stream_buffer.keyed import KeyedJoiner
+from local_stream_buffer.specs import SpecResolver, load_join_specs
+from local_stream_buffer.status import IngestStatus
 from .progress import PartitionJoin, decode_metadata
 from .repartition import FramedRecord, ThingRouter, decode_frame, frame_parts
 from .settings import KafkaJoinerSettings
@@ -334,7 +334,7 @@ class KafkaJoiner:
                     raise InvalidRecord(
                         f"misrouted: thing {record['thing']!r} belongs in partition "
                         f"{thing_partition(record['thing'], partitions)} of {partitions}, not {framed[0]}; the "
-                        "input is not partitioned by thing (see stack.partitioning), so run the joiner without "
+                        "input is not partitioned by thing (see pipeline_core.partitioning), so run the joiner without "
                         "--input-partitioned-by-thing")
             except InvalidRecord as error:
                 if not replay:

@@ -8,7 +8,7 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from . import paths
+from pipeline_core import paths
 from .processes import (StackError, live_record, port_holder, port_is_free, spawn, tail,
                         terminate, wait_until)
 from .services import START_MARKER, InfluxDB, Kafka, Mosquitto, PipelineProcess, Service
@@ -36,7 +36,7 @@ def db_connector() -> Service:
 DEFAULT_JOINER = "lsb"
 JOINERS = {
     # The stream connector writes each thing to one partition: the joiner joins where records lie.
-    "lsb": lambda: PipelineProcess("lsb-joiner", "local_stream_buffer.kafka_joiner",
+    "lsb": lambda: PipelineProcess("lsb-joiner", "kafka_joiner",
                                    "--instance-id", "lsb-joiner", "--input-partitioned-by-thing"),
     # JVM start, Spark session and the first stateful batch take a while on two cores.
     "spark": lambda: PipelineProcess("spark-joiner", "spark_joiner", start_deadline_s=240.0),

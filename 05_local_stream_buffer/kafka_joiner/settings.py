@@ -4,10 +4,10 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-from stack.settings import KafkaSettings, setting
-from stack.topics import MACHINE_DATA, MACHINE_DLQ, MACHINE_OUT
+from pipeline_core.settings import KafkaSettings, setting
+from pipeline_core.topics import MACHINE_DATA, MACHINE_DLQ, MACHINE_OUT
 
-from ..two_stream_join import DEFAULT_MAX_PENDING_PER_SIDE
+from local_stream_buffer.two_stream_join import DEFAULT_MAX_PENDING_PER_SIDE
 
 
 @dataclasses.dataclass(frozen=True)
@@ -22,7 +22,7 @@ class KafkaJoinerSettings(KafkaSettings):
     input_partitioned_by_thing: bool = setting(
         False, "KAFKA_JOINER_INPUT_PARTITIONED_BY_THING",
         "the input holds every quantity of a thing in one partition (the stream connector writes it so, see "
-        "stack.partitioning): join each partition where it lies, without the repartition hop; a record found "
+        "pipeline_core.partitioning): join each partition where it lies, without the repartition hop; a record found "
         "in another partition is dead-lettered")
     repartition_topic: str | None = setting(
         None, "KAFKA_JOINER_REPARTITION_TOPIC",

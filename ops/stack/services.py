@@ -12,9 +12,9 @@ from abc import ABC, abstractmethod
 from pathlib import Path
 from string import Template
 
-from . import paths
-from .health import influxdb_ready, mqtt_ready
-from .logs import READY_MARKER
+from pipeline_core import paths
+from pipeline_core.health import influxdb_ready, mqtt_ready
+from pipeline_core.logs import READY_MARKER
 
 # Written into a service's log before each start, so readiness is read from the latest run only.
 START_MARKER = "--- stack: starting"
@@ -163,12 +163,12 @@ class Kafka(Service):
         return [*self._java(), *self._jvm_flags(), "kafka.Kafka", str(self.config_file)]
 
     def is_ready(self) -> bool:
-        from .kafka_clients import kafka_ready
+        from pipeline_core.kafka_clients import kafka_ready
         return kafka_ready(self.bootstrap_servers, timeout=1.0)
 
     def after_ready(self) -> None:
-        from .kafka_clients import admin_client
-        from .topics import ensure_topics
+        from pipeline_core.kafka_clients import admin_client
+        from pipeline_core.topics import ensure_topics
         ensure_topics(admin_client(self.bootstrap_servers))
 
 
@@ -194,8 +194,8 @@ class InfluxDB(Service):
         return influxdb_ready(self.ports()["http"])
 
     def after_ready(self) -> None:
-        from .influx import influx_client
-        from .settings import ConnectionSettings, load_settings
+        from pipeline_core.influx import influx_client
+        from pipeline_core.settings import ConnectionSettings, load_settings
         settings = load_settings(ConnectionSettings, [])
         influx_client(settings).create_database(settings.influxdb_database)
 

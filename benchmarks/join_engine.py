@@ -1,4 +1,4 @@
-"""Benchmark of the join engine: ``python -m local_stream_buffer.bench`` (what ``make bench`` runs).
+"""Benchmark of the join engine: ``python -m benchmarks.join_engine`` (what ``make bench`` runs).
 
 Two workloads, as issue 3 asks: the seed's five_five_many shape (100k records in time order, runs of
 five per stream) and 1M records of two random walks ingested in shuffled order. Each runs through the
@@ -21,10 +21,10 @@ from typing import Callable
 
 import numpy as np
 
-from .batch import join_batch
-from .record import Record
-from .stream_buffer import StreamBuffer
-from .workloads import Series, alternating_runs, as_records, random_walks, replay
+from local_stream_buffer.batch import join_batch
+from local_stream_buffer.record import Record
+from local_stream_buffer.stream_buffer import StreamBuffer
+from local_stream_buffer.workloads import Series, alternating_runs, as_records, random_walks, replay
 
 # A streaming user takes the results as they come; the seed's tests kept all of them until the end, which
 # makes the run pay for growing the process by every result dict (page faults, ~0.3-0.5 µs per record).
@@ -121,7 +121,7 @@ def batched(left: Series, right: Series, n_batches: int) -> Callable[[], tuple[i
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m local_stream_buffer.bench", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.join_engine", description=__doc__.split("\n")[0])
     parser.add_argument("--records", type=int, default=1_000_000, help="records of the random-walk workload")
     options = parser.parse_args(argv)
 

@@ -1,4 +1,4 @@
-"""`python -m db_connector.bench`: points/s from Kafka into InfluxDB, the seed's way and ours, same run.
+"""`python -m benchmarks.db_connector`: points/s from Kafka into InfluxDB, the seed's way and ours, same run.
 
 The seed's way: one point per HTTP request (its connector called `write_points([point])` per record).
 Ours: the DB connector's batched line-protocol writes with commits after each batch. Both read the same
@@ -16,18 +16,18 @@ import uuid
 
 from confluent_kafka import Consumer, Producer
 
-from stack.influx import influx_client
-from stack.kafka_clients import admin_client, consumer_config, producer_config
-from stack.kafka_clients import produce as kafka_produce
-from stack.logs import configure_logging
-from stack.records import encode_record, record_key
-from stack.settings import InfluxSettings, KafkaSettings, load_settings, setting
-from stack.topics import MACHINE_DATA, MACHINE_DLQ, MACHINE_OUT, ensure_topics
+from pipeline_core.influx import influx_client
+from pipeline_core.kafka_clients import admin_client, consumer_config, producer_config
+from pipeline_core.kafka_clients import produce as kafka_produce
+from pipeline_core.logs import configure_logging
+from pipeline_core.records import encode_record, record_key
+from pipeline_core.settings import InfluxSettings, KafkaSettings, load_settings, setting
+from pipeline_core.topics import MACHINE_DATA, MACHINE_DLQ, MACHINE_OUT, ensure_topics
 
-from .connector import DbConnector
-from .settings import DbConnectorSettings
+from db_connector.connector import DbConnector
+from db_connector.settings import DbConnectorSettings
 
-log = logging.getLogger("db_connector.bench")
+log = logging.getLogger("benchmarks.db_connector")
 
 THINGS = ("R0815", "H31415", "R27182")
 QUANTITIES = ("actSpeed_C11", "vaTorque_C11", "vaCurr_C11", "vaLoad_C11", "cmdSpeed_C11", "vaPower_C11")
@@ -104,7 +104,7 @@ def connector_rate(settings: DbConnectorSettings, count: int) -> float:
 
 def main() -> None:
     configure_logging("WARNING")
-    args = load_settings(BenchSettings, prog="python -m db_connector.bench")
+    args = load_settings(BenchSettings, prog="python -m benchmarks.db_connector")
     connection = {field.name: getattr(args, field.name)
                   for field in dataclasses.fields(KafkaSettings) + dataclasses.fields(InfluxSettings)}
     suffix = uuid.uuid4().hex[:10]

@@ -1,4 +1,4 @@
-"""`python -m stream_connector.bench`: MQTT -> Kafka throughput, the seed's method beside ours.
+"""`python -m benchmarks.stream_connector`: MQTT -> Kafka throughput, the seed's method beside ours.
 
 Sustained throughput is measured on a backlog: real rows are queued in the broker for a persistent
 session, then the connector under test drains them into a fresh copy of machine.data while the
@@ -31,14 +31,14 @@ from paho.mqtt.enums import CallbackAPIVersion
 from simulator.events import in_order, read_events, repeat
 from simulator.publisher import Publisher
 from simulator.settings import DEFAULT_EVENTS_FILE
-from stack.kafka_clients import admin_client, consumer_config
-from stack.logs import READY_MARKER
-from stack.records import encode_record, record_key
-from stack.settings import ConnectionSettings, load_settings
-from stack.topics import MACHINE_DATA, MACHINE_DLQ, ensure_topics
+from pipeline_core.kafka_clients import admin_client, consumer_config
+from pipeline_core.logs import READY_MARKER
+from pipeline_core.records import encode_record, record_key
+from pipeline_core.settings import ConnectionSettings, load_settings
+from pipeline_core.topics import MACHINE_DATA, MACHINE_DLQ, ensure_topics
 
-from .mqtt_io import drop_session, open_session
-from .rows import ROW_FIELDS
+from pipeline_core.mqtt import drop_session, open_session
+from stream_connector.rows import ROW_FIELDS
 
 @dataclass(frozen=True)
 class Result:
@@ -209,14 +209,14 @@ def live(settings: ConnectionSettings, topics: Topics, rows: int, log_path: str)
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m stream_connector.bench", description=__doc__,
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.stream_connector", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rows", type=int, default=40_000, help="backlog rows for ours, over all rounds")
     parser.add_argument("--seed-rows", type=int, default=1_000, help="backlog rows for the seed's method")
     parser.add_argument("--live-rows", type=int, default=20_000, help="rows for the live run (0 = skip)")
     parser.add_argument("--rounds", type=int, default=2, help="alternating rounds")
     args, rest = parser.parse_known_args(argv)
-    settings = load_settings(ConnectionSettings, rest, prog="python -m stream_connector.bench")
+    settings = load_settings(ConnectionSettings, rest, prog="python -m benchmarks.stream_connector")
     ours_rows = _real_rows(args.rows // args.rounds)
     # The same mix of rows for both: quantities per row vary along the file.
     seed_count = args.seed_rows // args.rounds

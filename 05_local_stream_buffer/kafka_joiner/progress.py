@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from confluent_kafka import TopicPartition
 
-from ..keyed import KeyedJoiner
+from local_stream_buffer.keyed import KeyedJoiner
 
 METADATA_PREFIX = "lsb1:processed="
 
