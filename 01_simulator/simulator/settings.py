@@ -4,8 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from pipeline_core.settings import MqttSettings, setting
-from stream_connector.settings import DEFAULT_MQTT_TOPIC
+from pipeline_core.settings import MACHINE_STATES_TOPIC, MqttSettings, setting
 
 from .synthetic import DEFAULT_START_MS
 
@@ -19,7 +18,7 @@ class SimulatorSettings(MqttSettings):
 
     events_file: Path = setting(DEFAULT_EVENTS_FILE, "SIMULATOR_EVENTS_FILE",
                                 "events file to replay: one JSON row per line; .gz and .zip too")
-    mqtt_topic: str = setting(DEFAULT_MQTT_TOPIC, "MQTT_TOPIC", "MQTT topic to publish the rows to")
+    mqtt_topic: str = setting(MACHINE_STATES_TOPIC, "MQTT_TOPIC", "MQTT topic to publish the rows to")
     mqtt_client_id: str | None = setting(None, "SIMULATOR_CLIENT_ID", "MQTT client id (default: simulator-<pid>)")
     rate: float = setting(0.0, "SIMULATOR_RATE", "rows per second; 0 = as fast as acknowledged delivery allows")
     speedup: float = setting(0.0, "SIMULATOR_SPEEDUP",

@@ -3,17 +3,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from pipeline_core.settings import KafkaSettings, MqttSettings, setting
+from pipeline_core.settings import MACHINE_STATES_TOPIC, KafkaSettings, MqttSettings, setting
 from pipeline_core.topics import MACHINE_DATA, MACHINE_DLQ
-
-DEFAULT_MQTT_TOPIC = "machine/states"
 
 
 @dataclass(frozen=True)
 class ConnectorSettings(MqttSettings, KafkaSettings):
     """Bridge machine-state rows from MQTT into one Kafka record per quantity."""
 
-    mqtt_topic: str = setting(DEFAULT_MQTT_TOPIC, "MQTT_TOPIC", "MQTT topic (filter) to subscribe to")
+    mqtt_topic: str = setting(MACHINE_STATES_TOPIC, "MQTT_TOPIC", "MQTT topic (filter) to subscribe to")
     mqtt_client_id: str = setting("stream-connector", "CONNECTOR_CLIENT_ID",
                                   "MQTT client id; fixed, so the broker keeps the session across restarts")
     data_topic: str = setting(MACHINE_DATA.name, "DATA_TOPIC", "Kafka topic for the records")

@@ -87,6 +87,10 @@ def _kafka_default() -> str:
     return f"127.0.0.1:{os.environ.get('KAFKA_PORT', '9092')}"
 
 
+# The topic machines publish their states to, and the stream connector subscribes to.
+MACHINE_STATES_TOPIC = "machine/states"
+
+
 @dataclasses.dataclass(frozen=True)
 class MqttSettings:
     """Where the MQTT broker is."""

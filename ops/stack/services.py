@@ -147,8 +147,9 @@ class Kafka(Service):
             return
         cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
         formatted = subprocess.run(
+            # `=`: a URL-safe id may start with '-', which would otherwise read as a flag (1 start in 64).
             [*self._java(), *self._jvm_flags(), "kafka.tools.StorageTool", "format",
-             "-t", cluster_id, "-c", str(self.config_file)],
+             f"--cluster-id={cluster_id}", "--config", str(self.config_file)],
             capture_output=True, text=True, timeout=120)
         if formatted.returncode != 0:
             raise StackError(f"formatting Kafka's KRaft storage failed:\n{formatted.stdout}{formatted.stderr}")
