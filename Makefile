@@ -12,7 +12,7 @@ STACK ?= $(shell docker info >/dev/null 2>&1 && echo docker || echo native)
 BENCHMARKS ?= benchmarks.join_engine benchmarks.mqtt_publish benchmarks.stream_connector \
 	benchmarks.kafka_joiner benchmarks.spark_joiner benchmarks.db_connector
 
-.PHONY: setup up down clean status logs data report test bench
+.PHONY: setup up down clean status logs data report test bench reliability chaos
 
 setup: $(INSTALLED)
 	@$(PY) -m stack.provision
@@ -63,6 +63,14 @@ report: setup
 
 test: setup
 	@$(PY) -m pytest $(PYTEST_ARGS)
+
+# The minutes-long reliability runs: outages, ten starts from nothing per joiner, restart bounds, chaos.
+reliability: setup
+	@$(PY) -m pytest -m slow tests/reliability $(PYTEST_ARGS)
+
+# The full chaos run alone (a shorter seeded one is part of `make test`).
+chaos: setup
+	@$(PY) -m pytest -m slow tests/reliability/test_chaos.py $(PYTEST_ARGS)
 
 # The benchmarks that need servers bring up the native ones (a no-op when they run). The join engine's
 # needs none and runs before they start: a booting JVM would share its two cores.
