@@ -1,6 +1,7 @@
 """Helpers shared by the tests: polling with deadlines and reading topics to the end."""
 from __future__ import annotations
 
+import socket
 import time
 import uuid
 from collections.abc import Callable, Iterable
@@ -27,6 +28,18 @@ def wait_for(check: Callable[[], T], deadline_s: float, what: str, interval_s: f
         if time.monotonic() > end:
             raise AssertionError(f"timed out after {deadline_s:.0f} s waiting for {what}")
         time.sleep(interval_s)
+
+
+def free_ports(count: int) -> list[int]:
+    """Ports nothing listens on right now, for a private stack beside the shared one."""
+    sockets = [socket.socket() for _ in range(count)]
+    try:
+        for s in sockets:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in sockets]
+    finally:
+        for s in sockets:
+            s.close()
 
 
 def unique(prefix: str) -> str:

@@ -204,9 +204,10 @@ class Connector:
     def run(self) -> int:
         """Bridge until SIGTERM/SIGINT or an unrecoverable error; returns the exit code."""
         admin = admin_client(self.settings.kafka_bootstrap_servers)
+        deadline_s = self.settings.kafka_startup_deadline_s
         ensure_topics(admin, (dataclasses.replace(MACHINE_DATA, name=self.settings.data_topic),
-                              dataclasses.replace(MACHINE_DLQ, name=self.settings.dlq_topic)))
-        self.data_partitions = partition_count(admin, self.settings.data_topic)
+                              dataclasses.replace(MACHINE_DLQ, name=self.settings.dlq_topic)), deadline_s=deadline_s)
+        self.data_partitions = partition_count(admin, self.settings.data_topic, deadline_s)
         self._connect()
         ready = False
         next_report = time.monotonic() + self.settings.stats_interval_s

@@ -26,7 +26,8 @@ from collections.abc import Callable
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 
-from pipeline_core.kafka_clients import admin_client, consumer_config, produce, transactional_producer_config
+from pipeline_core.kafka_clients import (admin_client, consumer_config, produce, retry_transient,
+                                         transactional_producer_config)
 from pipeline_core.partitioning import thing_partition
 from pipeline_core.records import InvalidRecord, decode_record, dead_letter, encode_record, record_key
 from pipeline_core.topics import MACHINE_DATA, TopicSpec, ensure_topics, partition_count
@@ -120,16 +121,20 @@ class KafkaJoiner:
         id, join the group."""
         admin = admin_client(self.settings.kafka_bootstrap_servers)
         input_topic = self.settings.input_topic
-        self._input_partitions = partition_count(admin, input_topic)
+        deadline_s = self.settings.kafka_startup_deadline_s
+        self._input_partitions = partition_count(admin, input_topic, deadline_s)
         if self._by_thing:
             join_partitions = self._input_partitions
         else:
-            ensure_topics(admin, (TopicSpec(self.join_topic, self._input_partitions, dict(MACHINE_DATA.config)),))
-            join_partitions = partition_count(admin, self.join_topic)  # an existing topic may differ
+            ensure_topics(admin, (TopicSpec(self.join_topic, self._input_partitions, dict(MACHINE_DATA.config)),),
+                          deadline_s=deadline_s)
+            join_partitions = partition_count(admin, self.join_topic, deadline_s)  # an existing topic may differ
         self._router = ThingRouter(self.resolver, join_partitions)
         # Before joining the group: aborts the open transaction of a crashed run with this transactional id,
-        # whose pending offsets would otherwise hold up reading the committed ones.
-        self._producer.init_transactions(_KAFKA_TIMEOUT_S)
+        # whose pending offsets would otherwise hold up reading the committed ones. A just started broker
+        # answers it with NOT_COORDINATOR while it creates __transaction_state.
+        retry_transient(lambda: self._producer.init_transactions(min(_KAFKA_TIMEOUT_S, deadline_s)),
+                        what=f"initialising transactions ({self.transactional_id})", deadline_s=deadline_s)
         self._consumer.subscribe(sorted({input_topic, self.join_topic}),
                                  on_assign=self._on_assign, on_revoke=self._on_revoke, on_lost=self._on_lost)
         log.info("joining %s into %s (dlq %s) as %s in group %s, %s", input_topic, self.settings.output_topic,

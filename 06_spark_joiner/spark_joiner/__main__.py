@@ -10,9 +10,11 @@ from collections.abc import Sequence
 
 from pyspark.errors import StreamingQueryException
 
+from pipeline_core.kafka_clients import admin_client
 from pipeline_core.logs import announce_ready, configure_logging
 from pipeline_core.runtime import tune_gc_for_streaming
 from pipeline_core.settings import load_settings
+from pipeline_core.topics import partition_count
 
 from .job import start_query
 from .progress import log_progress
@@ -31,11 +33,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: stop.set())
     settings.checkpoint_dir.mkdir(parents=True, exist_ok=True)
+    # Before the JVM starts: a missing topic, or a broker that does not come up, ends the start with a clear
+    # message instead of a query that waits on its own.
+    admin = admin_client(settings.kafka_bootstrap_servers)
+    for topic in (settings.input_topic, settings.output_topic, settings.dlq_topic):
+        partition_count(admin, topic, settings.kafka_startup_deadline_s)
     log.info("starting Spark (%s); checkpoint %s", settings.master, settings.checkpoint_dir)
     spark = spark_session(settings.master, shuffle_partitions=settings.shuffle_partitions,
                           driver_memory=settings.driver_memory)
     sink = TransactionalBatchSink(settings.kafka_bootstrap_servers, settings.output_topic, settings.dlq_topic,
-                                  settings.sink_transactional_id())
+                                  settings.sink_transactional_id(), settings.kafka_startup_deadline_s)
     query = start_query(spark, settings, sink)
     tune_gc_for_streaming()  # the sink unpacks and produces every output record in this process
     announce_ready(log, f"spark joiner: {settings.input_topic} -> {settings.output_topic} on {settings.master}")

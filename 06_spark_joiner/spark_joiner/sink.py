@@ -18,7 +18,8 @@ import pyarrow.compute as pc
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from pyspark.sql import DataFrame
 
-from pipeline_core.kafka_clients import consumer_config, produce, transactional_producer_config
+from pipeline_core.kafka_clients import (DEFAULT_STARTUP_DEADLINE_S, consumer_config, produce,
+                                         raise_partition_errors, retry_transient, transactional_producer_config)
 
 from .processor import DLQ, unpack_emitted
 
@@ -42,7 +43,8 @@ class SinkCounters:
 class TransactionalBatchSink:
     """``foreachBatch`` function writing the processor's rows to machine.out / machine.dlq exactly once."""
 
-    def __init__(self, bootstrap_servers: str, output_topic: str, dlq_topic: str, transactional_id: str) -> None:
+    def __init__(self, bootstrap_servers: str, output_topic: str, dlq_topic: str, transactional_id: str,
+                 startup_deadline_s: float = DEFAULT_STARTUP_DEADLINE_S) -> None:
         self.output_topic = output_topic
         self.dlq_topic = dlq_topic
         # Uncompressed, as the standalone joiner writes: lz4 cost the client threads and the broker several µs
@@ -51,17 +53,24 @@ class TransactionalBatchSink:
             bootstrap_servers, transactional_id,
             **{"queue.buffering.max.messages": _QUEUE_MESSAGES, "linger.ms": 20, "transaction.timeout.ms": 120_000,
                "compression.type": "none"}))
+        # A broker that has only just started answers both calls below with NOT_COORDINATOR or
+        # COORDINATOR_NOT_AVAILABLE for a few seconds, while it creates __transaction_state and __consumer_offsets.
+        request_timeout = min(30.0, startup_deadline_s)
         # Fences an earlier instance of this job and aborts its open transaction, before the marker is read.
-        self.producer.init_transactions(60)
+        retry_transient(lambda: self.producer.init_transactions(request_timeout),
+                        what=f"initialising the sink's transactions ({transactional_id})", deadline_s=startup_deadline_s)
         # The marker lives in the group named like the transactional id; this consumer never subscribes.
         self._marker_group = Consumer(consumer_config(bootstrap_servers, transactional_id))
         self._marker = TopicPartition(output_topic, 0)
-        self.counters = SinkCounters(last_batch_id=self._committed_batch_id())
+        last_batch_id = retry_transient(lambda: self._committed_batch_id(request_timeout),
+                                        what=f"reading the sink's last committed batch (group {transactional_id})",
+                                        deadline_s=startup_deadline_s)
+        self.counters = SinkCounters(last_batch_id=last_batch_id)
         log.info("sink ready: transactional id %s, last committed batch %d", transactional_id,
                  self.counters.last_batch_id)
 
-    def _committed_batch_id(self) -> int:
-        committed = self._marker_group.committed([self._marker], timeout=60)[0]
+    def _committed_batch_id(self, timeout: float) -> int:
+        committed = raise_partition_errors(self._marker_group.committed([self._marker], timeout=timeout))[0]
         return committed.offset - 1 if committed.offset >= 0 else -1
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:

@@ -14,9 +14,10 @@ from dataclasses import dataclass, field
 from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartition
 
 from pipeline_core.influx import influx_client
-from pipeline_core.kafka_clients import consumer_config, producer_config
+from pipeline_core.kafka_clients import admin_client, consumer_config, producer_config
 from pipeline_core.logs import announce_ready
 from pipeline_core.records import InvalidRecord, dead_letter, decode_record
+from pipeline_core.topics import partition_count
 
 from .points import PowerLevels, data_point, deadletter_point, joined_point
 from .settings import DbConnectorSettings
@@ -80,6 +81,11 @@ class DbConnector:
         last_stats = (time.monotonic(), 0)
         try:
             self._writer.ensure_database()
+            # A topic that does not exist yet would only show as consumer warnings: wait for all of them, or
+            # end the start with a clear message.
+            admin = admin_client(settings.kafka_bootstrap_servers)
+            for topic in (settings.data_topic, settings.out_topic, settings.dlq_topic):
+                partition_count(admin, topic, settings.kafka_startup_deadline_s)
             self._consumer.subscribe([settings.data_topic, settings.out_topic, settings.dlq_topic],
                                      on_assign=self._on_assign, on_revoke=self._on_revoke)
             announce_ready(log, f"db_connector: {settings.data_topic}, {settings.out_topic}, {settings.dlq_topic} "

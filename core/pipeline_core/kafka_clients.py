@@ -1,13 +1,96 @@
-"""Shared confluent-kafka client configuration: every stage builds its clients here."""
+"""Shared confluent-kafka client configuration: every stage builds its clients here, and retries its
+start-up calls through `retry_transient`."""
 from __future__ import annotations
 
+import logging
 import time
-from typing import Any
+from collections.abc import Callable, Iterable
+from typing import Any, TypeVar
 
-from confluent_kafka import KafkaException, Producer
+from confluent_kafka import KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
-from .topics import DLQ_MAX_MESSAGE_BYTES
+from .settings import DEFAULT_STARTUP_DEADLINE_S
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+# Rejected payloads are kept whole, up to this size, so the DLQ can hold what the
+# connector refused for being too large; the clients send and fetch records this large.
+DLQ_MAX_MESSAGE_BYTES = 16 * 1024 * 1024
+
+# What a broker answers while it starts, creates its internal topics (__consumer_offsets,
+# __transaction_state), loads a coordinator or elects a partition's leader, or while it cannot be
+# reached: each passes by itself within seconds, so a start-up call asks again. librdkafka flags some
+# of them retriable only in some contexts (a KafkaError made from the code alone is not), hence the list.
+TRANSIENT_ERRORS = frozenset({
+    KafkaError.COORDINATOR_NOT_AVAILABLE,
+    KafkaError.NOT_COORDINATOR,
+    KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+    KafkaError.UNKNOWN_TOPIC_OR_PART,
+    KafkaError.LEADER_NOT_AVAILABLE,
+    KafkaError.NOT_LEADER_FOR_PARTITION,
+    KafkaError.NOT_ENOUGH_REPLICAS,
+    KafkaError.REQUEST_TIMED_OUT,
+    KafkaError.NETWORK_EXCEPTION,
+    KafkaError.CONCURRENT_TRANSACTIONS,
+    KafkaError._TRANSPORT,
+    KafkaError._ALL_BROKERS_DOWN,
+    KafkaError._TIMED_OUT,
+    KafkaError._WAIT_COORD,
+    KafkaError._UNKNOWN_TOPIC,
+    KafkaError._UNKNOWN_PARTITION,
+})
+
+
+class KafkaStartupError(SystemExit):
+    """Kafka kept answering a transient error until the start-up deadline: the stage exits with this
+    message, which says what to check."""
+
+
+def is_transient(error: KafkaError) -> bool:
+    """True for an error that passes by itself (see TRANSIENT_ERRORS, or flagged retriable); never a fatal one."""
+    return not error.fatal() and (error.code() in TRANSIENT_ERRORS or error.retriable())
+
+
+def raise_partition_errors(partitions: Iterable[TopicPartition]) -> list[TopicPartition]:
+    """The partitions of a per-partition answer (e.g. `Consumer.committed`), raising the first one's error."""
+    partitions = list(partitions)
+    for partition in partitions:
+        if partition.error is not None:
+            raise KafkaException(partition.error)
+    return partitions
+
+
+def retry_transient(call: Callable[[], T], *, what: str, deadline_s: float = DEFAULT_STARTUP_DEADLINE_S,
+                    max_pause_s: float = 1.0) -> T:
+    """`call()`, asked again with growing pauses while it raises a transient `KafkaException`.
+
+    Any other error is raised at once. Past `deadline_s` a transient one ends the start-up with a
+    `KafkaStartupError` naming `what` was being done, the broker's last answer and what to check."""
+    end = time.monotonic() + deadline_s
+    pause = 0.05
+    last_logged: int | None = None
+    while True:
+        try:
+            return call()
+        except KafkaException as exception:
+            error = exception.args[0]
+            if not isinstance(error, KafkaError) or not is_transient(error):
+                raise
+            if time.monotonic() + pause > end:
+                raise KafkaStartupError(
+                    f"{what}: Kafka still answered {error.name()} ({error.str()}) after {deadline_s:.0f} s. "
+                    "Check that Kafka runs and is healthy (`make status`, `make logs SERVICE=kafka`) and that "
+                    "the pipeline's topics exist (`python -m stack topics`), then start again; "
+                    "KAFKA_STARTUP_DEADLINE_S sets how long to wait.") from exception
+            if error.code() != last_logged:  # once per kind of answer, not once per attempt
+                log.info("%s: Kafka answered %s, asking again for up to %.0f s", what, error.name(),
+                         end - time.monotonic())
+                last_logged = error.code()
+        time.sleep(pause)
+        pause = min(pause * 2, max_pause_s)
 
 
 def producer_config(bootstrap_servers: str, **overrides: Any) -> dict[str, Any]:

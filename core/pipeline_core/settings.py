@@ -101,12 +101,19 @@ class MqttSettings:
     mqtt_password: str | None = setting(None, "MQTT_PASSWORD", "MQTT password")
 
 
+# How long a stage's start-up asks Kafka again while it answers a transient error (kafka_clients.retry_transient).
+DEFAULT_STARTUP_DEADLINE_S = 120.0
+
+
 @dataclasses.dataclass(frozen=True)
 class KafkaSettings:
     """Where Kafka is."""
 
     kafka_bootstrap_servers: str = setting(_kafka_default(), "KAFKA_BOOTSTRAP_SERVERS",
                                            "Kafka bootstrap servers, host:port[,host:port]")
+    kafka_startup_deadline_s: float = setting(DEFAULT_STARTUP_DEADLINE_S, "KAFKA_STARTUP_DEADLINE_S",
+                                              "seconds the start-up asks Kafka again while it answers a transient "
+                                              "error (starting, no coordinator or leader yet, unreachable)")
 
 
 @dataclasses.dataclass(frozen=True)

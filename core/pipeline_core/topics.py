@@ -2,18 +2,16 @@
 from __future__ import annotations
 
 import logging
-import time
 from dataclasses import dataclass, field
 
-from confluent_kafka import KafkaException
+from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, NewTopic
+
+from .kafka_clients import DEFAULT_STARTUP_DEADLINE_S, DLQ_MAX_MESSAGE_BYTES, retry_transient
 
 log = logging.getLogger(__name__)
 
 TWO_DAYS_MS = str(2 * 24 * 3600 * 1000)
-# Rejected payloads are kept whole, up to this size, so the DLQ can hold what the
-# connector refused for being too large.
-DLQ_MAX_MESSAGE_BYTES = 16 * 1024 * 1024
 
 # `delete`, not `compact`: keys are "thing.quantity", so compaction would keep only the latest value
 # of each quantity and erase the time series that joins, restarts and dashboards read back.
@@ -34,32 +32,42 @@ PIPELINE_TOPICS = (MACHINE_DATA, MACHINE_OUT, MACHINE_DLQ)
 
 
 def ensure_topics(admin: AdminClient, topics: tuple[TopicSpec, ...] = PIPELINE_TOPICS,
-                  timeout: float = 30.0) -> list[str]:
-    """Create the topics that do not exist yet; returns the names created. Safe to call twice."""
-    existing = admin.list_topics(timeout=timeout).topics
-    wanted = [NewTopic(t.name, num_partitions=t.partitions, replication_factor=1, config=t.config)
-              for t in topics if t.name not in existing]
-    if not wanted:
-        return []
-    created = []
-    for name, future in admin.create_topics(wanted, operation_timeout=timeout).items():
-        try:
-            future.result(timeout)
-            created.append(name)
-        except KafkaException as error:
-            if error.args[0].name() != "TOPIC_ALREADY_EXISTS":  # a concurrent creator won
-                raise
-    log.info("created topics %s", ", ".join(created) or "(none)")
+                  timeout: float = 30.0, deadline_s: float = DEFAULT_STARTUP_DEADLINE_S) -> list[str]:
+    """Create the topics that do not exist yet; returns the names created. Safe to call twice, and
+    asks again while the broker answers a transient error (up to `deadline_s`)."""
+    created: list[str] = []
+
+    def create_missing() -> None:
+        existing = admin.list_topics(timeout=timeout).topics
+        wanted = [NewTopic(t.name, num_partitions=t.partitions, replication_factor=1, config=t.config)
+                  for t in topics if t.name not in existing]
+        for name, future in (admin.create_topics(wanted, operation_timeout=timeout).items() if wanted else ()):
+            try:
+                future.result(timeout)
+                created.append(name)
+            except KafkaException as error:
+                if error.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:  # a concurrent creator won
+                    raise
+
+    retry_transient(create_missing, what=f"creating topics {', '.join(t.name for t in topics)}",
+                    deadline_s=deadline_s)
+    if created:
+        log.info("created topics %s", ", ".join(created))
     return created
 
 
-def partition_count(admin: AdminClient, topic: str, timeout: float = 30.0) -> int:
-    """Partitions of `topic`, waiting up to `timeout` for a just created topic to show in the metadata."""
-    deadline = time.monotonic() + timeout
-    while True:
-        metadata = admin.list_topics(topic, timeout=timeout).topics.get(topic)
-        if metadata is not None and metadata.error is None and metadata.partitions:
-            return len(metadata.partitions)
-        if time.monotonic() > deadline:
-            raise SystemExit(f"topic {topic} does not exist ({metadata.error if metadata else 'unknown'})")
-        time.sleep(0.1)  # metadata of a new topic reaches the broker's cache shortly
+def partition_count(admin: AdminClient, topic: str, deadline_s: float = DEFAULT_STARTUP_DEADLINE_S) -> int:
+    """Partitions of `topic`, asking again while it is unknown or leaderless (a just created topic reaches
+    the broker's metadata cache shortly) or the broker answers another transient error."""
+
+    def count() -> int:
+        metadata = admin.list_topics(topic, timeout=min(30.0, deadline_s)).topics.get(topic)
+        if metadata is None:
+            raise KafkaException(KafkaError(KafkaError.UNKNOWN_TOPIC_OR_PART, f"topic {topic} is not in the metadata"))
+        if metadata.error is not None:
+            raise KafkaException(metadata.error)
+        if not metadata.partitions:
+            raise KafkaException(KafkaError(KafkaError.LEADER_NOT_AVAILABLE, f"topic {topic} has no partitions yet"))
+        return len(metadata.partitions)
+
+    return retry_transient(count, what=f"reading the partitions of topic {topic}", deadline_s=deadline_s)

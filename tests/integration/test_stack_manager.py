@@ -14,19 +14,9 @@ import pytest
 from stack.processes import StackError, command_line
 from stack.services import Service
 from stack import manager
+from support import free_ports
 
 pytestmark = pytest.mark.integration
-
-
-def free_ports(count: int) -> list[int]:
-    sockets = [socket.socket() for _ in range(count)]
-    try:
-        for s in sockets:
-            s.bind(("127.0.0.1", 0))
-        return [s.getsockname()[1] for s in sockets]
-    finally:
-        for s in sockets:
-            s.close()
 
 
 @pytest.fixture
