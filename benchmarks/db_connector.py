@@ -19,6 +19,7 @@ from confluent_kafka import Consumer, Producer
 from pipeline_core.influx import influx_client
 from pipeline_core.kafka_clients import admin_client, consumer_config, producer_config
 from pipeline_core.kafka_clients import produce as kafka_produce
+from pipeline_core.lifecycle import StopSignal
 from pipeline_core.logs import configure_logging
 from pipeline_core.records import encode_record, record_key
 from pipeline_core.settings import InfluxSettings, KafkaSettings, load_settings, setting
@@ -84,16 +85,16 @@ def seed_rate(settings: BenchSettings, topic: str, count: int) -> float:
 
 def connector_rate(settings: DbConnectorSettings, count: int) -> float:
     """Our connector, in-process, until it has stored `count` points."""
-    stop = threading.Event()
+    stop = StopSignal()
     connector = DbConnector(settings, stop)
     runner = threading.Thread(target=connector.run, name="db-connector")
     runner.start()
     started = None
     try:
-        while connector.counters.written < count:
+        while connector.counters.records_out < count:
             if not runner.is_alive():
                 raise RuntimeError("the connector stopped")
-            if started is None and connector.counters.consumed:
+            if started is None and connector.counters.records_in:
                 started = time.perf_counter()
             time.sleep(0.005)
         return count / (time.perf_counter() - (started or time.perf_counter()))
@@ -125,7 +126,7 @@ def main() -> None:
         ours = connector_rate(DbConnectorSettings(**{
             **connection, "influxdb_database": databases[1],
             "data_topic": topics[0].name, "out_topic": topics[1].name, "dlq_topic": topics[2].name,
-            "group_id": f"bench-ours-{suffix}", "stats_interval_s": 3600.0}), args.records)
+            "group_id": f"bench-ours-{suffix}", "progress_interval_s": 3600.0, "health_metrics": False}), args.records)
         stored = list(influx_client(dataclasses.replace(args, influxdb_database=databases[1])).query(
             "SELECT count(result) FROM machinedata WHERE time > 0").get_points())[0]["count"]
         print()

@@ -113,7 +113,7 @@ class ConnectorProcess:
 def connector_args(topics: Any, database: str, group: str | None = None, *extra: str) -> list[str]:
     return ["--data-topic", topics.data, "--out-topic", topics.out, "--dlq-topic", topics.dlq,
             "--group-id", group or unique("db-connector-test"), "--influxdb-database", database,
-            "--stats-interval-s", "2", *extra]
+            "--progress-interval-s", "2", *extra]
 
 
 def free_port() -> int:

@@ -1,12 +1,10 @@
 """`python -m db_connector`: load machine.data and machine.out into InfluxDB until SIGTERM/SIGINT."""
 from __future__ import annotations
 
-import logging
-import signal
 import sys
-import threading
 from collections.abc import Sequence
 
+from pipeline_core.lifecycle import process_stop_signal
 from pipeline_core.logs import configure_logging
 from pipeline_core.runtime import tune_gc_for_streaming
 from pipeline_core.settings import load_settings
@@ -14,8 +12,6 @@ from pipeline_core.settings import load_settings
 from .connector import DbConnector
 from .points import PowerLevels
 from .settings import DbConnectorSettings
-
-log = logging.getLogger("db_connector")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -25,14 +21,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         PowerLevels.parse(settings.level_thresholds)
     except ValueError as error:
         raise SystemExit(f"--level-thresholds: {error}") from None
-    stop = threading.Event()
-
-    def request_stop(signum: int, _frame: object) -> None:
-        log.info("%s: writing the last batch and stopping", signal.Signals(signum).name)
-        stop.set()
-
-    signal.signal(signal.SIGTERM, request_stop)
-    signal.signal(signal.SIGINT, request_stop)
+    stop = process_stop_signal()
     tune_gc_for_streaming()
     DbConnector(settings, stop).run()
     return 0

@@ -7,15 +7,16 @@ themselves) instead of losing them.
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from dataclasses import dataclass, field
 
-from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 
 from pipeline_core.influx import influx_client
 from pipeline_core.kafka_clients import admin_client, consumer_config, producer_config
+from pipeline_core.lifecycle import StopSignal
 from pipeline_core.logs import announce_ready
+from pipeline_core.progress import Observation, ProgressReporter, StageCounters
 from pipeline_core.records import InvalidRecord, dead_letter, decode_record
 from pipeline_core.topics import partition_count
 
@@ -31,10 +32,9 @@ _CONSUME_CHUNK = 10_000
 
 
 @dataclass
-class Counters:
-    consumed: int = 0
-    written: int = 0
-    dead_lettered: int = 0
+class DbConnectorCounters(StageCounters):
+    """records in: consumed from the three topics; records out: points InfluxDB stored."""
+
     batches: int = 0
 
 
@@ -57,10 +57,10 @@ class _Batch:
 class DbConnector:
     """Loads the data, join-result and dead-letter topics into InfluxDB until `stop` is set."""
 
-    def __init__(self, settings: DbConnectorSettings, stop: threading.Event | None = None) -> None:
+    def __init__(self, settings: DbConnectorSettings, stop: StopSignal | None = None) -> None:
         self.settings = settings
-        self.stop = stop or threading.Event()
-        self.counters = Counters()
+        self.stop = stop or StopSignal()
+        self.counters = DbConnectorCounters()
         self._levels = PowerLevels.parse(settings.level_thresholds)
         static_membership = {"group.instance.id": settings.group_instance_id} if settings.group_instance_id else {}
         self._consumer = Consumer(consumer_config(settings.kafka_bootstrap_servers, settings.group_id,
@@ -75,10 +75,13 @@ class DbConnector:
         # Messages a paused consumer still handed out while InfluxDB was down: processed next.
         self._held_back: list[Message] = []
         self._delivery_failures: list[str] = []
+        self._progress: ProgressReporter | None = None
 
     def run(self) -> None:
         settings = self.settings
-        last_stats = (time.monotonic(), 0)
+        progress = self._progress = ProgressReporter.for_stage(
+            STAGE, self.counters, settings, observe=self._observe, logger=log,
+            labels={"records_out": "points written"})
         try:
             self._writer.ensure_database()
             # A topic that does not exist yet would only show as consumer warnings: wait for all of them, or
@@ -91,21 +94,18 @@ class DbConnector:
             announce_ready(log, f"db_connector: {settings.data_topic}, {settings.out_topic}, {settings.dlq_topic} "
                                 f"-> InfluxDB {settings.influxdb_host}:{settings.influxdb_port}/"
                                 f"{settings.influxdb_database}")
-            next_stats = time.monotonic() + settings.stats_interval_s
             while not self.stop.is_set():
                 self._consume_once()
                 now = time.monotonic()
                 if len(self._batch) >= settings.batch_size or (
                         not self._batch.is_empty() and now - self._batch.started >= settings.flush_interval_s):
                     self._flush()
-                if now >= next_stats:
-                    last_stats = self._log_stats(last_stats)
-                    next_stats = now + settings.stats_interval_s
+                progress.maybe_report(now)
             self._flush()
         except WriteAborted as aborted:
             log.warning("%s: %d uncommitted records are read again on the next start", aborted, len(self._batch))
         finally:
-            self._log_stats(last_stats)
+            progress.close()
             self._consumer.close()
             self._producer.flush(10)
 
@@ -134,7 +134,7 @@ class DbConnector:
             batch.started = time.monotonic()
         topic, partition, offset = message.topic(), message.partition(), message.offset()
         batch.next_offsets[(topic, partition)] = offset + 1
-        self.counters.consumed += 1
+        self.counters.records_in += 1
         payload = message.value()
         settings = self.settings
         if topic == settings.dlq_topic:
@@ -181,8 +181,8 @@ class DbConnector:
                                             STAGE, topic=source.topic(), partition=source.partition(),
                                             offset=source.offset()))
         self._produce_dead_letters(dead_letters)
-        self.counters.written += len(batch.lines) - len(rejected)
-        self.counters.dead_lettered += len(dead_letters)
+        self.counters.records_out += len(batch.lines) - len(rejected)
+        self.counters.dead_letters += len(dead_letters)
         self.counters.batches += 1
         if self._assignment_changed:
             # Partitions were revoked while InfluxDB was down: they are re-read from the last commit
@@ -222,6 +222,8 @@ class DbConnector:
             message = self._consumer.poll(min(remaining, 0.5))
             if message is not None:
                 self._held_back.append(message)
+            if self._progress is not None:
+                self._progress.maybe_report()  # the lag grows while InfluxDB is down: keep saying so
 
     def _resume(self) -> None:
         assignment = self._consumer.assignment()
@@ -240,14 +242,30 @@ class DbConnector:
             self._batch = _Batch()
         log.info("revoked %d partitions", len(partitions))
 
-    def _log_stats(self, last: tuple[float, int]) -> tuple[float, int]:
-        now = time.monotonic()
-        written = self.counters.written
-        rate = (written - last[1]) / max(now - last[0], 1e-9)
-        log.info("consumed %d, points written %d (%.0f/s), dead letters %d, batches %d, "
-                 "InfluxDB requests %d, retries %d", self.counters.consumed, written, rate,
-                 self.counters.dead_lettered, self.counters.batches, self._writer.requests, self._writer.retries)
-        return now, written
+    # -- progress ---------------------------------------------------------------------------------
+
+    def _observe(self) -> Observation:
+        return Observation(lag=self.lag(), values={"influxdb_requests": self._writer.requests,
+                                                   "influxdb_retries": self._writer.retries})
+
+    def lag(self) -> int | None:
+        """Records of the assigned partitions not read yet: their ends as the consumer last fetched them
+        (cached, so this never waits for the broker) minus its positions. None before it knows any."""
+        assignment = self._consumer.assignment()
+        if not assignment:
+            return None
+        lag, known = 0, False
+        for position in self._consumer.position(assignment):
+            if position.offset < 0:
+                continue  # nothing fetched yet: neither end is known
+            try:
+                _low, high = self._consumer.get_watermark_offsets(position, cached=True)
+            except KafkaException:
+                continue
+            if high >= 0:
+                lag += max(high - position.offset, 0)
+                known = True
+        return lag if known else None
 
 
 def _as_text(payload: bytes) -> str | bytes:

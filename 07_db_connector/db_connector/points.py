@@ -28,27 +28,11 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
+from pipeline_core.influx import escape_measurement, escape_tag
 from pipeline_core.records import InvalidRecord, MachineRecord, is_finite_number
 
 NS_PER_MS = 1_000_000
 LEVEL_NAMES = ("idle", "low", "medium", "high")
-
-_MEASUREMENT_ESCAPES = str.maketrans({",": r"\,", " ": r"\ "})
-_TAG_ESCAPES = str.maketrans({",": r"\,", " ": r"\ ", "=": r"\="})
-
-
-def escape_measurement(name: str) -> str:
-    return name.translate(_MEASUREMENT_ESCAPES)
-
-
-def escape_tag(value: str) -> str:
-    """A tag key or value in line protocol; raises `InvalidRecord` for what it cannot carry."""
-    if "\n" in value or "\r" in value:
-        raise InvalidRecord(f"tag value {value!r} contains a line break")
-    if value.endswith("\\"):
-        # A trailing backslash would escape the separator after it and corrupt the line.
-        raise InvalidRecord(f"tag value {value!r} ends with a backslash")
-    return value.translate(_TAG_ESCAPES)
 
 
 def float_field(value: Any, name: str = "result") -> str:

@@ -3,12 +3,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from pipeline_core.settings import InfluxSettings, KafkaSettings, setting
+from pipeline_core.settings import KafkaSettings, ProgressSettings, setting
 from pipeline_core.topics import MACHINE_DATA, MACHINE_DLQ, MACHINE_OUT
 
 
 @dataclass(frozen=True)
-class DbConnectorSettings(KafkaSettings, InfluxSettings):
+class DbConnectorSettings(KafkaSettings, ProgressSettings):
     """Load machine.data and machine.out (and the dead-letter counts of machine.dlq) into InfluxDB."""
 
     data_topic: str = setting(MACHINE_DATA.name, "DB_CONNECTOR_DATA_TOPIC", "topic of the raw quantities")
@@ -31,4 +31,3 @@ class DbConnectorSettings(KafkaSettings, InfluxSettings):
                                     "idle/low/medium/high (W); 'active' means above the first")
     retry_max_s: float = setting(30.0, "DB_CONNECTOR_RETRY_MAX_S",
                                  "longest wait between retries while InfluxDB is unreachable")
-    stats_interval_s: float = setting(10.0, "DB_CONNECTOR_STATS_INTERVAL_S", "seconds between progress log lines")

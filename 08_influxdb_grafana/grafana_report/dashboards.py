@@ -26,6 +26,7 @@ class Panel:
     grid: dict[str, int]  # Grafana's gridPos: x, y, w, h on a 24-column grid
     targets: tuple[Target, ...]
     time_from: str | None  # a relative range overriding the dashboard's, e.g. "7d"
+    min_interval: str | None  # the lower bound of $__interval, e.g. "10s" for points written every 10 s
     config: dict[str, Any]  # fieldConfig.defaults: unit, min, max, thresholds
 
 
@@ -52,7 +53,8 @@ def load_dashboard(path: Path) -> Dashboard:
         Panel(title=panel["title"], type=panel["type"], grid=panel["gridPos"],
               targets=tuple(Target(t["query"], t.get("alias", ""), t.get("resultFormat", "time_series"))
                             for t in panel.get("targets", []) if t.get("rawQuery")),
-              time_from=panel.get("timeFrom"), config=panel.get("fieldConfig", {}).get("defaults", {}))
+              time_from=panel.get("timeFrom"), min_interval=panel.get("interval"),
+              config=panel.get("fieldConfig", {}).get("defaults", {}))
         for panel in data["panels"])
     variables = tuple(Variable(v["name"], v["query"], v.get("regex", ""))
                       for v in data.get("templating", {}).get("list", []) if v.get("type") == "query")

@@ -1,7 +1,7 @@
 """Grafana's InfluxQL macros and template variables, substituted the way Grafana does.
 
 `$timeFilter` becomes ``time >= <from>ms and time <= <to>ms``, `$__interval` a rounded GROUP BY
-interval for about `MAX_DATA_POINTS` points, and a template variable (`$name`, `${name}`, `[[name]]`)
+interval for about `MAX_DATA_POINTS` points (never below the panel's min interval), and a template variable (`$name`, `${name}`, `[[name]]`)
 its value, or ``(a|b|c)`` for several values (regex-escaped, as the dashboards use them in regexes).
 """
 from __future__ import annotations
@@ -31,16 +31,22 @@ class TimeRange:
     @classmethod
     def last(cls, relative: str, now_ms: int | None = None) -> TimeRange:
         """A range like Grafana's panel `timeFrom` ("7d", "12h"): that long up to now."""
-        match = re.fullmatch(r"(\d+)([smhdw])", relative.strip())
-        if not match:
-            raise ValueError(f"unsupported relative time {relative!r}")
         now_ms = int(time.time() * 1000) if now_ms is None else now_ms
-        return cls(now_ms - int(match[1]) * _UNITS_MS[match[2]], now_ms)
+        return cls(now_ms - duration_ms(relative), now_ms)
 
 
-def interval_ms(time_range: TimeRange, max_points: int = MAX_DATA_POINTS) -> int:
+def duration_ms(text: str) -> int:
+    """A Grafana duration ("10s", "7d") in milliseconds."""
+    match = re.fullmatch(r"(\d+)([smhdw])", text.strip())
+    if not match:
+        raise ValueError(f"unsupported duration {text!r}")
+    return int(match[1]) * _UNITS_MS[match[2]]
+
+
+def interval_ms(time_range: TimeRange, max_points: int = MAX_DATA_POINTS, min_interval_ms: int = 0) -> int:
     wanted = (time_range.end_ms - time_range.start_ms) / max_points
-    return next((step for step in _INTERVAL_STEPS_MS if step >= wanted), _INTERVAL_STEPS_MS[-1])
+    step = next((step for step in _INTERVAL_STEPS_MS if step >= wanted), _INTERVAL_STEPS_MS[-1])
+    return max(step, min_interval_ms)
 
 
 def interval_text(milliseconds: int) -> str:
@@ -56,9 +62,9 @@ def regex_value(values: Sequence[str]) -> str:
 
 
 def substitute(query: str, time_range: TimeRange, variables: Mapping[str, Sequence[str]] | None = None,
-               max_points: int = MAX_DATA_POINTS) -> str:
+               max_points: int = MAX_DATA_POINTS, min_interval: str | None = None) -> str:
     """The InfluxQL Grafana would send for `query` over `time_range` with these variable values."""
-    step = interval_ms(time_range, max_points)
+    step = interval_ms(time_range, max_points, duration_ms(min_interval) if min_interval else 0)
     text = query.replace("$timeFilter", f"time >= {time_range.start_ms}ms and time <= {time_range.end_ms}ms")
     text = text.replace("$__interval_ms", str(step)).replace("$__interval", interval_text(step))
     for name in sorted(variables or {}, key=len, reverse=True):

@@ -15,10 +15,11 @@ matplotlib.use("Agg")  # files only: no display on servers and in tests
 
 import matplotlib.dates as mdates  # noqa: E402
 import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib.ticker import FuncFormatter  # noqa: E402
 from influxdb import InfluxDBClient  # noqa: E402
 
 from .dashboards import Dashboard, Panel  # noqa: E402
-from .macros import TimeRange, alias, interval_ms, substitute  # noqa: E402
+from .macros import TimeRange, alias, duration_ms, interval_ms, substitute  # noqa: E402
 
 log = logging.getLogger(__name__)
 
@@ -26,7 +27,8 @@ GRID_COLUMNS = 24
 ROW_HEIGHT_IN = 0.32  # one Grafana grid row (30 px) on the page
 PAGE_WIDTH_IN = 16.0
 GAP_MS = 60_000  # the dashboards' spanNulls: longer gaps break the line
-_UNIT_LABELS = {"watt": "W", "rotrpm": "rpm", "torque": "Nm", "percent": "%", "short": ""}
+_UNIT_LABELS = {"watt": "W", "rotrpm": "rpm", "torque": "Nm", "percent": "%", "short": "", "bytes": "bytes",
+                "s": "s"}
 
 
 @dataclass
@@ -43,7 +45,8 @@ def run_panel(client: InfluxDBClient, panel: Panel, time_range: TimeRange,
     """Every series the panel's targets return (time in ms, first value column)."""
     series = []
     for target in panel.targets:
-        result = client.query(substitute(target.query, time_range, variables), epoch="ms")
+        result = client.query(substitute(target.query, time_range, variables, min_interval=panel.min_interval),
+                              epoch="ms")
         for raw in result.raw.get("series", []):
             entry = Series(alias(target.alias, raw["name"], raw.get("tags") or {}), columns=raw["columns"],
                            rows=raw["values"])
@@ -53,6 +56,11 @@ def run_panel(client: InfluxDBClient, panel: Panel, time_range: TimeRange,
                     entry.values.append(float(row[1]))
             series.append(entry)
     return series
+
+
+def panel_interval_ms(panel: Panel, time_range: TimeRange) -> int:
+    """The GROUP BY interval Grafana picks for this panel over `time_range`."""
+    return interval_ms(time_range, min_interval_ms=duration_ms(panel.min_interval) if panel.min_interval else 0)
 
 
 def _threshold_color(panel: Panel, value: float) -> str:
@@ -76,7 +84,7 @@ def draw_panel(ax: plt.Axes, panel: Panel, series: list[Series], time_range: Tim
         return
     if panel.type == "timeseries":
         for entry in series:
-            times, values = _with_gaps(entry, max(GAP_MS, 3 * interval_ms(time_range)))
+            times, values = _with_gaps(entry, max(GAP_MS, 3 * panel_interval_ms(panel, time_range)))
             ax.plot(times, values, linewidth=0.8, label=entry.label,
                     marker="o" if len(entry.values) < 20 else None, markersize=3)
         ax.set_xlim(datetime.fromtimestamp(time_range.start_ms / 1000, tz=timezone.utc),
@@ -84,10 +92,18 @@ def draw_panel(ax: plt.Axes, panel: Panel, series: list[Series], time_range: Tim
         ax.xaxis.set_major_formatter(mdates.DateFormatter("%m-%d %H:%M"))
         ax.tick_params(labelsize=7)
         ax.set_ylabel(_unit(panel), fontsize=8)
+        if panel.config.get("min") is not None:
+            ax.set_ylim(bottom=panel.config["min"])
+        if panel.config.get("unit") == "bytes":
+            ax.yaxis.set_major_formatter(FuncFormatter(lambda value, _position: _bytes(value)))
+            ax.set_ylabel("")
         ax.grid(alpha=0.3)
         if len(series) <= 12:
+            # Headroom above the data for the legend, so it covers no line.
+            bottom, top = ax.get_ylim()
+            ax.set_ylim(bottom, top + (top - bottom) * 0.08 * (1 + (len(series) - 1) // 3))
             ax.legend(fontsize=6, loc="upper right", ncol=min(3, len(series)))
-    elif panel.type in ("gauge", "bargauge"):
+    elif panel.type == "gauge":
         labels = [entry.label for entry in series]
         values = [entry.values[-1] if entry.values else 0.0 for entry in series]
         ax.barh(labels, values, color=[_threshold_color(panel, v) for v in values])
@@ -98,6 +114,20 @@ def draw_panel(ax: plt.Axes, panel: Panel, series: list[Series], time_range: Tim
         for index, value in enumerate(values):
             ax.text(value, index, f" {value:.1f} {_unit(panel)}", va="center", fontsize=8)
         ax.tick_params(labelsize=8)
+    elif panel.type == "bargauge":
+        # As Grafana draws a horizontal bar gauge: one bar per series, top down, its name above it.
+        values = [entry.values[-1] if entry.values else 0.0 for entry in series]
+        top = panel.config.get("max", max(values) * 1.25 or 1)
+        decimals = panel.config.get("decimals", 1)
+        for index, (entry, value) in enumerate(zip(series, values)):
+            ax.barh(index, top, height=0.45, color="0.93")
+            ax.barh(index, min(value, top), height=0.45, color=_threshold_color(panel, value))
+            ax.text(0, index - 0.3, entry.label, va="bottom", ha="left", fontsize=8)
+            ax.text(top, index - 0.3, f"{value:,.{decimals}f} {_unit(panel)}".strip(), va="bottom", ha="right",
+                    fontsize=9, color=_threshold_color(panel, value))
+        ax.set_xlim(panel.config.get("min", 0), top)
+        ax.set_ylim(len(values) - 0.5, -0.9)
+        ax.set_axis_off()
     elif panel.type == "piechart":
         labels = [entry.label for entry in series]
         values = [sum(entry.values) for entry in series]
@@ -122,6 +152,17 @@ def draw_panel(ax: plt.Axes, panel: Panel, series: list[Series], time_range: Tim
         ax.text(0.5, 0.5, f"panel type {panel.type!r} is not rendered", ha="center", va="center",
                 transform=ax.transAxes)
         ax.set_axis_off()
+
+
+def _bytes(value: float) -> str:
+    """A byte count as Grafana's `bytes` unit shows it (SI prefixes)."""
+    if abs(value) < 1000:
+        return f"{value:,.0f} B"
+    for unit in ("kB", "MB"):
+        value /= 1000
+        if abs(value) < 1000:
+            return f"{value:,.1f} {unit}"
+    return f"{value / 1000:,.1f} GB"
 
 
 def _with_gaps(entry: Series, gap_ms: int) -> tuple[list[datetime], list[float]]:

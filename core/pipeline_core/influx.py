@@ -1,9 +1,13 @@
-"""Shared InfluxDB client set-up."""
+"""Shared InfluxDB client set-up and line-protocol escaping."""
 from __future__ import annotations
 
 from influxdb import InfluxDBClient
 
+from .records import InvalidRecord
 from .settings import InfluxSettings
+
+_MEASUREMENT_ESCAPES = str.maketrans({",": r"\,", " ": r"\ "})
+_TAG_ESCAPES = str.maketrans({",": r"\,", " ": r"\ ", "=": r"\="})
 
 
 def influx_client(settings: InfluxSettings, timeout_s: float = 30.0) -> InfluxDBClient:
@@ -13,3 +17,17 @@ def influx_client(settings: InfluxSettings, timeout_s: float = 30.0) -> InfluxDB
                           password=settings.influxdb_password or "root",
                           database=settings.influxdb_database, timeout=timeout_s)
 
+
+def escape_measurement(name: str) -> str:
+    """A measurement name in line protocol."""
+    return name.translate(_MEASUREMENT_ESCAPES)
+
+
+def escape_tag(value: str) -> str:
+    """A tag key or value in line protocol; raises `InvalidRecord` for what it cannot carry."""
+    if "\n" in value or "\r" in value:
+        raise InvalidRecord(f"tag value {value!r} contains a line break")
+    if value.endswith("\\"):
+        # A trailing backslash would escape the separator after it and corrupt the line.
+        raise InvalidRecord(f"tag value {value!r} ends with a backslash")
+    return value.translate(_TAG_ESCAPES)

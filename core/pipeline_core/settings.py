@@ -128,6 +128,17 @@ class InfluxSettings:
 
 
 @dataclasses.dataclass(frozen=True)
+class ProgressSettings(InfluxSettings):
+    """How a long-running stage reports its progress (`pipeline_core.progress`): a log line and, in the
+    pipeline's InfluxDB, one `pipeline_health` point per interval."""
+
+    progress_interval_s: float = setting(10.0, "PROGRESS_INTERVAL_S",
+                                         "seconds between progress log lines and health points")
+    health_metrics: bool = setting(True, "HEALTH_METRICS",
+                                   "write the health metrics to InfluxDB (measurement pipeline_health)")
+
+
+@dataclasses.dataclass(frozen=True)
 class ConnectionSettings(MqttSettings, KafkaSettings, InfluxSettings):
     """Where all of the pipeline's servers are. A stage's settings inherit only the parts it uses
     (MqttSettings, KafkaSettings, InfluxSettings), so its --help lists only what matters to it."""

@@ -1,12 +1,14 @@
 """The Grafana dashboards, tested by what they query: every panel's InfluxQL, with Grafana's macros
-and variables filled in, runs against InfluxDB filled by a real replay and returns data; and
-`python -m grafana_report` (`make report`) renders them to PNG files."""
+and variables filled in, runs against InfluxDB filled by a real replay (and the stages' health points)
+and returns data; the health panels add up a stage's processes; and `python -m grafana_report`
+(`make report`) renders them to PNG files."""
 from __future__ import annotations
 
 import dataclasses
 import re
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -20,14 +22,28 @@ from db_connector_support import (ConnectorProcess, connector_args, distinct_ser
 from grafana_report.__main__ import data_range
 from grafana_report.dashboards import load_dashboards, panel_queries
 from grafana_report.macros import TimeRange, all_values, substitute
+from pipeline_core.health_metrics import HealthMetrics, health_line
 from pipeline_core.kafka_clients import admin_client, producer_config
 from pipeline_core.settings import ConnectionSettings
 from pipeline_core.topics import MACHINE_DATA, MACHINE_DLQ, MACHINE_OUT, ensure_topics
-from support import produce_records, unique
+from support import produce_records, unique, wait_for
 
 pytestmark = pytest.mark.integration
 
 DASHBOARDS = load_dashboards()
+HEALTH = next(dashboard for dashboard in DASHBOARDS if dashboard.uid == "pipeline-health")
+# Health points of the stages that do not run here, as two Kafka joiner processes and a Spark joiner
+# report them: per stage, instance -> fields.
+STAGE_POINTS = {
+    "stream_connector": {"host-1": {"records_in_per_s": 900.0, "records_out_per_s": 3600.0, "dead_letters_per_s": 0.5,
+                                    "lag": 40}},
+    "kafka_joiner": {"host-1": {"records_in_per_s": 1000.0, "records_out_per_s": 100.0, "dead_letters_per_s": 0.0,
+                                "lag": 120},
+                     "host-2": {"records_in_per_s": 2000.0, "records_out_per_s": 300.0, "dead_letters_per_s": 1.0,
+                                "lag": 30}},
+    "spark_joiner": {"host-3": {"records_in_per_s": 5000.0, "records_out_per_s": 700.0, "dead_letters_per_s": 0.0,
+                                "lag": 2500, "batch_seconds": 0.8, "state_rows": 64, "state_bytes": 1_048_576}},
+}
 
 
 @pytest.fixture(scope="module")
@@ -54,6 +70,7 @@ def replayed(stack: ConnectionSettings, bootstrap: str, tmp_path_factory) -> Ite
         wait_for_count(client, "machinedata", distinct_series_times(raw))
         wait_for_count(client, "joined", len(joined))
         wait_for_count(client, "deadletters", 1, field="reason")
+        _write_stage_health(stack, database)
         yield database, client
     finally:
         if connector.process is not None:
@@ -63,11 +80,56 @@ def replayed(stack: ConnectionSettings, bootstrap: str, tmp_path_factory) -> Ite
             future.result(30)
 
 
+def _write_stage_health(stack: ConnectionSettings, database: str) -> None:
+    """`STAGE_POINTS` through the stages' own health writer, two intervals (10 s, the panels' minimum)
+    back, at one time inside that interval so the panels' buckets hold one point per process."""
+    metrics = HealthMetrics.to_influxdb(dataclasses.replace(stack, influxdb_database=database))
+    bucket_ns = 10 * 10**9
+    at_ns = (time.time_ns() // bucket_ns - 2) * bucket_ns + bucket_ns // 2
+    for stage, instances in STAGE_POINTS.items():
+        for instance, fields in instances.items():
+            metrics.record(health_line({"stage": stage, "instance": instance}, fields, at_ns))
+    metrics.close(timeout_s=30)
+    assert metrics.written == sum(len(instances) for instances in STAGE_POINTS.values())
+
+
+def _panel_series(client: InfluxDBClient, title: str) -> dict[str, list[float]]:
+    """Label -> values of a health panel's query over its own (live) range, as Grafana runs it."""
+    panel = next(panel for panel in HEALTH.panels if panel.title == title)
+    (target,) = panel.targets
+    query = substitute(target.query, TimeRange.last(panel.time_from), min_interval=panel.min_interval)
+    return {(series.get("tags") or {}).get("stage", series["name"]): [row[1] for row in series["values"]]
+            for series in client.query(query).raw.get("series", [])}
+
+
 def test_the_dashboards_exist() -> None:
     assert {dashboard.uid for dashboard in DASHBOARDS} == {"machine-power", "pipeline-health"}
     titles = {panel.title for dashboard in DASHBOARDS for panel in dashboard.panels}
     assert {"Power per axis and machine", "Duty cycle (ED) per machine", "Load distribution by power level",
-            "Records in", "Joins out", "Dead letters"} <= titles
+            "Records in", "Joins out", "Dead letters", "Lag now, by stage", "Lag by stage",
+            "Records in per second, by stage", "Records out per second, by stage",
+            "Dead letters per second, by stage", "Spark micro-batch duration", "Spark join state: rows",
+            "Spark join state: memory"} <= titles
+
+
+def test_the_lag_panels_add_up_the_processes_of_a_stage(replayed) -> None:
+    _, client = replayed
+    for title in ("Lag now, by stage", "Lag by stage"):
+        lags = _panel_series(client, title)
+        assert lags["kafka_joiner"][-1] == 150, title  # 120 + 30 from its two processes
+        assert lags["spark_joiner"][-1] == 2500 and lags["stream_connector"][-1] == 40, title
+    # The DB connector of the replay reports its own, real lag: once it has read everything, none.
+    wait_for(lambda: _panel_series(client, "Lag now, by stage").get("db_connector", [None])[-1] == 0, 30,
+             "the DB connector's lag of 0 on the lag panel")
+
+
+def test_the_rate_panels_add_up_the_processes_of_a_stage(replayed) -> None:
+    _, client = replayed
+    assert _panel_series(client, "Records in per second, by stage")["kafka_joiner"] == [3000.0]
+    assert _panel_series(client, "Records out per second, by stage")["spark_joiner"] == [700.0]
+    assert _panel_series(client, "Dead letters per second, by stage")["kafka_joiner"] == [1.0]
+    assert _panel_series(client, "Spark micro-batch duration")["pipeline_health"] == [0.8]
+    assert _panel_series(client, "Spark join state: memory")["pipeline_health"] == [1_048_576]
 
 
 @pytest.mark.parametrize("dashboard", DASHBOARDS, ids=lambda dashboard: dashboard.uid)
@@ -81,7 +143,7 @@ def test_every_panel_query_parses_and_returns_data(replayed, dashboard) -> None:
     assert variables.get("axis", ["C11"]) == ["C11"]
     for panel, target in panel_queries(dashboard):
         time_range = TimeRange.last(panel.time_from) if panel.time_from else stored
-        query = substitute(target.query, time_range, variables)
+        query = substitute(target.query, time_range, variables, min_interval=panel.min_interval)
         # A `$` left before a name is a macro or variable Grafana would have replaced (`$/` is a regex anchor).
         assert not re.search(r"\$[\w{]|\[\[", query), f"{panel.title}: unsubstituted macro in {query}"
         series = client.query(query).raw.get("series", [])

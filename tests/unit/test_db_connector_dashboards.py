@@ -65,3 +65,24 @@ def test_every_dashboard_query_has_a_time_filter() -> None:
     for dashboard in load_dashboards():
         for panel, target in panel_queries(dashboard):
             assert "$timeFilter" in target.query, panel.title
+
+
+def test_a_panel_s_min_interval_bounds_its_group_by_interval() -> None:
+    hour = TimeRange(0, 3_600_000)
+    assert interval_ms(hour) == 5_000 and interval_ms(hour, min_interval_ms=10_000) == 10_000
+    assert substitute("GROUP BY time($__interval)", hour, min_interval="10s") == "GROUP BY time(10s)"
+    assert substitute("GROUP BY time($__interval)", TimeRange(0, DAY_MS), min_interval="10s") == "GROUP BY time(2m)"
+
+
+def test_health_panels_add_up_the_processes_of_a_stage_at_their_reporting_interval() -> None:
+    """Every process writes its own series (tag instance): a panel per stage must aggregate per instance
+    first, then add the instances up, in buckets no shorter than the 10 s the stages report at."""
+    (health,) = [dashboard for dashboard in load_dashboards() if dashboard.uid == "pipeline-health"]
+    panels = [panel for panel in health.panels if any("pipeline_health" in t.query for t in panel.targets)]
+    assert len(panels) >= 8
+    for panel in panels:
+        assert panel.time_from and panel.min_interval == "10s", panel.title
+        for target in panel.targets:
+            if 'GROUP BY time($__interval), "stage"' in target.query:
+                assert target.query.startswith('SELECT sum("value") FROM (SELECT '), panel.title
+                assert 'GROUP BY time($__interval), "stage", "instance"' in target.query, panel.title

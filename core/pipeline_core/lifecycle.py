@@ -1,0 +1,67 @@
+"""How every long-running stage stops: one `StopSignal` per process, set by SIGTERM or SIGINT.
+
+A stage's loop polls `is_set()` (or sleeps in `wait(timeout)`), finishes what is in flight (the last
+batch, the open transaction, the records awaiting Kafka) and returns; the process then exits 0.
+"""
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+
+log = logging.getLogger(__name__)
+
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+
+class StopSignal:
+    """A stop request that loops poll or wait on; set once, by a signal or by code (tests, benchmarks)."""
+
+    def __init__(self) -> None:
+        self._requested = False
+        self._event = threading.Event()
+        self.reason: str | None = None
+
+    def set(self, reason: str = "stop requested") -> None:
+        if not self._requested:
+            self.reason = reason
+            self._requested = True
+        self._event.set()
+
+    def is_set(self) -> bool:
+        return self._requested
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Sleep up to `timeout` s, waking at once when a stop is requested; True if it is."""
+        return self._requested or self._event.wait(timeout)
+
+    def _on_signal(self, signum: int, _frame: object) -> None:
+        name = signal.Signals(signum).name
+        if self._requested:
+            threading.Thread(target=log.warning, name="stop-signal", daemon=True,
+                             args=("%s: already stopping (SIGKILL forces it)", name)).start()
+            return
+        self.reason = name
+        self._requested = True
+        # The handler runs on the main thread between two bytecodes, possibly while that thread holds the
+        # event's lock inside `wait` or a logging handler's lock: both are taken on a thread of their own.
+        threading.Thread(target=self._announce, name="stop-signal", daemon=True, args=(name,)).start()
+
+    def _announce(self, name: str) -> None:
+        log.info("%s: finishing what is in flight, then stopping", name)
+        self._event.set()
+
+
+_process_signal: StopSignal | None = None
+
+
+def process_stop_signal() -> StopSignal:
+    """The process's `StopSignal`; the first call (from the main thread) installs the SIGTERM and SIGINT
+    handlers that set it, later calls return the same one."""
+    global _process_signal
+    if _process_signal is None:
+        stop = StopSignal()
+        for signum in STOP_SIGNALS:
+            signal.signal(signum, stop._on_signal)
+        _process_signal = stop
+    return _process_signal

@@ -1,0 +1,166 @@
+"""How every long-running stage counts and reports its progress.
+
+A stage counts into a `StageCounters` (plain int attributes: the hot path pays one addition) and calls
+`ProgressReporter.maybe_report` from its loop. Every `interval_s` the reporter asks the stage for what it
+measures at that moment (an `Observation`: its lag and its own gauges), logs one line and hands one
+`pipeline_health` point to `HealthMetrics`, which writes it to InfluxDB from its own thread.
+
+The fields of the point (see 08_influxdb_grafana/README.md for what each stage puts in them):
+
+* ``records_in``, ``records_out``, ``dead_letters``: totals since the process started;
+* ``records_in_per_s``, ``records_out_per_s``, ``dead_letters_per_s``: rates over the last interval;
+* ``lag``: records waiting for the stage (consumer lag, or rows in flight), when it knows it;
+* every further counter of the stage's `StageCounters` subclass, and the observation's values.
+"""
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import socket
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+
+from .health_metrics import HealthMetrics, health_line
+from .settings import ProgressSettings
+
+log = logging.getLogger(__name__)
+
+# The counters every stage has, reported with their rates.
+RATED_COUNTERS = ("records_in", "records_out", "dead_letters")
+
+
+@dataclass
+class StageCounters:
+    """Totals since the stage started. A stage subclasses it for counters of its own."""
+
+    records_in: int = 0
+    records_out: int = 0
+    dead_letters: int = 0
+
+
+@dataclass(frozen=True)
+class Observation:
+    """What a stage measures when a report is due, beyond its counters."""
+
+    lag: int | None = None  # records waiting for the stage
+    values: Mapping[str, int | float | None] = field(default_factory=dict)  # gauges, logged and written
+
+
+@dataclass(frozen=True)
+class ProgressReport:
+    """One interval's progress: what the log line says and the health point carries."""
+
+    totals: Mapping[str, int]
+    rates: Mapping[str, float]  # per second over the interval, of RATED_COUNTERS
+    lag: int | None
+    values: Mapping[str, int | float | None]
+
+    def fields(self) -> dict[str, int | float | None]:
+        fields: dict[str, int | float | None] = dict(self.totals)
+        fields.update((f"{name}_per_s", rate) for name, rate in self.rates.items())
+        fields["lag"] = self.lag
+        fields.update(self.values)
+        return fields
+
+    def describe(self, labels: Mapping[str, str] | None = None) -> str:
+        """The log line: the rated counters with their rates and the lag, then the rest."""
+        labels = labels or {}
+
+        def label(name: str) -> str:
+            return labels.get(name, name.replace("_", " "))
+
+        head = [f"{label(name)} {self.totals[name]:,} ({self.rates[name]:,.0f}/s)" if name != "dead_letters"
+                else f"{label(name)} {self.totals[name]:,}" for name in RATED_COUNTERS]
+        head.append(f"lag {'?' if self.lag is None else f'{self.lag:,}'}")
+        rest = [f"{label(name)} {_number(value)}" for name, value in self.totals.items()
+                if name not in RATED_COUNTERS]
+        rest += [f"{label(name)} {_number(value)}" for name, value in self.values.items()]
+        return ", ".join(head) + ("; " + ", ".join(rest) if rest else "")
+
+
+def progress_report(totals: Mapping[str, int], previous: Mapping[str, int], elapsed_s: float,
+                    observation: Observation) -> ProgressReport:
+    """The report of an interval of `elapsed_s` seconds from the counters' totals at its start and end."""
+    elapsed_s = max(elapsed_s, 1e-9)
+    rates = {name: (totals[name] - previous.get(name, 0)) / elapsed_s for name in RATED_COUNTERS}
+    return ProgressReport(dict(totals), rates, observation.lag, dict(observation.values))
+
+
+def _number(value: int | float | None) -> str:
+    if value is None:
+        return "?"
+    if isinstance(value, int):
+        return f"{value:,}"
+    return f"{value:,.2f}" if abs(value) < 100 else f"{value:,.0f}"
+
+
+def instance_name() -> str:
+    """This process among the stage's instances: host and PID."""
+    return f"{socket.gethostname()}-{os.getpid()}"
+
+
+class ProgressReporter:
+    """Every `interval_s`: one log line and one health point of the stage's counters and observation."""
+
+    def __init__(self, stage: str, counters: StageCounters, *, interval_s: float,
+                 observe: Callable[[], Observation] = Observation, health: HealthMetrics | None = None,
+                 logger: logging.Logger | None = None, labels: Mapping[str, str] | None = None,
+                 instance: str | None = None, clock: Callable[[], float] = time.monotonic) -> None:
+        self.stage = stage
+        self.counters = counters
+        self.interval_s = interval_s
+        self.health = health
+        self._observe = observe
+        self._logger = logger or log
+        self._labels = labels
+        self._tags = {"stage": stage, "instance": instance or instance_name()}
+        self._clock = clock
+        self._last_at = clock()
+        self._next_at = self._last_at + interval_s
+        self._last_totals = dataclasses.asdict(counters)
+
+    @classmethod
+    def for_stage(cls, stage: str, counters: StageCounters, settings: ProgressSettings,
+                  **options: object) -> ProgressReporter:
+        """A reporter at the settings' interval, writing to InfluxDB unless health metrics are off."""
+        health = HealthMetrics.to_influxdb(settings) if settings.health_metrics else None
+        return cls(stage, counters, interval_s=settings.progress_interval_s, health=health,
+                   **options)  # type: ignore[arg-type]
+
+    def maybe_report(self, now: float | None = None) -> ProgressReport | None:
+        """Report if the interval is over; cheap enough for every turn of a stage's loop."""
+        now = self._clock() if now is None else now
+        if now < self._next_at:
+            return None
+        return self.report(now)
+
+    def report(self, now: float | None = None) -> ProgressReport:
+        now = self._clock() if now is None else now
+        observation = self._observation()  # first: observing may update the counters
+        totals = dataclasses.asdict(self.counters)
+        report = progress_report(totals, self._last_totals, now - self._last_at, observation)
+        self._last_at, self._next_at, self._last_totals = now, now + self.interval_s, totals
+        self._logger.info("%s", report.describe(self._labels))
+        if self.health is not None:
+            line = health_line(self._tags, report.fields(), time.time_ns())
+            if line is not None:
+                self.health.record(line)
+        return report
+
+    def close(self) -> None:
+        """The last report (unless nothing was counted since the one before), then the health metrics' last
+        write (bounded: a down InfluxDB delays no exit)."""
+        if dataclasses.asdict(self.counters) != self._last_totals:
+            self.report()
+        if self.health is not None:
+            self.health.close()
+
+    def _observation(self) -> Observation:
+        try:
+            return self._observe()
+        except Exception as error:  # noqa: BLE001 - a failed measurement must not stop the stage
+            self._logger.warning("progress: could not measure the lag and gauges (%s: %s)",
+                                 type(error).__name__, error)
+            return Observation()
