@@ -19,11 +19,19 @@ EVENTS_FILE = Path(__file__).resolve().parents[1] / "01_simulator" / "data" / "t
 
 @pytest.fixture(scope="session")
 def stack() -> Iterator[ConnectionSettings]:
-    """Mosquitto, Kafka and InfluxDB running for real: reused when up, else started and stopped."""
+    """Mosquitto, Kafka and InfluxDB running for real: reused when they answer (whoever runs them),
+    else started under supervisord, and what was started here stopped at the end."""
+    settings = load_settings(ConnectionSettings, [])
     servers = manager.servers()
-    started = manager.up(servers)
-    yield load_settings(ConnectionSettings, [])
-    manager.down([service for service in servers if service.name in started])
+    if all(server.is_ready() for server in servers):
+        yield settings
+        return
+    ours = [server for server in servers if server.name not in manager.running(servers)]
+    try:
+        manager.up(servers)
+        yield settings
+    finally:
+        manager.down(ours)
 
 
 @pytest.fixture(scope="session")

@@ -15,6 +15,12 @@ def configure_logging(level: str | None = None) -> None:
     )
 
 
+def ready_marker(pid: int) -> str:
+    """How the READY line of process `pid` begins: supervisord restarts a stage under the same log,
+    so the stack tells the running process's READY from its predecessors' by the PID."""
+    return f"{READY_MARKER} pid={pid}:"
+
+
 def announce_ready(logger: logging.Logger, what: str) -> None:
     """Log the line the stack manager waits for before it calls a pipeline process healthy."""
-    logger.info("%s %s", READY_MARKER, what)
+    logger.info("%s %s", ready_marker(os.getpid()), what)

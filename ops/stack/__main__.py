@@ -5,12 +5,14 @@ import argparse
 import sys
 import time
 
-from . import manager
 from pipeline_core.kafka_clients import admin_client, wait_for_kafka
 from pipeline_core.logs import configure_logging
-from .processes import StackError, tail
 from pipeline_core.settings import ConnectionSettings, load_settings
 from pipeline_core.topics import ensure_topics
+from . import manager, supervision
+from .processes import StackError, tail
+
+TROUBLE_LOG_LINES = 10
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -18,9 +20,10 @@ def main(argv: list[str] | None = None) -> int:
     commands = parser.add_subparsers(dest="command", required=True)
     up = commands.add_parser("up", help="start the servers and the pipeline (no-op for what runs)")
     up.add_argument("--servers-only", action="store_true", help="Mosquitto, Kafka, InfluxDB only")
-    commands.add_parser("down", help="stop everything this stack started")
-    commands.add_parser("status", help="each service, its ports and PID")
-    logs = commands.add_parser("logs", help="the last lines of a service's log")
+    commands.add_parser("down", help="stop everything this stack started, and supervisord")
+    commands.add_parser("status", help="each service: its state, health, PID, uptime, restarts, "
+                                       "ports; and what keeps failing, with its log")
+    logs = commands.add_parser("logs", help="the last lines of a service's log (or supervisord's)")
     logs.add_argument("service")
     logs.add_argument("-n", "--lines", type=int, default=40)
     commands.add_parser("clean", help="stop everything and delete all state")
@@ -39,7 +42,7 @@ def main(argv: list[str] | None = None) -> int:
                                                  else " (everything was already running)"))
             print_status(services)
         elif args.command == "down":
-            stopped = manager.down(manager.every_service())
+            stopped = manager.down_everything()
             print("stopped: " + (", ".join(stopped) if stopped else "nothing was running"))
         elif args.command == "status":
             print_status(manager.shown_in_status())
@@ -60,11 +63,42 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def print_status(services: list) -> None:
-    print(f"{'service':<18}{'state':<10}{'pid':>8}  ports")
-    for entry in manager.status(services):
-        state = "healthy" if entry.healthy else ("starting" if entry.pid else "stopped")
+    entries = manager.status(services)
+    print(f"{'service':<18}{'state':<10}{'health':<11}{'pid':>8}{'uptime':>12}{'restarts':>10}  ports")
+    for entry in entries:
         ports = ", ".join(f"{role} {port}" for role, port in entry.ports.items()) or "-"
-        print(f"{entry.name:<18}{state:<10}{entry.pid or '-':>8}  {ports}")
+        uptime = format_duration(entry.uptime_s) if entry.uptime_s is not None else "-"
+        print(f"{entry.name:<18}{entry.state:<10}{health(entry):<11}{entry.pid or '-':>8}{uptime:>12}"
+              f"{entry.restarts.count:>10}  {ports}")
+    pid = supervision.daemon_pid()
+    print()
+    print(f"supervisord: pid {pid}, config {supervision.config_file()}, log {supervision.daemon_log()}"
+          if pid else "supervisord: not running (`make up` starts it)")
+    leftovers = manager.unsupervised_processes()
+    if leftovers:
+        print("running without supervisord: "
+              + ", ".join(f"{name} (pid {pid})" for name, pid in leftovers.items())
+              + "; `make down` stops them, then `make up` runs them supervised")
+    for entry in entries:
+        if entry.trouble:
+            print(f"\n{entry.name} keeps failing: {entry.trouble}")
+            print(f"  log: {entry.log_file} (`make logs SERVICE={entry.name}` shows more); last lines:")
+            for line in tail(entry.log_file, TROUBLE_LOG_LINES).splitlines():
+                print(f"    {line}")
+
+
+def health(entry: manager.ServiceStatus) -> str:
+    if entry.healthy:
+        return "healthy"
+    return {"STARTING": "starting", "RUNNING": "unhealthy"}.get(entry.state, "-")
+
+
+def format_duration(seconds: float) -> str:
+    """`1:02:03`, or `2d 1:02:03` past a day."""
+    days, rest = divmod(int(seconds), 86400)
+    hours, rest = divmod(rest, 3600)
+    clock = f"{hours}:{rest // 60:02d}:{rest % 60:02d}"
+    return f"{days}d {clock}" if days else clock
 
 
 if __name__ == "__main__":

@@ -1,19 +1,24 @@
-"""Bring the native stack up and down: servers first, then the pipeline's own processes."""
+"""Bring the native stack up and down under supervisord: servers first, each healthy before the next,
+then the pipeline's own processes; and what `status` tells of them."""
 from __future__ import annotations
 
-import logging
 import os
 import shutil
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
+from pathlib import Path
 
 from pipeline_core import paths
-from .processes import (StackError, live_record, port_holder, port_is_free, spawn, tail,
-                        terminate, wait_until)
+from . import supervision, unsupervised
+from .processes import StackError, port_holder, port_is_free, tail
+from .restarts import Restarts, read_restarts
 from .services import START_MARKER, InfluxDB, Kafka, Mosquitto, PipelineProcess, Service
 
-log = logging.getLogger(__name__)
+# `status` names a process that supervisord restarted this often within the window (one that ran
+# past its startsecs each time, so supervisord restarts it at once rather than backing off).
+RESTART_LOOP_COUNT = 3
+RESTART_LOOP_WINDOW_S = 600.0
 
 
 def servers() -> list[Service]:
@@ -39,7 +44,8 @@ JOINERS = {
     "lsb": lambda: PipelineProcess("lsb-joiner", "kafka_joiner",
                                    "--instance-id", "lsb-joiner", "--input-partitioned-by-thing"),
     # JVM start, Spark session and the first stateful batch take a while on two cores.
-    "spark": lambda: PipelineProcess("spark-joiner", "spark_joiner", start_deadline_s=240.0),
+    "spark": lambda: PipelineProcess("spark-joiner", "spark_joiner", start_deadline_s=240.0,
+                                     startsecs=30.0),
 }
 
 
@@ -57,31 +63,71 @@ def all_services() -> list[Service]:
 
 
 def every_service() -> list[Service]:
-    """What `down` stops: whatever of the stack runs, whichever joiner was chosen when it started."""
+    """Every program supervisord knows, whichever joiner is chosen: `down` stops what runs of them."""
     return servers() + [stream_connector(), *(make() for make in JOINERS.values()), db_connector()]
 
 
 def shown_in_status() -> list[Service]:
-    """The configured services, plus any other pipeline process still running (a former joiner)."""
+    """The configured services, plus any other that supervisord runs (a former joiner)."""
     configured = {service.name for service in all_services()}
+    active = set(supervision.active_programs())
     return [service for service in every_service()
-            if service.name in configured or live_record(service.pid_file)]
+            if service.name in configured or service.name in active]
 
 
 @dataclass(frozen=True)
 class ServiceStatus:
     name: str
+    state: str  # supervisord's: STOPPED, STARTING, RUNNING, BACKOFF, STOPPING, EXITED, FATAL
     pid: int | None
+    uptime_s: float | None
+    restarts: Restarts  # by supervisord, since `up` last started it
     ports: dict[str, int]
     healthy: bool
+    log_file: Path
+
+    @property
+    def trouble(self) -> str | None:
+        """Why this process needs a look, or None while it runs (or was stopped) as it should."""
+        recent = self.restarts.within(RESTART_LOOP_WINDOW_S)
+        restarted = (f"restarted {recent} times in the last {RESTART_LOOP_WINDOW_S / 60:.0f} minutes"
+                     if recent else "")
+        if self.state == "FATAL":
+            return (f"FATAL: it kept exiting during start and supervisord gave up after "
+                    f"{supervision.START_RETRIES} retries; `make up` starts it again")
+        if self.state == "BACKOFF" or (self.state == "STARTING" and self.restarts.retrying):
+            return (f"{self.state}: it exited during start; supervisord retries it with growing "
+                    f"delays" + (f" ({restarted})" if restarted else ""))
+        if recent >= RESTART_LOOP_COUNT and self.state in supervision.ACTIVE_STATES:
+            return f"keeps exiting: {restarted}"
+        return None
+
+
+def _await_ready(service: Service) -> None:
+    """Wait until the process supervisord runs for `service` passes its health check."""
+    end = time.monotonic() + service.start_deadline_s
+    first_pid = None
+    while True:
+        info = supervision.process_info(service.name)
+        if info.state in ("STARTING", "RUNNING") and info.pid:
+            first_pid = first_pid or info.pid
+            if info.pid == first_pid and service.is_ready(info.pid):
+                return
+        exited = info.state not in ("STARTING", "RUNNING") or (first_pid and info.pid != first_pid)
+        if exited or time.monotonic() > end:
+            reason = (f"exited during start ({info.state}); supervisord keeps restarting it, with growing "
+                      f"delays while it exits early (`make status` shows it, `make down` stops it)"
+                      if exited else f"did not become healthy within {service.start_deadline_s:.0f} s")
+            raise StackError(f"{service.name} {reason}; last lines of {service.log_file}:\n"
+                             f"{tail(service.log_file)}")
+        time.sleep(0.1)
 
 
 def start(service: Service) -> bool:
-    """Start `service` unless it runs already; returns True when it was started now."""
-    if live_record(service.pid_file):
-        if not service.is_ready():
-            raise StackError(f"{service.name} is running (see `python -m stack status`) but does not "
-                             f"answer its health check; last log lines:\n{tail(service.log_file)}")
+    """Have supervisord start `service` unless it runs already, and wait until it is healthy;
+    returns True when it was started now."""
+    if supervision.process_info(service.name).state in supervision.ACTIVE_STATES:
+        _await_ready(service)
         return False
     for role, port in service.ports().items():
         if not port_is_free(port):
@@ -92,60 +138,87 @@ def start(service: Service) -> bool:
     service.prepare()
     with open(service.log_file, "a") as log_file:
         log_file.write(f"{START_MARKER} {time.strftime('%Y-%m-%d %H:%M:%S')}\n")
-    process = spawn(service.command(), log_file=service.log_file, pid_file=service.pid_file,
-                    marker=service.marker(), env=service.environment(), cwd=paths.REPO_ROOT)
-    alive = lambda: process.poll() is None  # noqa: E731
-    if not wait_until(service.is_ready, service.start_deadline_s, alive=alive):
-        reason = (f"exited during start (exit code {process.returncode})" if not alive()
-                  else f"did not become healthy within {service.start_deadline_s:.0f} s")
-        record = live_record(service.pid_file)
-        if record:
-            terminate(record, grace_s=5)
-        service.pid_file.unlink(missing_ok=True)
-        raise StackError(f"{service.name} {reason}; last lines of {service.log_file}:\n"
-                         f"{tail(service.log_file)}")
+    supervision.start_process(service.name)
+    _await_ready(service)
     service.after_ready()
     return True
 
 
-def stop(service: Service) -> bool:
-    """Stop `service` if it runs; returns True when something was stopped."""
-    record = live_record(service.pid_file)
-    if record is None:
-        return False
-    terminate(record, grace_s=service.stop_grace_s)
-    service.pid_file.unlink(missing_ok=True)
-    return True
-
-
 def up(services: Iterable[Service]) -> list[str]:
-    """Start every service in order; names of those started now (the rest were running)."""
-    return [service.name for service in services if start(service)]
+    """Start every service in order under supervisord; names of those started now (the rest ran)."""
+    services = list(services)
+    with supervision.exclusive():
+        leftovers = unsupervised.running()
+        if leftovers:
+            raise StackError("processes of this state dir run without supervisord ("
+                             + ", ".join(f"{name} pid {pid}" for name, pid in leftovers.items())
+                             + "): `python -m stack down` stops them, then `up` runs them supervised")
+        known = {service.name for service in every_service()}
+        supervision.ensure_daemon(every_service() + [s for s in services if s.name not in known])
+        try:
+            return [service.name for service in services if start(service)]
+        except StackError:
+            if not supervision.active_programs():  # nothing for it to supervise: no idle daemon left
+                supervision.shut_down_daemon()
+            raise
 
 
 def down(services: Iterable[Service]) -> list[str]:
-    """Stop in reverse order: the pipeline first, so it can still flush to the servers."""
-    return [service.name for service in reversed(list(services)) if stop(service)]
+    """Stop in reverse order: the pipeline first, so it can still flush to the servers. supervisord
+    exits too once nothing runs under it. Names of the processes stopped."""
+    with supervision.exclusive():
+        stopped = [service.name for service in reversed(list(services))
+                   if supervision.stop_process(service.name)]
+        if not supervision.active_programs() and supervision.shut_down_daemon():
+            stopped.append("supervisord")
+    return stopped
+
+
+def down_everything() -> list[str]:
+    """`down`: whatever of this state dir's stack runs, whichever joiner was chosen, and supervisord."""
+    services = every_service()
+    known = {service.name for service in services}
+    others = [name for name in supervision.active_programs() if name not in known]
+    for name in others:
+        supervision.stop_process(name)
+    return others + down(services) + unsupervised.stop([s.name for s in reversed(services)])
+
+
+def running(services: Iterable[Service]) -> list[str]:
+    """Names of those that supervisord runs (or restarts) now."""
+    active = set(supervision.active_programs())
+    return [service.name for service in services if service.name in active]
 
 
 def status(services: Iterable[Service]) -> list[ServiceStatus]:
+    restarts = read_restarts(supervision.start_history())
     result = []
     for service in services:
-        record = live_record(service.pid_file)
-        result.append(ServiceStatus(service.name, record.pid if record else None, service.ports(),
-                                    bool(record) and service.is_ready()))
+        info = supervision.process_info(service.name)
+        healthy = info.state in ("STARTING", "RUNNING") and service.is_ready(info.pid)
+        result.append(ServiceStatus(service.name, info.state, info.pid, info.uptime_s,
+                                    restarts.get(service.name, Restarts()), service.ports(), healthy,
+                                    service.log_file))
     return result
+
+
+def unsupervised_processes() -> dict[str, int]:
+    """Name -> PID of this state dir's processes that run without supervisord."""
+    return unsupervised.running()
 
 
 def clean() -> None:
     """Stop everything and delete all runtime state (Kafka logs, checkpoints, InfluxDB data)."""
-    down(every_service())
+    down_everything()
     if paths.STATE_DIR.exists():
         shutil.rmtree(paths.STATE_DIR)
 
 
-def log_file_of(name: str) -> os.PathLike[str]:
+def log_file_of(name: str) -> Path:
+    if name == "supervisord":
+        return supervision.daemon_log()
     for service in every_service():
         if service.name == name:
             return service.log_file
-    raise StackError(f"no service named {name!r}; known: {', '.join(s.name for s in every_service())}")
+    raise StackError(f"no service named {name!r}; known: "
+                     f"{', '.join([s.name for s in every_service()] + ['supervisord'])}")

@@ -1,5 +1,5 @@
 """The servers and pipeline processes of the native stack: how each is configured, started and
-health-checked. `manager.py` runs them in order."""
+health-checked. supervisord runs them (`supervision.py`); `manager.py` starts them in order."""
 from __future__ import annotations
 
 import base64
@@ -14,11 +14,11 @@ from string import Template
 
 from pipeline_core import paths
 from pipeline_core.health import influxdb_ready, mqtt_ready
-from pipeline_core.logs import READY_MARKER
-
-# Written into a service's log before each start, so readiness is read from the latest run only.
-START_MARKER = "--- stack: starting"
+from pipeline_core.logs import ready_marker
 from .processes import StackError
+
+# Written into a service's log before `up` starts it, so readiness is read from the latest run only.
+START_MARKER = "--- stack: starting"
 
 
 def env_port(name: str, default: int) -> int:
@@ -50,6 +50,8 @@ class Service(ABC):
     name: str
     start_deadline_s: float = 30.0
     stop_grace_s: float = 10.0
+    # supervisord's startsecs: a process that exits sooner is retried with growing delays.
+    startsecs: float = 5.0
 
     @property
     def state_dir(self) -> Path:
@@ -59,31 +61,21 @@ class Service(ABC):
     def log_file(self) -> Path:
         return self.state_dir / f"{self.name}.log"
 
-    @property
-    def pid_file(self) -> Path:
-        return paths.STATE_DIR / "run" / f"{self.name}.pid"
-
     @abstractmethod
     def ports(self) -> dict[str, int]:
         """Ports the service listens on, by role; checked free before start."""
 
     @abstractmethod
     def command(self) -> list[str]:
-        """The command line; must contain `marker()`."""
-
-    def marker(self) -> str:
-        """A string unique to this service's command line (its config path, usually)."""
-        return str(self.state_dir)
+        """The command line supervisord runs."""
 
     def prepare(self) -> None:
         """Render config files and initialise storage before the first start."""
 
-    def environment(self) -> dict[str, str]:
-        return {}
-
     @abstractmethod
-    def is_ready(self) -> bool:
-        """A real health check: the service answers its protocol."""
+    def is_ready(self, pid: int | None = None) -> bool:
+        """A real health check: the service answers its protocol. `pid`: the process supervisord
+        runs for it, where the check needs it."""
 
     def after_ready(self) -> None:
         """Idempotent set-up that needs the running service (topics, databases)."""
@@ -108,7 +100,7 @@ class Mosquitto(Service):
     def command(self) -> list[str]:
         return [require_binary("mosquitto", "mosquitto"), "-c", str(self.config_file)]
 
-    def is_ready(self) -> bool:
+    def is_ready(self, pid: int | None = None) -> bool:
         return mqtt_ready("127.0.0.1", self.ports()["mqtt"])
 
 
@@ -116,6 +108,7 @@ class Kafka(Service):
     name = "kafka"
     start_deadline_s = 60.0
     stop_grace_s = 30.0
+    startsecs = 10.0  # a bad config or a taken port ends the JVM a few seconds in
 
     def ports(self) -> dict[str, int]:
         return {"kafka": env_port("KAFKA_PORT", 9092),
@@ -163,7 +156,7 @@ class Kafka(Service):
     def command(self) -> list[str]:
         return [*self._java(), *self._jvm_flags(), "kafka.Kafka", str(self.config_file)]
 
-    def is_ready(self) -> bool:
+    def is_ready(self, pid: int | None = None) -> bool:
         from pipeline_core.kafka_clients import kafka_ready
         return kafka_ready(self.bootstrap_servers, timeout=1.0)
 
@@ -191,7 +184,7 @@ class InfluxDB(Service):
     def command(self) -> list[str]:
         return [require_binary("influxd", "influxdb"), "-config", str(self.config_file)]
 
-    def is_ready(self) -> bool:
+    def is_ready(self, pid: int | None = None) -> bool:
         return influxdb_ready(self.ports()["http"])
 
     def after_ready(self) -> None:
@@ -202,31 +195,32 @@ class InfluxDB(Service):
 
 
 class PipelineProcess(Service):
-    """A Python stage of the pipeline, run as `python -m <module>`; ready when it logs READY."""
+    """A Python stage of the pipeline, run as `python -m <module>`; ready when the running process
+    has logged READY (with its PID: a restarted process is not ready on its predecessor's word)."""
 
     def __init__(self, name: str, module: str, *args: str, start_deadline_s: float = 30.0,
-                 stop_grace_s: float = 10.0) -> None:
+                 stop_grace_s: float = 10.0, startsecs: float = 5.0) -> None:
         self.name = name
         self.module = module
         self.args = args
         self.start_deadline_s = start_deadline_s
         self.stop_grace_s = stop_grace_s
+        self.startsecs = startsecs
 
     def ports(self) -> dict[str, int]:
         return {}
 
-    def marker(self) -> str:
-        return f"-m {self.module}"
-
     def command(self) -> list[str]:
         return [sys.executable, "-m", self.module, *self.args]
 
-    def is_ready(self) -> bool:
+    def is_ready(self, pid: int | None = None) -> bool:
+        if pid is None:
+            return False
         try:
             latest_run = self.log_file.read_text(errors="replace").rsplit(START_MARKER, 1)[-1]
-            return READY_MARKER in latest_run
         except OSError:
             return False
+        return ready_marker(pid) in latest_run
 
 
 def _current_user() -> str:

@@ -33,11 +33,11 @@ def fresh_kafka(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[str
     monkeypatch.setenv("KAFKA_PORT", str(kafka_port))
     monkeypatch.setenv("KAFKA_CONTROLLER_PORT", str(controller_port))
     kafka = Kafka()
-    manager.start(kafka)
+    manager.up([kafka])
     try:
         yield kafka.bootstrap_servers
     finally:
-        manager.stop(kafka)
+        manager.down([kafka])
 
 
 def test_every_start_up_call_waits_out_a_just_formatted_broker(fresh_kafka: str) -> None:

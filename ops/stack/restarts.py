@@ -1,0 +1,80 @@
+"""How often supervisord restarted each process.
+
+supervisord counts no restarts itself, but tells event listeners of every state change. Its event
+listener (`python -m stack.restarts FILE`) appends each start of a process to FILE: a start from
+EXITED or BACKOFF is supervisord restarting it, one from STOPPED or FATAL is `up` starting it, which
+begins the count anew.
+"""
+from __future__ import annotations
+
+import json
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from supervisor import childutils
+
+RESTARTED_FROM = frozenset({"EXITED", "BACKOFF"})
+
+
+@dataclass(frozen=True)
+class Restarts:
+    """The restarts of one process since `up` last started it."""
+    times: tuple[float, ...] = ()
+    # The latest start retries one that exited before its startsecs.
+    retrying: bool = False
+
+    @property
+    def count(self) -> int:
+        return len(self.times)
+
+    def within(self, seconds: float, now: float | None = None) -> int:
+        """How many of them happened in the last `seconds`."""
+        since = (time.time() if now is None else now) - seconds
+        return sum(1 for at in self.times if at >= since)
+
+
+def _starts(history: Path) -> Iterator[dict]:
+    try:
+        lines = history.read_text().splitlines()
+    except OSError:
+        return
+    for line in lines:
+        try:
+            start = json.loads(line)
+        except ValueError:
+            continue  # the line being written right now
+        if isinstance(start, dict) and {"time", "process", "from"} <= start.keys():
+            yield start
+
+
+def read_restarts(history: Path) -> dict[str, Restarts]:
+    """Each process's restarts by supervisord since its last start by `up`."""
+    times: dict[str, list[float]] = {}
+    retrying: dict[str, bool] = {}
+    for start in _starts(history):
+        name = start["process"]
+        if start["from"] in RESTARTED_FROM:
+            times.setdefault(name, []).append(float(start["time"]))
+        else:
+            times[name] = []
+        retrying[name] = start["from"] == "BACKOFF"
+    return {name: Restarts(tuple(at), retrying[name]) for name, at in times.items()}
+
+
+def listen(history: Path) -> None:
+    """supervisord's event listener: it writes events to stdin and waits for OK on stdout."""
+    while True:
+        headers, payload = childutils.listener.wait(sys.stdin, sys.stdout)
+        if headers["eventname"] == "PROCESS_STATE_STARTING":
+            event = childutils.get_headers(payload)
+            with history.open("a") as out:
+                out.write(json.dumps({"time": time.time(), "process": event["processname"],
+                                      "from": event["from_state"]}) + "\n")
+        childutils.listener.ok(sys.stdout)
+
+
+if __name__ == "__main__":
+    listen(Path(sys.argv[1]))

@@ -1,0 +1,246 @@
+"""supervisord for the native stack: its configuration, the daemon and its XML-RPC interface.
+
+Everything supervisord needs lives in the state dir (config, socket, PID file, logs), so checkouts with
+different state dirs and ports each run their own. Every service is a program that supervisord
+restarts whenever it exits; `manager.py` decides what starts, in which order, and when it is healthy.
+"""
+from __future__ import annotations
+
+import fcntl
+import http.client
+import shlex
+import subprocess
+import sys
+import time
+import xmlrpc.client
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from supervisor.xmlrpc import Faults, SupervisorTransport
+
+from pipeline_core import paths
+from .processes import StackError, tail
+from .services import Service
+
+# A process that exits within its `startsecs` is retried after 1 s, 2 s, ... START_RETRIES s, about
+# half an hour of retries, before supervisord gives up on it (FATAL). One that ran longer is
+# restarted at once, however often: `status` names it when it does so repeatedly.
+START_RETRIES = 60
+EVENT_LISTENER = "process-events"
+# States in which supervisord runs the process or will start it again by itself.
+ACTIVE_STATES = frozenset({"STARTING", "RUNNING", "BACKOFF"})
+# A unix socket's path must fit in 108 bytes.
+MAX_SOCKET_PATH = 100
+DAEMON_START_DEADLINE_S = 15.0
+# No supervisord answers on the socket (none runs, or it is exiting).
+UNREACHABLE = (OSError, http.client.HTTPException, xmlrpc.client.ProtocolError)
+
+
+def supervisor_dir() -> Path:
+    return paths.STATE_DIR / "supervisor"
+
+
+def config_file() -> Path:
+    return supervisor_dir() / "supervisord.conf"
+
+
+def socket_file() -> Path:
+    return supervisor_dir() / "supervisor.sock"
+
+
+def pid_file() -> Path:
+    return supervisor_dir() / "supervisord.pid"
+
+
+def daemon_log() -> Path:
+    return supervisor_dir() / "supervisord.log"
+
+
+def start_history() -> Path:
+    """Where the event listener appends every start of a process (see `restarts.py`)."""
+    return supervisor_dir() / "starts.jsonl"
+
+
+@dataclass(frozen=True)
+class ProcessInfo:
+    """What supervisord knows of one program."""
+    state: str
+    pid: int | None
+    uptime_s: float | None
+
+
+NOT_RUNNING = ProcessInfo("STOPPED", None, None)
+
+
+def _value(text: object) -> str:
+    """A value in supervisord's config, where `%` starts an expansion."""
+    return str(text).replace("%", "%%")
+
+
+def render_config(services: Iterable[Service]) -> Path:
+    """Write supervisord's config: the daemon, the event listener and one program per service."""
+    directory = supervisor_dir()
+    directory.mkdir(parents=True, exist_ok=True)
+    if len(str(socket_file())) > MAX_SOCKET_PATH:
+        raise StackError(f"the state dir {paths.STATE_DIR} is too long a path for supervisord's socket "
+                         f"({socket_file()}): choose a shorter STACK_STATE_DIR")
+    listener = [sys.executable, "-m", "stack.restarts", str(start_history())]
+    sections = [
+        f"[unix_http_server]\nfile={_value(socket_file())}\nchmod=0700",
+        f"[supervisord]\nlogfile={_value(daemon_log())}\npidfile={_value(pid_file())}\n"
+        f"childlogdir={_value(directory)}\ndirectory={_value(paths.REPO_ROOT)}",
+        "[rpcinterface:supervisor]\n"
+        "supervisor.rpcinterface_factory = supervisor.rpcinterface:make_main_rpcinterface",
+        f"[supervisorctl]\nserverurl=unix://{_value(socket_file())}",
+        f"[eventlistener:{EVENT_LISTENER}]\ncommand={_value(shlex.join(listener))}\n"
+        f"events=PROCESS_STATE_STARTING\nbuffer_size=1024\nautorestart=true\nstdout_logfile=NONE\n"
+        f"stderr_logfile={_value(directory / 'process-events.log')}",
+    ]
+    for service in services:
+        service.log_file.parent.mkdir(parents=True, exist_ok=True)
+        sections.append(
+            f"[program:{service.name}]\n"
+            f"command={_value(shlex.join(service.command()))}\n"
+            f"directory={_value(paths.REPO_ROOT)}\n"
+            # `up` starts the services in order, each healthy before the next.
+            "autostart=false\n"
+            "autorestart=true\n"
+            f"startsecs={service.startsecs:g}\n"
+            f"startretries={START_RETRIES}\n"
+            f"stopwaitsecs={service.stop_grace_s:g}\n"
+            # The whole process group: the Spark joiner's JVM is a child of its Python process.
+            "stopasgroup=true\nkillasgroup=true\n"
+            "redirect_stderr=true\n"
+            f"stdout_logfile={_value(service.log_file)}\n"
+            "stdout_logfile_maxbytes=0")
+    text = "\n\n".join(sections) + "\n"
+    if not config_file().exists() or config_file().read_text() != text:
+        config_file().write_text(text)
+    return config_file()
+
+
+def _rpc() -> xmlrpc.client.ServerProxy:
+    transport = SupervisorTransport(None, None, f"unix://{socket_file()}")
+    return xmlrpc.client.ServerProxy("http://127.0.0.1", transport=transport)
+
+
+def daemon_pid() -> int | None:
+    """supervisord's PID when it answers on this state dir's socket."""
+    try:
+        if _rpc().supervisor.getState()["statename"] != "RUNNING":
+            return None
+        return int(_rpc().supervisor.getPID())
+    except (*UNREACHABLE, xmlrpc.client.Fault):
+        return None
+
+
+@contextmanager
+def exclusive() -> Iterator[None]:
+    """One `up`, `down` or test fixture at a time changes this state dir's stack."""
+    supervisor_dir().mkdir(parents=True, exist_ok=True)
+    with open(supervisor_dir() / "lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
+
+
+def ensure_daemon(services: Iterable[Service]) -> None:
+    """Run supervisord with a config holding every service (a no-op when it runs with that config)."""
+    render_config(services)
+    if daemon_pid() is None:
+        _start_daemon()
+    else:
+        _apply_config()
+
+
+def _start_daemon() -> None:
+    with open(daemon_log(), "a") as output:
+        started = subprocess.run([sys.executable, "-m", "supervisor.supervisord", "-c", str(config_file())],
+                                 stdin=subprocess.DEVNULL, stdout=output, stderr=subprocess.STDOUT,
+                                 timeout=DAEMON_START_DEADLINE_S)
+    end = time.monotonic() + DAEMON_START_DEADLINE_S
+    while started.returncode == 0 and time.monotonic() < end:
+        if daemon_pid() is not None:
+            return
+        time.sleep(0.05)
+    raise StackError(f"supervisord did not start (exit code {started.returncode}); last lines of "
+                     f"{daemon_log()}:\n{tail(daemon_log())}")
+
+
+def _apply_config() -> None:
+    """Take up a changed config for what is not running; a running process keeps its own until it
+    is stopped (`up` is a no-op for what runs)."""
+    rpc = _rpc().supervisor
+    added, changed, removed = rpc.reloadConfig()[0]
+    for name in [*changed, *removed]:
+        if process_info(name).state not in ACTIVE_STATES:
+            rpc.removeProcessGroup(name)
+    for name in [*added, *changed]:
+        try:
+            rpc.addProcessGroup(name)
+        except xmlrpc.client.Fault as fault:
+            if fault.faultCode != Faults.ALREADY_ADDED:  # still running with its former config
+                raise
+
+
+def process_info(name: str) -> ProcessInfo:
+    try:
+        info = _rpc().supervisor.getProcessInfo(name)
+    except UNREACHABLE:
+        return NOT_RUNNING
+    except xmlrpc.client.Fault as fault:
+        if fault.faultCode == Faults.BAD_NAME:
+            return NOT_RUNNING
+        raise
+    running = info["statename"] in ("STARTING", "RUNNING", "STOPPING")
+    return ProcessInfo(info["statename"], info["pid"] or None,
+                       info["now"] - info["start"] if running else None)
+
+
+def start_process(name: str) -> None:
+    try:
+        _rpc().supervisor.startProcess(name, False)
+    except xmlrpc.client.Fault as fault:
+        if fault.faultCode != Faults.ALREADY_STARTED:
+            raise StackError(f"supervisord could not start {name}: {fault.faultString}") from None
+
+
+def stop_process(name: str) -> bool:
+    """Stop `name` and wait until it has exited (SIGKILL to its group after its grace period);
+    True when it ran or was being restarted."""
+    if process_info(name).state not in ACTIVE_STATES:
+        return False
+    try:
+        _rpc().supervisor.stopProcess(name, True)
+    except xmlrpc.client.Fault as fault:
+        if fault.faultCode != Faults.NOT_RUNNING:
+            raise
+    return True
+
+
+def active_programs() -> list[str]:
+    """The programs supervisord runs or restarts now (its event listener aside)."""
+    try:
+        infos = _rpc().supervisor.getAllProcessInfo()
+    except UNREACHABLE:
+        return []
+    return [info["name"] for info in infos
+            if info["statename"] in ACTIVE_STATES and info["name"] != EVENT_LISTENER]
+
+
+def shut_down_daemon() -> bool:
+    """Stop supervisord (and its event listener) and wait until it has exited."""
+    pid = daemon_pid()
+    if pid is None:
+        return False
+    try:
+        _rpc().supervisor.shutdown()
+    except UNREACHABLE:
+        pass  # it may close the connection as it goes
+    end = time.monotonic() + 30
+    while Path(f"/proc/{pid}").exists() and time.monotonic() < end:
+        time.sleep(0.05)
+    if Path(f"/proc/{pid}").exists():
+        raise StackError(f"supervisord (pid {pid}) did not exit within 30 s; see {daemon_log()}")
+    return True
