@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from stack import manager
+from stack.services import Service
 from pipeline_core.kafka_clients import admin_client
 from pipeline_core.settings import ConnectionSettings, load_settings
 from pipeline_core.topics import MACHINE_DATA, MACHINE_DLQ, MACHINE_OUT, ensure_topics
@@ -26,12 +27,13 @@ def stack() -> Iterator[ConnectionSettings]:
     if all(server.is_ready() for server in servers):
         yield settings
         return
-    ours = [server for server in servers if server.name not in manager.running(servers)]
+    started: list[Service] = []  # by this session, one by one: another session may start some meanwhile
     try:
-        manager.up(servers)
+        for server in servers:
+            started += [server] if manager.up([server]) else []
         yield settings
     finally:
-        manager.down(ours)
+        manager.down(started)
 
 
 @pytest.fixture(scope="session")

@@ -90,8 +90,8 @@ class ServiceStatus:
     def trouble(self) -> str | None:
         """Why this process needs a look, or None while it runs (or was stopped) as it should."""
         recent = self.restarts.within(RESTART_LOOP_WINDOW_S)
-        restarted = (f"restarted {recent} times in the last {RESTART_LOOP_WINDOW_S / 60:.0f} minutes"
-                     if recent else "")
+        restarted = (f"restarted {recent} time{'s' if recent > 1 else ''} in the last "
+                     f"{RESTART_LOOP_WINDOW_S / 60:.0f} minutes" if recent else "")
         if self.state == "FATAL":
             return (f"FATAL: it kept exiting during start and supervisord gave up after "
                     f"{supervision.START_RETRIES} retries; `make up` starts it again")

@@ -1,5 +1,5 @@
-"""The Compose file for users with Docker: it parses, every service is runnable and health-checked,
-and no secret is written into it."""
+"""The Compose file for users with Docker: it parses, every service is runnable, health-checked and
+restarted when it exits, and no secret is written into it."""
 from __future__ import annotations
 
 import re
@@ -22,6 +22,13 @@ def test_every_service_has_an_image_or_build_and_a_healthcheck() -> None:
     for name, service in services.items():
         assert "image" in service or "build" in service, name
         assert service.get("healthcheck", {}).get("test"), f"{name} has no healthcheck"
+
+
+def test_every_service_is_restarted_when_it_exits() -> None:
+    """All services run for good (pipeline-setup stays up as the stages' readiness gate): a crash
+    restarts it, as supervisord restarts the native processes; `docker compose stop` still stops it."""
+    for name, service in COMPOSE["services"].items():
+        assert service.get("restart") in ("unless-stopped", "always"), f"{name} has no restart policy"
 
 
 def test_dependencies_wait_for_health() -> None:
