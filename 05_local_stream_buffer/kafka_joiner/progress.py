@@ -1,80 +1,84 @@
-"""Join state and progress of one partition of the co-partitioned topic, and how it is committed.
-
-Per partition the joiner commits, in the transaction of its outputs, two positions:
-
-* the committed offset: the oldest frame (see `repartition`) with a record still held in a join buffer
-  (or the processed position when none is held), so a restart re-reads every record the state still needs;
-* the processed position (next offset to process), in the committed offset's metadata, so a restart
-  knows which of the re-read records already produced their outputs and dead letters.
-
-Frames between the two rebuild the state silently. This is exact because, without forcing, the join is
-a deterministic function of each key's two ordered streams: the state after re-reading holds the same
-records (every record a key still needs is at or after the committed offset), and pairs of released
-records cannot recur. See the package README for the argument in full.
-"""
+"""Counters of the Kafka joiner, commit latency samples, and the periodic progress line."""
 from __future__ import annotations
 
-from confluent_kafka import TopicPartition
-
-from local_stream_buffer.keyed import KeyedJoiner
-
-METADATA_PREFIX = "lsb1:processed="
-
-
-def encode_metadata(processed: int) -> str:
-    return f"{METADATA_PREFIX}{processed}"
+import logging
+import time
+from array import array
+from dataclasses import dataclass, field
+from typing import NamedTuple
 
 
-def decode_metadata(metadata: str | None) -> int | None:
-    """The processed position stored with a committed offset; None when absent or not ours."""
-    if not metadata or not metadata.startswith(METADATA_PREFIX):
-        return None
-    try:
-        return int(metadata[len(METADATA_PREFIX):])
-    except ValueError:
-        return None
+@dataclass
+class JoinerStats:
+    """Totals since start; rates and latency percentiles are per log interval."""
+
+    records_in: int = 0  # records consumed from the input topic
+    joinable: int = 0  # of those, records of a quantity some join spec uses
+    joined_in: int = 0  # records ingested by the join (rebuild excluded)
+    rebuilt: int = 0  # records re-ingested silently to rebuild state
+    joins_out: int = 0  # output records committed
+    dead_letters: int = 0  # records sent to the DLQ
+    transactions: int = 0
+    aborted: int = 0
+    first_record_at: float | None = None  # time.monotonic() of the first consumed record
+    last_commit_at: float | None = None  # time.monotonic() after the last commit with outputs
+    # Append time of the completing input record to the commit of its output, ms; cleared by the log line.
+    latencies_ms: array = field(default_factory=lambda: array("d"))
+    keep_latencies: bool = False  # keep every sample (the benchmark), not only one interval's
+
+    def latency_percentiles(self, *quantiles: float) -> list[float]:
+        samples = sorted(self.latencies_ms)
+        if not samples:
+            return [float("nan")] * len(quantiles)
+        return [samples[min(len(samples) - 1, int(q * len(samples)))] for q in quantiles]
 
 
-class PartitionJoin:
-    """The keyed join of one co-partitioned partition, rebuilt from its committed offset on assignment.
+class StateFigures(NamedTuple):
+    """What the owned partitions hold when a progress line is written."""
 
-    :param committed: the committed offset (None: nothing committed, start at the beginning).
-    :param processed: the processed position from the commit's metadata; frames below it rebuild silently.
-    """
+    lag: int  # records not yet processed
+    held: int  # records held by the joins
+    keys: int
+    rebuilding: int  # partitions still rebuilding their state
+    forced: int  # pending records forced out by the pending limit, in total
 
-    __slots__ = ("topic", "partition", "joiner", "committed", "processed", "position")
 
-    def __init__(self, topic: str, partition: int, joiner: KeyedJoiner, committed: int | None,
-                 processed: int | None) -> None:
-        self.topic = topic
-        self.partition = partition
-        self.joiner = joiner
-        self.committed = committed
-        # Without metadata (first run, or offsets committed by something else) nothing is replayed silently.
-        self.processed = processed if processed is not None and committed is not None else committed
-        self.position: int | None = None  # next offset to ingest, once a record arrived
+class ProgressLog:
+    """Logs a line every `interval_s` with records in, joins out, DLQ count, lag, state size, latency."""
 
-    def is_replay(self, offset: int) -> bool:
-        """True for a frame that was processed before: it rebuilds state, its outputs are already out."""
-        return self.processed is not None and offset < self.processed
+    def __init__(self, logger: logging.Logger, stats: JoinerStats, interval_s: float) -> None:
+        self._logger = logger
+        self._stats = stats
+        self._interval = interval_s
+        self._last_at = time.monotonic()
+        self._last_records = 0
+        self._last_joins = 0
+        self._forced_reported = 0
 
-    def advance(self, offset: int) -> None:
-        self.position = offset + 1
-        if self.processed is None or self.position > self.processed:
-            self.processed = self.position
+    def due(self, now: float) -> bool:
+        return now - self._last_at >= self._interval
 
-    @property
-    def rebuilding(self) -> bool:
-        return self.processed is not None and (self.position or self.committed or 0) < self.processed
-
-    def commit_position(self) -> TopicPartition | None:
-        """The offset (oldest held frame) and metadata (processed position) to commit, if anything moved."""
-        if self.position is None:
-            return None
-        if self.rebuilding:
-            # Mid-rebuild the held set is incomplete: keep the offset the rebuild started from.
-            offset = self.committed
-        else:
-            oldest = next(iter(self.joiner.held_sources()), None)
-            offset = self.processed if oldest is None else oldest
-        return TopicPartition(self.topic, self.partition, offset, metadata=encode_metadata(self.processed))
+    def log(self, now: float, state: StateFigures) -> None:
+        stats = self._stats
+        elapsed = max(now - self._last_at, 1e-9)
+        p50, p99 = stats.latency_percentiles(0.5, 0.99)
+        self._logger.info(
+            "records in %d (%.0f/s, %d joinable), joins out %d (%.0f/s), dlq %d, lag %d, "
+            "state %d held records in %d keys%s, %d records rebuilt, commit latency p50 %.0f ms p99 %.0f ms, "
+            "transactions %d (%d aborted)",
+            stats.records_in, (stats.records_in - self._last_records) / elapsed, stats.joinable,
+            stats.joins_out, (stats.joins_out - self._last_joins) / elapsed,
+            stats.dead_letters, state.lag, state.held, state.keys,
+            f", {state.rebuilding} partitions rebuilding" if state.rebuilding else "", stats.rebuilt,
+            p50, p99, stats.transactions, stats.aborted)
+        self._last_at = now
+        self._last_records = stats.records_in
+        self._last_joins = stats.joins_out
+        if not stats.keep_latencies:
+            del stats.latencies_ms[:]
+        if state.forced > self._forced_reported:
+            # Forcing follows arrival, which a rebuild after a crash need not reproduce: say so loudly.
+            self._logger.warning(
+                "%d pending records forced out by the pending limit (a stream of a key stalls); their pairs are "
+                "exact only if no restart happens before they are released", state.forced)
+        self._forced_reported = state.forced

@@ -1,35 +1,56 @@
-"""Co-partitioning by thing: the input is keyed "thing.quantity", so a thing's two joined quantities may
-lie in different partitions, owned by different instances of the group. The joiner first forwards each
-joinable record, unchanged, to an internal topic partitioned by thing; every join then needs one
-partition only, which one instance owns, rebuilds and commits on its own (as Kafka Streams does).
+"""Co-partitioning by thing: a join needs every quantity of a thing in one partition, which one instance
+owns. The rule is the one of `pipeline_core.partitioning` (murmur2 of the thing), as the stream
+connector writes `machine.data`.
 
-Records travel in frames (many records per message, see `encode_frame`), unchanged. Routing reads the
-key only (the value is decoded once, by the join side): the partition is a hash of
-the key up to its first dot, the same for every quantity of a thing. Keys of quantities that feed no join
-spec are not forwarded; records without a usable key are, so the join side can dead-letter them.
+Input partitioned by key spreads a thing's quantities over partitions: the joiner first forwards each
+joinable record, unchanged, to an internal topic partitioned by that rule (as Kafka Streams repartitions
+before a join), many records per message (a *frame*). Input already partitioned by thing is joined where
+it lies: each record is a frame of its own. Either way the join side reads frames of a co-partitioned
+topic, and `misrouted` checks that each record lies in its thing's partition.
 """
 from __future__ import annotations
 
 import struct
-import zlib
+from collections.abc import Callable
 from typing import NamedTuple
 
+from confluent_kafka import Message
+
+from pipeline_core.partitioning import thing_partition
+from pipeline_core.records import InvalidRecord
+
 from local_stream_buffer.specs import SpecResolver
+from .progress import JoinerStats
 
 # Distinct keys are things x quantities: small. The bound only guards against a flood of junk keys.
 _MAX_CACHED_KEYS = 100_000
 
 
+class FramedRecord(NamedTuple):
+    """An input record as the join side reads it, with where it lies in the input topic."""
+
+    partition: int
+    offset: int
+    append_time: int  # ms, 0 when the broker gave none
+    key: bytes | None
+    value: bytes | None
+
+
+# The named tuple's own constructor is Python code; one record per input record skips it.
+_framed = tuple.__new__
+
+
 class ThingRouter:
-    """Decides for an input key whether to forward it, and to which partition of the internal topic."""
+    """Decides for an input key whether a join needs it, and in which partition of a topic of `partitions`
+    partitions its thing lies."""
 
     def __init__(self, resolver: SpecResolver, partitions: int) -> None:
         self._resolver = resolver
-        self._partitions = partitions
+        self.partitions = partitions
         self._cache: dict[bytes | None, int | None] = {}
 
     def partition(self, key: bytes | None) -> int | None:
-        """The internal partition for a record with this key, or None when no join needs it."""
+        """The partition of the thing of a record with this key, or None when no join needs it."""
         try:
             return self._cache[key]
         except KeyError:
@@ -43,12 +64,42 @@ class ThingRouter:
         text = _text(key)
         if text is None or "." not in text:
             return 0  # unusable key: the join side dead-letters the record with the reason
-        thing_prefix = text.split(".", 1)[0]
         # A thing may contain dots itself, so any suffix after a dot may be the quantity.
-        suffixes = (text[index + 1:] for index, char in enumerate(text) if char == ".")
-        if not any(self._resolver.routes(suffix) for suffix in suffixes):
-            return None
-        return zlib.crc32(thing_prefix.encode()) % self._partitions
+        for index, char in enumerate(text):
+            if char == "." and self._resolver.routes(text[index + 1:]):
+                return thing_partition(text[:index], self.partitions)
+        return None
+
+
+class InputFrames:
+    """Input partitioned by thing: each record is a frame of its own, joined in the partition it lies in."""
+
+    def __init__(self, router: ThingRouter, stats: JoinerStats) -> None:
+        self._partition_of = router.partition
+        self._stats = stats
+
+    def frame(self, message: Message) -> list[FramedRecord]:
+        """The input record of `message` as a frame; empty when no join needs it."""
+        stats = self._stats
+        stats.records_in += 1
+        key = message.key()
+        if self._partition_of(key) is None:
+            return []
+        stats.joinable += 1
+        append_time = message.timestamp()[1]
+        return [_framed(FramedRecord, (message.partition(), message.offset(), append_time if append_time > 0 else 0,
+                                       key, message.value()))]
+
+
+def misrouted(thing: str, partition: int, partitions: int) -> InvalidRecord | None:
+    """Why a record of `thing` cannot join in `partition` (of `partitions`), or None where it belongs."""
+    home = thing_partition(thing, partitions)
+    if home == partition:
+        return None
+    return InvalidRecord(
+        f"misrouted: thing {thing!r} belongs in partition {home} of {partitions}, not {partition}; the input "
+        "is not partitioned by thing (see pipeline_core.partitioning), so run the joiner without "
+        "--input-partitioned-by-thing")
 
 
 def _text(key: bytes | None) -> str | None:
@@ -62,16 +113,6 @@ def _text(key: bytes | None) -> str | None:
 
 # A framed record: source partition, source offset, append time (ms), key length, value length (-1: None).
 RECORD_HEADER = struct.Struct("<iqqii")
-
-
-class FramedRecord(NamedTuple):
-    """An input record inside a frame of the co-partitioned topic, with where it came from."""
-
-    partition: int
-    offset: int
-    append_time: int
-    key: bytes | None
-    value: bytes | None
 
 
 def frame_parts(parts: list[bytes], partition: int, offset: int, append_time: int, key: bytes | None,
@@ -98,9 +139,10 @@ def encode_frame(records: list[FramedRecord]) -> bytes:
     return b"".join(parts)
 
 
-def decode_frame(frame: bytes) -> list[tuple[int, int, int, bytes | None, bytes | None]]:
-    """The records of a frame, in the order they were framed, as plain tuples of `FramedRecord`'s fields
-    (``FramedRecord._make`` names them where needed: building the named tuple per record costs)."""
+def decode_frame(frame: bytes | None) -> list[FramedRecord]:
+    """The records of a frame, in the order they were framed."""
+    if not frame:
+        return []
     unpack = RECORD_HEADER.unpack_from
     size = RECORD_HEADER.size
     records = []
@@ -117,5 +159,67 @@ def decode_frame(frame: bytes) -> list[tuple[int, int, int, bytes | None, bytes 
         if value_length >= 0:
             value = frame[position:position + value_length]
             position += value_length
-        records.append((partition, offset, append_time, key, value))
+        records.append(_framed(FramedRecord, (partition, offset, append_time, key, value)))
     return records
+
+
+def repartitioned_frame(message: Message) -> list[FramedRecord]:
+    """The records of a frame of the repartition topic."""
+    return decode_frame(message.value())
+
+
+class Forwarder:
+    """Stage one with input partitioned by key: frames of the joinable input records per partition of the
+    co-partitioned topic, and per input partition the next offset to forward (committed with the frames)."""
+
+    def __init__(self, input_topic: str, router: ThingRouter, stats: JoinerStats) -> None:
+        self._input_topic = input_topic
+        self._stats = stats
+        self._partition_of = router.partition
+        self._frames: dict[int, list[bytes]] = {}  # co-partitioned partition -> parts of its frame
+        self.positions: dict[int, int] = {}  # input partition -> next offset to forward
+        self.append_times: dict[int, int] = {}  # input partition -> append time of its last record
+
+    def forward(self, messages: list[Message]) -> list[Message]:
+        """Frame the input records among `messages` for their thing's partition (records no join needs are
+        skipped); returns the other messages (frames of the co-partitioned topic), in order."""
+        input_topic = self._input_topic
+        partition_of = self._partition_of
+        frames = self._frames
+        positions = self.positions
+        append_times = self.append_times
+        rest = []
+        consumed = joinable = 0
+        for message in messages:
+            if message.topic() != input_topic:
+                rest.append(message)
+                continue
+            key = message.key()
+            source = message.partition()
+            offset = message.offset()
+            append_time = message.timestamp()[1]
+            positions[source] = offset + 1
+            append_times[source] = append_time
+            consumed += 1
+            partition = partition_of(key)
+            if partition is None:
+                continue
+            parts = frames.get(partition)
+            if parts is None:
+                parts = frames[partition] = []
+            frame_parts(parts, source, offset, append_time if append_time > 0 else 0, key, message.value())
+            joinable += 1
+        self._stats.records_in += consumed
+        self._stats.joinable += joinable
+        return rest
+
+    def flush(self, produce_frame: Callable[[int, bytes], None]) -> None:
+        """Hand every frame under construction to `produce_frame(partition, frame)`."""
+        for partition, parts in self._frames.items():
+            produce_frame(partition, b"".join(parts))
+        self._frames.clear()
+
+    def drop(self, partition: int) -> None:
+        """Forget an input partition that is no longer ours."""
+        self.positions.pop(partition, None)
+        self.append_times.pop(partition, None)
