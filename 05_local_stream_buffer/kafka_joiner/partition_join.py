@@ -21,6 +21,7 @@ from collections.abc import Callable
 from confluent_kafka import Message, Producer, TopicPartition
 
 from pipeline_core.kafka_clients import produce
+from pipeline_core.partitioning import thing_partition
 from pipeline_core.records import InvalidRecord, dead_letter, decode_record, encode_record, record_key
 
 from local_stream_buffer.keyed import KeyedJoiner
@@ -98,12 +99,12 @@ class FrameJoiner:
     """Joins frames of the co-partitioned topic into their partition's join; produces the outputs and dead
     letters of records processed for the first time into the open transaction.
 
-    :param frame_of: the records of a message of the co-partitioned topic (a frame, or one input record).
+    :param frames_of: the records of each message of the co-partitioned topic (a frame, or one input record).
     :param partitions: partitions of the co-partitioned topic (a record lies in its thing's partition).
     """
 
     def __init__(self, producer: Producer, transaction: Transaction, stats: JoinerStats, input_topic: str,
-                 output_topic: str, dlq_topic: str, frame_of: Callable[[Message], list[FramedRecord]],
+                 output_topic: str, dlq_topic: str, frames_of: Callable[[list[Message]], list[list[FramedRecord]]],
                  partitions: int) -> None:
         self._producer = producer
         self._transaction = transaction
@@ -111,84 +112,92 @@ class FrameJoiner:
         self._input_topic = input_topic
         self._output_topic = output_topic
         self._dlq_topic = dlq_topic
-        self._frame_of = frame_of
+        self._frames_of = frames_of
         self._partitions = partitions
 
     def join(self, messages: list[Message], joins: dict[int, PartitionJoin]) -> int:
         """Join the frames among `messages` in order, each into its partition's join, until the transaction
-        is due (checked every few hundred records); returns how many messages were handled."""
-        frame_of = self._frame_of
+        is due (checked every few hundred records); returns how many messages were handled.
+
+        Each record is held as the offset of its frame. Below the processed position records rebuild the
+        state silently; from there on they produce outputs and dead letters. (One loop over all records of
+        the batch: it is the hot path, run once per input record.)
+        """
         transaction = self._transaction
-        records_since_check = 0
-        for index, message in enumerate(messages):
-            join = joins.get(message.partition())
+        append_times = transaction.append_times
+        produce_output = self._producer.produce
+        output_topic = self._output_topic
+        partitions = self._partitions
+        joined = rebuilt = records_since_check = 0
+        join: PartitionJoin | None = None
+        current = -1  # the partition `join` belongs to
+        frame_offset = -1  # of the last frame joined into `join`, which advances past it on a change
+        for index, (message, frame) in enumerate(zip(messages, self._frames_of(messages))):
+            partition = message.partition()
+            if partition != current:
+                if frame_offset >= 0:
+                    join.advance(frame_offset)
+                    frame_offset = -1
+                current = partition
+                join = joins.get(partition)
+                if join is not None:
+                    ingest = join.joiner.ingest
+                    replay_below = join.processed if join.processed is not None else -1
             if join is None:
                 continue  # not ours (any more): whoever owns the partition reads it
-            records = frame_of(message)
-            if records:
-                self._join_records(join, records, message.offset())
-                records_since_check += len(records)
-            join.advance(message.offset())
+            frame_offset = message.offset()
+            replay = frame_offset < replay_below
+            for framed in frame:
+                records_since_check += 1
+                try:
+                    record = decode_record(framed.value)
+                    thing = record["thing"]
+                    expected_key = record_key(thing, record["quantity"])
+                    if framed.key != expected_key.encode():
+                        raise InvalidRecord(f"key {framed.key!r} does not match {expected_key!r}")
+                    if thing_partition(thing, partitions) != partition:
+                        raise misrouted(thing, partition, partitions)
+                except InvalidRecord as error:
+                    if not replay:
+                        self._dead_letter(str(error), framed)
+                    continue
+                status, outputs, reason = ingest(record, frame_offset)
+                if replay:
+                    rebuilt += 1
+                    continue
+                joined += 1
+                if status is not _ACCEPTED:
+                    if status is _REJECTED:
+                        self._dead_letter(reason or "rejected", framed)
+                    elif status is _LATE:
+                        self._dead_letter("late: inside a gap of its stream that forcing already closed", framed)
+                for output in outputs:
+                    try:
+                        payload = encode_record(output)
+                    except ValueError:
+                        self._dead_letter("join result is not a finite number", framed,
+                                          output=json.dumps(output, default=repr))
+                        continue
+                    key = record_key(output["thing"], output["quantity"])
+                    try:
+                        produce_output(output_topic, payload, key)
+                    except BufferError:  # local queue full: the shared helper waits for deliveries to drain it
+                        produce(self._producer, output_topic, payload, key)
+                    append_times.append(framed.append_time)
             if records_since_check >= _DUE_CHECK_RECORDS:
                 transaction.records += records_since_check
                 records_since_check = 0
                 if transaction.due():
-                    return index + 1
-        transaction.records += records_since_check
-        return len(messages)
-
-    def _join_records(self, join: PartitionJoin, records: list[FramedRecord], frame_offset: int) -> None:
-        """Ingest the records of one frame. Each is held as the offset of its frame; below the processed
-        position records rebuild the state silently, from there on they produce outputs and dead letters."""
-        replay = join.processed is not None and frame_offset < join.processed
-        ingest = join.joiner.ingest
-        partition = join.partition
-        ingested = 0
-        for framed in records:
-            try:
-                record = decode_record(framed.value)
-                expected_key = record_key(record["thing"], record["quantity"])
-                if framed.key != expected_key.encode():
-                    raise InvalidRecord(f"key {framed.key!r} does not match {expected_key!r}")
-                wrong_partition = misrouted(record["thing"], partition, self._partitions)
-                if wrong_partition is not None:
-                    raise wrong_partition
-            except InvalidRecord as error:
-                if not replay:
-                    self._dead_letter(str(error), framed)
-                continue
-            status, outputs, reason = ingest(record, frame_offset)
-            ingested += 1
-            if replay:
-                continue
-            if status is not _ACCEPTED:
-                if status is _REJECTED:
-                    self._dead_letter(reason or "rejected", framed)
-                elif status is _LATE:
-                    self._dead_letter("late: inside a gap of its stream that forcing already closed", framed)
-            if outputs:
-                self._produce_outputs(outputs, framed)
-        if replay:
-            self._stats.rebuilt += ingested
+                    index += 1
+                    break
         else:
-            self._stats.joined_in += ingested
-
-    def _produce_outputs(self, outputs: list[dict], framed: FramedRecord) -> None:
-        producer = self._producer
-        output_topic = self._output_topic
-        for output in outputs:
-            try:
-                payload = encode_record(output)
-            except ValueError:
-                self._dead_letter("join result is not a finite number", framed,
-                                  output=json.dumps(output, default=repr))
-                continue
-            key = record_key(output["thing"], output["quantity"])
-            try:
-                producer.produce(output_topic, payload, key)
-            except BufferError:  # local queue full: the shared helper waits for deliveries to drain it
-                produce(producer, output_topic, payload, key)
-            self._transaction.append_times.append(framed.append_time)
+            index = len(messages)
+        if frame_offset >= 0:
+            join.advance(frame_offset)
+        transaction.records += records_since_check
+        self._stats.joined_in += joined
+        self._stats.rebuilt += rebuilt
+        return index
 
     def _dead_letter(self, reason: str, framed: FramedRecord, **context: object) -> None:
         key = framed.key

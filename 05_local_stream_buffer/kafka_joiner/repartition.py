@@ -78,24 +78,28 @@ class InputFrames:
         self._partition_of = router.partition
         self._stats = stats
 
-    def frame(self, message: Message) -> list[FramedRecord]:
-        """The input record of `message` as a frame; empty when no join needs it."""
-        stats = self._stats
-        stats.records_in += 1
-        key = message.key()
-        if self._partition_of(key) is None:
-            return []
-        stats.joinable += 1
-        append_time = message.timestamp()[1]
-        return [_framed(FramedRecord, (message.partition(), message.offset(), append_time if append_time > 0 else 0,
-                                       key, message.value()))]
+    def frames(self, messages: list[Message]) -> list[list[FramedRecord]]:
+        """Per message, its input record as a frame; empty when no join needs the record."""
+        partition_of = self._partition_of
+        frames = []
+        joinable = 0
+        for message in messages:
+            key = message.key()
+            if partition_of(key) is None:
+                frames.append([])
+                continue
+            append_time = message.timestamp()[1]
+            frames.append([_framed(FramedRecord, (message.partition(), message.offset(),
+                                                  append_time if append_time > 0 else 0, key, message.value()))])
+            joinable += 1
+        self._stats.records_in += len(messages)
+        self._stats.joinable += joinable
+        return frames
 
 
-def misrouted(thing: str, partition: int, partitions: int) -> InvalidRecord | None:
-    """Why a record of `thing` cannot join in `partition` (of `partitions`), or None where it belongs."""
+def misrouted(thing: str, partition: int, partitions: int) -> InvalidRecord:
+    """Why a record of `thing` cannot join in `partition` (of `partitions`): not its thing's partition."""
     home = thing_partition(thing, partitions)
-    if home == partition:
-        return None
     return InvalidRecord(
         f"misrouted: thing {thing!r} belongs in partition {home} of {partitions}, not {partition}; the input "
         "is not partitioned by thing (see pipeline_core.partitioning), so run the joiner without "
@@ -163,9 +167,9 @@ def decode_frame(frame: bytes | None) -> list[FramedRecord]:
     return records
 
 
-def repartitioned_frame(message: Message) -> list[FramedRecord]:
-    """The records of a frame of the repartition topic."""
-    return decode_frame(message.value())
+def repartitioned_frames(messages: list[Message]) -> list[list[FramedRecord]]:
+    """The records of each frame of the repartition topic."""
+    return [decode_frame(message.value()) for message in messages]
 
 
 class Forwarder:

@@ -31,7 +31,7 @@ from .clients import joiner_consumer, joiner_producer
 from .partition_join import FrameJoiner
 from .progress import JoinerStats, ProgressLog
 from .rebalance import OwnedPartitions
-from .repartition import Forwarder, InputFrames, ThingRouter, repartitioned_frame
+from .repartition import Forwarder, InputFrames, ThingRouter, repartitioned_frames
 from .settings import KafkaJoinerSettings
 from .transaction import KAFKA_TIMEOUT_S, Transaction
 
@@ -85,9 +85,9 @@ class KafkaJoiner:
             join_partitions = partition_count(admin, self.join_topic, deadline_s)  # an existing topic may differ
         router = ThingRouter(self.resolver, join_partitions)
         if self._by_thing:
-            frame_of = InputFrames(router, self.stats).frame
+            frames_of = InputFrames(router, self.stats).frames
         else:
-            frame_of = repartitioned_frame
+            frames_of = repartitioned_frames
             self._forwarder = Forwarder(settings.input_topic, router, self.stats)
             self._alignment = InputAlignment(
                 self._consumer, settings.input_topic, settings.align_ms, self._forwarder.positions,
@@ -97,7 +97,7 @@ class KafkaJoiner:
             lambda: KeyedJoiner(self.resolver, max_pending_per_side=settings.max_pending_per_side),
             self._forwarder, self._alignment)
         self._frames = FrameJoiner(self._producer, self._transaction, self.stats, settings.input_topic,
-                                   settings.output_topic, settings.dlq_topic, frame_of, join_partitions)
+                                   settings.output_topic, settings.dlq_topic, frames_of, join_partitions)
         # Before joining the group: aborts the open transaction of a crashed run with this transactional id,
         # whose pending offsets would otherwise hold up reading the committed ones. A just started broker
         # answers it with NOT_COORDINATOR while it creates __transaction_state.
