@@ -90,7 +90,7 @@ def print_status(services: list) -> None:
 def health(entry: manager.ServiceStatus) -> str:
     if entry.healthy:
         return "healthy"
-    return {"STARTING": "starting", "RUNNING": "unhealthy"}.get(entry.state, "-")
+    return {"STARTING": "starting", "RUNNING": "not ready"}.get(entry.state, "-")
 
 
 def format_duration(seconds: float) -> str:
