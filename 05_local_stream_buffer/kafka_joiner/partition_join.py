@@ -25,6 +25,8 @@ from pipeline_core.partitioning import thing_partition
 from pipeline_core.records import InvalidRecord, dead_letter, decode_record, encode_record, record_key
 
 from local_stream_buffer.keyed import KeyedJoiner
+from local_stream_buffer.output import is_finite_result
+from local_stream_buffer.rejections import Rejection
 from local_stream_buffer.status import IngestStatus
 from .progress import JoinerStats
 from .repartition import FramedRecord, misrouted
@@ -170,14 +172,13 @@ class FrameJoiner:
                     if status is _REJECTED:
                         self._dead_letter(reason or "rejected", framed)
                     elif status is _LATE:
-                        self._dead_letter("late: inside a gap of its stream that forcing already closed", framed)
+                        self._dead_letter(Rejection.LATE.reason(), framed)
                 for output in outputs:
-                    try:
-                        payload = encode_record(output)
-                    except ValueError:
-                        self._dead_letter("join result is not a finite number", framed,
+                    if not is_finite_result(output):
+                        self._dead_letter(Rejection.NOT_FINITE.reason(), framed,
                                           output=json.dumps(output, default=repr))
                         continue
+                    payload = encode_record(output)
                     key = record_key(output["thing"], output["quantity"])
                     try:
                         produce_output(output_topic, payload, key)

@@ -21,6 +21,7 @@ from typing import NamedTuple
 import numpy as np
 
 from .cases import JoinCase
+from .order import order_verdicts
 from .two_stream_join import DEFAULT_MAX_PENDING_PER_SIDE, LEFT, RIGHT
 
 _FLOAT = np.float64
@@ -186,24 +187,12 @@ def _accept_in_order(state: BatchJoinState, side: int, times: np.ndarray, values
 
 
 def _drop_out_of_order(state: BatchJoinState, side: int, times: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Keep the records later than every record before them; count the others as duplicates or rejected."""
-    latest_before = np.empty_like(times)  # the latest time seen before each record
-    latest_before[0] = state.last_time[side]
-    np.fmax.accumulate(times[:-1], out=latest_before[1:])  # fmax: a NaN time is rejected, not carried on
-    np.fmax(latest_before, state.last_time[side], out=latest_before)
-    in_order = times > latest_before
-    # A record at the same time as the latest before it is a duplicate if it also has that record's value:
-    # the value of the latest record kept before it (the state's last one for the first records).
-    positions = np.where(in_order, np.arange(len(times)), -1)
-    np.maximum.accumulate(positions, out=positions)
-    previous = np.empty_like(positions)
-    previous[0] = -1
-    previous[1:] = positions[:-1]
-    previous_value = np.where(previous >= 0, values[np.maximum(previous, 0)], state.last_value[side])
-    n_duplicates = int((~in_order & (times == latest_before) & (values == previous_value)).sum())
+    """Keep the records that continue the stream; count the others as duplicates or rejected (see order.py)."""
+    verdicts = order_verdicts(times, values, state.last_time[side], state.last_value[side])
+    n_duplicates = int(np.count_nonzero(verdicts.duplicate))
     state.duplicates += n_duplicates
-    state.rejected += int((~in_order).sum()) - n_duplicates
-    return times[in_order], values[in_order]
+    state.rejected += len(times) - int(np.count_nonzero(verdicts.in_order)) - n_duplicates
+    return times[verdicts.in_order], values[verdicts.in_order]
 
 
 IndexPieces = list[tuple[np.ndarray, np.ndarray, int]]  # (left indices, right indices, their case code)

@@ -20,15 +20,17 @@ its processed position.
 from __future__ import annotations
 
 import logging
+import math
+import numbers
 import time
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Iterator, Mapping, NamedTuple
 
 from .output import canonical_time, output_builder
 from .record import Record
+from .rejections import Rejection, order_rejection
 from .specs import JoinSpec, SpecBinding, SpecResolver
 from .status import IngestStatus
-from pipeline_core.timestamps import MILLISECONDS_LIMIT, SECONDS_LIMIT, to_epoch_ms
 from .two_stream_join import DEFAULT_MAX_PENDING_PER_SIDE, Entry, TwoStreamJoin
 
 logger = logging.getLogger(__name__)
@@ -140,7 +142,7 @@ class KeyedJoiner:
             thing, quantity, t, value = _fields(record)
         except (KeyError, TypeError, ValueError) as error:
             counters.rejected += 1
-            return IngestOutcome(_REJECTED, [], f"invalid: {error}")
+            return IngestOutcome(_REJECTED, [], Rejection.INVALID.reason(error=error))
         stream = self._streams.get((thing, quantity))
         if stream is None:
             stream = self._stream_keys(thing, quantity)
@@ -267,11 +269,16 @@ class KeyedJoiner:
 
     def _order_violation(self, thing: str, quantity: str, route: tuple[SpecBinding, int], t: float) -> str:
         binding, side = route
-        last = self._keys[(thing, binding)].join.last_time(side)
-        stream = f"{thing}.{quantity}"
-        if t < last:
-            return f"out_of_order: t={canonical_time(t)} older than last t={canonical_time(last)} of {stream}"
-        return f"conflict: t={canonical_time(t)} equals last t of {stream} with a different result"
+        return order_rejection(thing, quantity, t, self._keys[(thing, binding)].join.last_time(side))
+
+
+def _epoch_ms(t: object) -> float:
+    """A time that is not a plain int or finite float: a finite number (not a bool), or an error saying why."""
+    if isinstance(t, bool) or not isinstance(t, numbers.Real):
+        raise TypeError(f"phenomenonTime must be a number of epoch milliseconds, not {t!r}")
+    if not math.isfinite(t):
+        raise ValueError(f"phenomenonTime must be finite, not {t!r}")  # NaN would defeat every order check
+    return t
 
 
 def _fields(record: Mapping[str, Any] | Record) -> tuple[str, str, float, float]:
@@ -285,9 +292,9 @@ def _fields(record: Mapping[str, Any] | Record) -> tuple[str, str, float, float]
         thing = record["thing"]
         quantity = record["quantity"]
         t = record["phenomenonTime"]
-        # Integer epoch ms, the common case, pass as they are (to_epoch_ms would keep them too).
-        if type(t) is not int or not SECONDS_LIMIT <= t < MILLISECONDS_LIMIT:
-            t = to_epoch_ms(t)
+        # Epoch ms as they are: units are normalised once, where records enter machine.data.
+        if type(t) is not int and not (type(t) is float and math.isfinite(t)):
+            t = _epoch_ms(t)
         value = record["result"]
     if type(thing) is not str or type(quantity) is not str:
         if not isinstance(thing, str) or not isinstance(quantity, str):

@@ -16,6 +16,7 @@ the same on every replay.
 from __future__ import annotations
 
 import hashlib
+import math
 import uuid
 from typing import Any, Callable
 
@@ -87,6 +88,12 @@ def output_builder(thing: str, binding: SpecBinding) -> OutputBuilder:
         }
 
     return build
+
+
+def is_finite_result(output: dict[str, Any]) -> bool:
+    """The join's verdict on an output record: it may go out only with a finite result. Any other (a formula
+    overflowing, say) is dead-lettered by the adapters, with ``Rejection.NOT_FINITE``."""
+    return math.isfinite(output["result"])
 
 
 def output_record(

@@ -1,0 +1,33 @@
+"""Why the join turns a record (or a join result) away: one set of reasons for every adapter.
+
+Each member's value is the wording of the reason a dead letter carries; :meth:`Rejection.reason` fills in
+the details. The standalone joiner and the Spark job dead-letter with these texts, so the same input gets
+the same reason from either.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+
+from .output import canonical_time
+
+
+class Rejection(Enum):
+    INVALID = "invalid: {error}"  # not a record the join can read (missing or mistyped field)
+    OUT_OF_ORDER = "out_of_order: t={t} older than last t={last} of {stream}"  # older than its stream's latest
+    CONFLICT = "conflict: t={t} equals last t of {stream} with a different result"  # same time, another result
+    LATE = "late: inside a gap of its stream that forcing already closed"  # pairs went out without it
+    NOT_FINITE = "join result is not a finite number"  # a join result (a formula overflowing, say)
+
+    def reason(self, **details: object) -> str:
+        """The reason text with its details, e.g. ``Rejection.INVALID.reason(error="...")``."""
+        return self.value.format(**details)
+
+
+def order_rejection(thing: str, quantity: str, t: float, last: float) -> str:
+    """The reason for a record the order verdict rejects: older than the latest time ``last`` of its stream,
+    or at that time with another result."""
+    stream = f"{thing}.{quantity}"
+    if t < last:
+        return Rejection.OUT_OF_ORDER.reason(t=canonical_time(t), last=canonical_time(last), stream=stream)
+    return Rejection.CONFLICT.reason(t=canonical_time(t), stream=stream)
