@@ -1,8 +1,8 @@
-"""Kafka rows -> routed input rows, packed per hash bucket: validate each record, route it to the join keys
+"""Kafka rows -> routed input rows, packed per bucket: validate each record, route it to the join keys
 it feeds, and hand the stateful step a few large blobs instead of many rows.
 
 Runs inside Spark (``mapInArrow``) on the executors. A valid record becomes one routed row per
-(thing, spec binding) it feeds, tagged with its hash bucket; a record that fails validation becomes
+(thing, spec binding) it feeds, tagged with its thing's bucket; a record that fails validation becomes
 one row in the reject bucket with the reason, so the stateful step can dead-letter it in the same
 exactly-once transaction as the join results. Records that feed no join spec are dropped here, as the
 keyed joiner drops them (unrouted).
@@ -14,7 +14,6 @@ per-record cost, and the processor unpacks the columns straight into numpy (:fun
 """
 from __future__ import annotations
 
-import zlib
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
@@ -22,8 +21,8 @@ import numpy as np
 import pyarrow as pa
 from pyspark.sql.types import BinaryType, IntegerType, StructField, StructType
 
-from local_stream_buffer.specs import SpecBinding, SpecResolver, load_join_specs
-from pipeline_core.timestamps import MILLISECONDS_LIMIT, SECONDS_LIMIT, to_epoch_ms
+from local_stream_buffer.specs import SpecResolver, load_join_specs
+from pipeline_core.partitioning import thing_partition
 from pipeline_core.records import InvalidRecord, decode_record
 
 # Columns the job selects from Spark's Kafka source.
@@ -56,18 +55,6 @@ PACKED_ARROW_SCHEMA = pa.schema([pa.field("bucket", pa.int32(), nullable=False),
 _TARGET_CACHE_SIZE = 200_000
 # The routes of this process's routers, per (spec file, bucket count): see RecordRouter.
 _WORKER_TARGETS: dict[tuple[Path | None, int], "_TargetCache"] = {}
-_EXACT_INT = 2.0 ** 53
-
-
-def binding_id(binding: SpecBinding) -> tuple[str, str]:
-    """The identity of a spec binding: spec name and axis."""
-    return binding.spec.name, binding.axis
-
-
-def bucket_of(thing: str, binding: SpecBinding, buckets: int) -> int:
-    """A stable hash bucket of a join key (the same in every process and run, unlike ``hash``)."""
-    spec, axis = binding_id(binding)
-    return zlib.crc32(f"{thing}\x00{spec}\x00{axis}".encode()) % buckets
 
 
 def resolver_for(join_specs: Path | None) -> SpecResolver:
@@ -125,8 +112,10 @@ class RecordRouter:
         """(bucket, route index, side) of every join key a record of ``thing`` and ``quantity`` feeds."""
         if self._resolver is None:
             self._resolver = resolver_for(self.join_specs)
-        return tuple((bucket_of(thing, binding, self.buckets), index, side)
-                     for index, (binding, side) in enumerate(self._resolver.routes(quantity)))
+        # A thing's keys share its bucket: its partition among `buckets` by the pipeline's one partitioning
+        # rule, which is also how the input is partitioned.
+        bucket = thing_partition(thing, self.buckets)
+        return tuple((bucket, index, side) for index, (_, side) in enumerate(self._resolver.routes(quantity)))
 
     def route(self, batch: pa.RecordBatch) -> pa.RecordBatch:
         """One routed row per (record, join key it feeds), then one per rejected record."""
@@ -150,7 +139,7 @@ class RecordRouter:
         targets = [cache[key] for key in zip(things, quantities)]
         flat = [target for record_targets in targets for target in record_targets]
         valid_rows = np.delete(np.arange(batch.num_rows), rejected) if rejected else np.arange(batch.num_rows)
-        times = epoch_ms([record["phenomenonTime"] for record in records])
+        times = np.array([record["phenomenonTime"] for record in records], np.float64)  # epoch ms as they are
         results = np.array([record["result"] for record in records], np.float64)
         thing_column, quantity_column = pa.array(things, pa.string()), pa.array(quantities, pa.string())
         if len(flat) != len(records) or () in targets:  # else every record feeds exactly one key
@@ -189,22 +178,3 @@ class _TargetCache(dict):
     def __missing__(self, key: tuple[str, str]) -> tuple[tuple[int, int, int], ...]:
         value = self[key] = self._compute(*key)
         return value
-
-
-def epoch_ms(times: list[int | float]) -> np.ndarray:
-    """``pipeline_core.timestamps.to_epoch_ms`` of validated numeric times, vectorised.
-
-    Equal to it value for value: below 2**53 an int converts to float64 exactly, so each step is the same
-    correctly rounded operation on the same number; larger ints (ns) take the engine's own function."""
-    values = np.array(times, np.float64)
-    exact = np.abs(values) < _EXACT_INT
-    ms = np.where(values < SECONDS_LIMIT, values * 1000, values)
-    while True:
-        finer = ms >= MILLISECONDS_LIMIT
-        if not finer.any():
-            break
-        ms = np.where(finer, ms / 1000, ms)
-    if not exact.all():
-        for index in np.flatnonzero(~exact).tolist():
-            ms[index] = to_epoch_ms(times[index])
-    return ms

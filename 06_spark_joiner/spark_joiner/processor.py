@@ -1,19 +1,21 @@
-"""The join inside Spark's keyed state: one group per hash bucket, one engine state per join key.
+"""The join inside Spark's keyed state: one group per hash bucket, the engine's keyed batch join within it.
 
 Spark calls the processor once per bucket that has input in a micro-batch (``transformWithStateInPandas``
-keyed by bucket). The bucket's state is a single value: every join key's
-``local_stream_buffer.batch.BatchJoinState`` as bytes. Grouping many machines into one bucket is what
-keeps 10,000 machines fast: Spark's per-group cost is paid per bucket, not per machine.
+keyed by bucket). The bucket's state is a single value: every join key's engine state as bytes. Grouping
+many machines into one bucket is what keeps 10,000 machines fast: Spark's per-group cost is paid per
+bucket, not per machine.
 
-Within a micro-batch the rows of a stream arrive in no particular order (they went through a shuffle);
-they are put back into Kafka offset order before the engine sees them. The engine's result depends only
-on each stream's order, so it equals the standalone joiner's, pair for pair.
+The join itself is the engine's (``local_stream_buffer.keyed_batch``): it puts each stream back into Kafka
+offset order (the rows went through a shuffle), rejects what breaks a stream's order, and joins. Its
+result depends only on each stream's order, so it equals the standalone joiner's, pair for pair. This
+module only turns Spark's rows into the engine's arrays, and the engine's pairs and verdicts into Kafka
+records.
 """
 from __future__ import annotations
 
 import json
 import pickle
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -24,17 +26,16 @@ import pyarrow.compute as pc
 from pyspark.sql.streaming import StatefulProcessor, StatefulProcessorHandle
 from pyspark.sql.types import BinaryType, StructField, StructType
 
-from local_stream_buffer import LEFT, RIGHT
-from local_stream_buffer.batch import BatchJoinState, PairArrays, join_batch
-from local_stream_buffer.output import output_records
-from local_stream_buffer.specs import SpecBinding, SpecResolver
+from local_stream_buffer.batch import PairArrays
+from local_stream_buffer.keyed_batch import JoinKey, KeyedPairs, KeyedRows, StateKey, join_keyed_batch
+from local_stream_buffer.output import is_finite_result, output_records
+from local_stream_buffer.rejections import Rejection
+from local_stream_buffer.specs import SpecResolver
 from pipeline_core.records import dead_letter, encode_record, record_key
 
-from .order import order_verdicts, rejection_reason
-from .parse import binding_id, resolver_for, unpack
+from .parse import resolver_for, unpack
 
 STAGE = "spark_joiner"
-NOT_FINITE = "join result is not a finite number"  # the standalone joiner's reason
 # The topic of an emitted record: a small int column, which Arrow builds from numpy without a Python
 # object per record.
 OUT = 0  # machine.out
@@ -50,8 +51,6 @@ EMITTED_ARROW_SCHEMA = pa.schema([
     pa.field("value", pa.binary(), nullable=False),
 ])
 STATE_SCHEMA = StructType([StructField("joins", BinaryType(), False)])
-
-JoinKey = tuple[str, str, str]
 
 
 class BucketJoinProcessor(StatefulProcessor):
@@ -70,7 +69,7 @@ class BucketJoinProcessor(StatefulProcessor):
         data = unpack(blob for frame in rows for blob in frame["rows"])
         has_data = data.column("reason").null_count > 0
         states = self._load_states() if has_data else {}
-        emitted = join_rows(self.resolver, data, states, self.input_topic, self.max_pending_per_side)
+        emitted = join_bucket(self.resolver, data, states, self.input_topic, self.max_pending_per_side)
         if has_data:
             self.joins.update((pickle.dumps(states, protocol=pickle.HIGHEST_PROTOCOL),))
         if emitted:
@@ -79,7 +78,7 @@ class BucketJoinProcessor(StatefulProcessor):
     def close(self) -> None:
         pass
 
-    def _load_states(self) -> dict[JoinKey, bytes]:
+    def _load_states(self) -> dict[StateKey, bytes]:
         stored = self.joins.get()  # None for a bucket without state: one call to the state server, not two
         return pickle.loads(stored[0]) if stored is not None else {}
 
@@ -90,12 +89,30 @@ def _codes(column: pa.ChunkedArray) -> tuple[np.ndarray, list]:
     return encoded.indices.to_numpy(zero_copy_only=False).astype(np.int64), encoded.dictionary.to_pylist()
 
 
-def join_rows(resolver: SpecResolver, data: pa.Table, states: dict[JoinKey, bytes], input_topic: str,
-              max_pending_per_side: int) -> Emitted:
-    """Join routed rows (in any row order) into ``states``; returns the records to emit.
+def keyed_rows(resolver: SpecResolver, data: pa.Table) -> KeyedRows:
+    """The engine's view of routed rows: each row's join key (thing and the binding its route names)."""
+    quantity_codes, quantities = _codes(data.column("quantity"))
+    thing_codes, things = _codes(data.column("thing"))
+    route = data.column("route").to_numpy().astype(np.int64)
+    width = int(route.max()) + 1
+    # A row's binding from (quantity, route index); its key from (thing, binding).
+    routes, route_codes = np.unique(quantity_codes * width + route, return_inverse=True)
+    route_bindings = [resolver.routes(quantities[code // width])[code % width].binding for code in routes.tolist()]
+    bindings = list(dict.fromkeys(route_bindings))
+    binding_of_route = np.array([bindings.index(binding) for binding in route_bindings], dtype=np.int64)
+    codes, key = np.unique(thing_codes * len(bindings) + binding_of_route[route_codes], return_inverse=True)
+    keys = [(things[code // len(bindings)], bindings[code % len(bindings)]) for code in codes.tolist()]
+    return KeyedRows(keys, key.astype(np.int64), data.column("side").to_numpy(), data.column("partition").to_numpy(),
+                     data.column("offset").to_numpy(), data.column("time").to_numpy(),
+                     data.column("result").to_numpy())
 
-    ``states`` maps each join key to its engine state as bytes and is updated in place. Vectorised over
-    the bucket's rows: one sort by (join key, side, partition, offset), then one engine call per key.
+
+def join_bucket(resolver: SpecResolver, data: pa.Table, states: dict[StateKey, bytes], input_topic: str,
+                max_pending_per_side: int) -> Emitted:
+    """Join a bucket's routed rows (in any row order) into ``states`` with the engine; the records to emit.
+
+    ``states`` maps each join key to its engine state as bytes and is updated in place. Rows the router
+    rejected, and rows the engine finds out of order, become dead letters with their reasons.
     """
     emitted = Emitted()
     invalid = pc.is_valid(data.column("reason"))
@@ -107,61 +124,12 @@ def join_rows(resolver: SpecResolver, data: pa.Table, states: dict[JoinKey, byte
         data = data.filter(pc.invert(invalid))
     if not data.num_rows:
         return emitted
-    # Join key per row: (thing, binding), the binding found from (quantity, route index).
-    quantity_codes, quantities = _codes(data.column("quantity"))
-    route = data.column("route").to_numpy().astype(np.int64)
-    width = int(route.max()) + 1
-    routes, route_codes = np.unique(quantity_codes * width + route, return_inverse=True)
-    route_bindings = [resolver.routes(quantities[code // width])[code % width].binding for code in routes.tolist()]
-    binding_ids = sorted({binding_id(binding) for binding in route_bindings})
-    bindings = {binding_id(binding): binding for binding in route_bindings}
-    binding_of_route = np.array([binding_ids.index(binding_id(binding)) for binding in route_bindings])
-    thing_codes, things = _codes(data.column("thing"))
-    key_codes = thing_codes * len(binding_ids) + binding_of_route[route_codes]
-    side = data.column("side").to_numpy()
-    partition = data.column("partition").to_numpy()
-    offset = data.column("offset").to_numpy()
-    # Stream order is Kafka offset order: sort by key, then side, then position in Kafka.
-    order = np.lexsort((offset, partition, side, key_codes))
-    key_codes, side, partition, offset = key_codes[order], side[order], partition[order], offset[order]
-    times = data.column("time").to_numpy()[order]
-    results = data.column("result").to_numpy()[order]
+    rows = keyed_rows(resolver, data)
+    joined = join_keyed_batch(states, rows, max_pending_per_side)
     payloads = data.column("payload")
-    starts = np.flatnonzero(np.diff(key_codes, prepend=-1))
-    ends = [*starts[1:].tolist(), len(key_codes)]
-    # Where each key's right side begins (sides are sorted within a key).
-    splits = np.searchsorted(key_codes * 2 + side, key_codes[starts] * 2 + RIGHT).tolist()
-    # Rows before each row that do not follow their predecessor in time: a stream is strictly increasing
-    # within the batch when none of its rows after the first is counted here.
-    not_rising = np.concatenate(([0], np.cumsum(np.diff(times) <= 0))).tolist()
-    time_list = times.tolist()
-    for start, split, end, code in zip(starts.tolist(), splits, ends, key_codes[starts].tolist()):
-        thing = things[code // len(binding_ids)]
-        spec, axis = binding_ids[code % len(binding_ids)]
-        binding = bindings[(spec, axis)]
-        key = (thing, spec, axis)
-        state = BatchJoinState.from_bytes(states[key]) if key in states else BatchJoinState()
-        sides = (slice(start, split), slice(split, end))
-        for stream_side, rows in zip((LEFT, RIGHT), sides):
-            if rows.start == rows.stop or (time_list[rows.start] > state.last_time[stream_side]
-                                           and not_rising[rows.stop - 1] == not_rising[rows.start]):
-                continue  # in order: the common case, without the per-record verdicts
-            verdicts = order_verdicts(times[rows], results[rows], state.last_time[stream_side],
-                                      state.last_value[stream_side])
-            if not verdicts.rejected.any():
-                continue
-            stream = record_key(thing, binding.quantity(stream_side))
-            for index in np.flatnonzero(verdicts.rejected).tolist():
-                row = rows.start + index
-                reason = rejection_reason(stream, times[row], verdicts.latest_before[index])
-                emitted.dead_letter(reason, payloads[int(order[row])].as_py(), input_topic, partition[row],
-                                    offset[row])
-        state, pairs = join_batch(state, times[sides[LEFT]], results[sides[LEFT]], times[sides[RIGHT]],
-                                  results[sides[RIGHT]], delta_time=binding.delta_time_ms,
-                                  max_pending_per_side=max_pending_per_side)
-        states[key] = state.to_bytes()
-        emitted.joins(thing, binding, pairs)
-    emitted.build_joins(input_topic)
+    for row, reason in zip(joined.rejected.tolist(), joined.reasons):
+        emitted.dead_letter(reason, payloads[row].as_py(), input_topic, rows.partition[row], rows.offset[row])
+    emitted.joins(rows.keys, joined, input_topic)
     return emitted
 
 
@@ -172,7 +140,6 @@ class Emitted:
         self.dead_letter_rows: list[int] = []  # rows of kind DLQ; every other row is OUT
         self.keys: list[str | None] = []
         self.values: list[bytes] = []
-        self._held: list[tuple[str, SpecBinding, PairArrays]] = []
 
     def __len__(self) -> int:
         return len(self.values)
@@ -183,47 +150,29 @@ class Emitted:
         self.values.append(dead_letter(reason, bytes(payload), STAGE, topic=topic, partition=int(partition),
                                        offset=int(offset)))
 
-    def joins(self, thing: str, binding: SpecBinding, pairs: PairArrays) -> None:
-        """Hold one key's pairs; :meth:`build_joins` turns every held pair into a record."""
-        if pairs.count:
-            self._held.append((thing, binding, pairs))
-
-    def build_joins(self, input_topic: str) -> None:
-        """The output records of the held pairs: machine.out in time order per key, whatever order the
-        engine found the pairs in. One sort over all keys, not one per key. A record whose result is not a
-        finite number (a formula overflowing, say) is dead-lettered, as the standalone joiner does."""
-        if not self._held:
+    def joins(self, keys: Sequence[JoinKey], joined: KeyedPairs, input_topic: str) -> None:
+        """The output records of the pairs (machine.out, per key in time order). A record whose result is not
+        finite is dead-lettered, as the standalone joiner does."""
+        if not joined.count:
             return
-        counts = [pairs.count for _, _, pairs in self._held]
-        held = PairArrays(*(np.concatenate(column) for column in zip(*(pairs for _, _, pairs in self._held))))
-        held_index = np.repeat(np.arange(len(counts)), counts)
-        order = np.lexsort((held.right_time, held.left_time, held_index))
-        held = PairArrays(*(column[order] for column in held))
-        start = 0
-        for (thing, binding, _), count in zip(self._held, counts):
-            records = output_records(thing, binding, PairArrays(*(column[start:start + count] for column in held)))
-            start += count
+        bounds = np.flatnonzero(np.diff(joined.key, prepend=-1, append=len(keys))).tolist()
+        for start, end in zip(bounds, bounds[1:]):
+            thing, binding = keys[int(joined.key[start])]
+            records = output_records(thing, binding, PairArrays(*(column[start:end] for column in joined.pairs)))
             key = record_key(thing, binding.output_quantity)
-            try:
-                values = list(map(encode_record, records))
-            except ValueError:  # some result is not finite (rare): dead-letter those, record by record
-                values = None
-            if values is not None:
-                self.keys.extend([key] * count)
-                self.values.extend(values)
+            if all(map(is_finite_result, records)):
+                self.keys.extend([key] * len(records))
+                self.values.extend(map(encode_record, records))
                 continue
-            for record in records:
-                try:
-                    value = encode_record(record)
-                except ValueError:
-                    self.dead_letter_rows.append(len(self.values))
-                    self.keys.append(None)
-                    self.values.append(dead_letter(NOT_FINITE, None, STAGE, topic=input_topic,
-                                                   output=json.dumps(record, default=repr)))
+            for record in records:  # rare: some result is not finite
+                if is_finite_result(record):
+                    self.keys.append(key)
+                    self.values.append(encode_record(record))
                     continue
-                self.keys.append(key)
-                self.values.append(value)
-        self._held = []
+                self.dead_letter_rows.append(len(self.values))
+                self.keys.append(None)
+                self.values.append(dead_letter(Rejection.NOT_FINITE.reason(), None, STAGE, topic=input_topic,
+                                               output=json.dumps(record, default=repr)))
 
     def frame(self) -> pd.DataFrame:
         """The records as the processor's one output row."""
@@ -232,7 +181,6 @@ class Emitted:
         records = pa.RecordBatch.from_arrays([pa.array(kinds), pa.array(self.keys, pa.string()),
                                               pa.array(self.values, pa.binary())], schema=EMITTED_ARROW_SCHEMA)
         return pd.DataFrame({"records": [records.serialize().to_pybytes()]})
-
 
 
 def unpack_emitted(blobs: Iterable[bytes]) -> pa.Table:

@@ -17,10 +17,10 @@ import pytest
 from conftest import EVENTS_FILE
 from kafka_joiner_support import as_multiset, offline_join, rows_as_records
 from local_stream_buffer.batch import join_batch
+from local_stream_buffer.order import order_verdicts
 from local_stream_buffer.specs import SpecResolver
-from spark_joiner.order import order_verdicts
 from spark_joiner.parse import pack, unpack
-from spark_joiner.processor import OUT, join_rows, unpack_emitted
+from spark_joiner.processor import OUT, join_bucket, unpack_emitted
 from spark_support import routed_rows
 
 
@@ -38,7 +38,7 @@ def run_batches(records, raw=(), batches=3, seed=0):
         batch = rows.take(pa.array(shuffled))
         assert not batch.column("offset").to_pandas().is_monotonic_increasing  # really out of offset order
         for blob in pack(batch).column("rows").to_pylist():
-            emitted = join_rows(SpecResolver(), unpack([blob]), states, "machine.data", 10_000)
+            emitted = join_bucket(SpecResolver(), unpack([blob]), states, "machine.data", 10_000)
             if emitted:  # through the processor's packed output row, as the sink reads it
                 records = unpack_emitted(emitted.frame()["records"]).to_pydict()
                 for kind, value in zip(records["kind"], records["value"]):
