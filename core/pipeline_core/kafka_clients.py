@@ -93,6 +93,20 @@ def retry_transient(call: Callable[[], T], *, what: str, deadline_s: float = DEF
         pause = min(pause * 2, max_pause_s)
 
 
+# Delivery errors caused by the record itself (its size, its format): no retry or restart helps,
+# the record goes to the dead-letter topic. Every other delivery error is Kafka's or the client's.
+RECORD_ERRORS = frozenset((KafkaError.MSG_SIZE_TOO_LARGE, KafkaError.RECORD_LIST_TOO_LARGE,
+                           KafkaError.INVALID_RECORD, KafkaError.INVALID_MSG_SIZE))
+# Errors only an administrator fixes (credentials, ACLs).
+ACCESS_ERRORS = frozenset((KafkaError.TOPIC_AUTHORIZATION_FAILED, KafkaError.CLUSTER_AUTHORIZATION_FAILED,
+                           KafkaError._AUTHENTICATION, KafkaError.SASL_AUTHENTICATION_FAILED))
+
+
+def refused_for_itself(error: KafkaError) -> bool:
+    """True when Kafka refused a record for what the record is."""
+    return error.code() in RECORD_ERRORS and not error.fatal()
+
+
 def producer_config(bootstrap_servers: str, **overrides: Any) -> dict[str, Any]:
     """An idempotent producer: acks=all, no reordering or duplicates on retry, batched by linger."""
     config: dict[str, Any] = {

@@ -8,16 +8,22 @@
 `machine.out` carries join results in the same shape (plus provenance fields), keyed by the
 result quantity. `machine.dlq` carries `DeadLetter` envelopes: the original payload and the reason
 it was rejected, so nothing a user sent is ever lost silently.
+
+`decode_record` checks what `pipeline_core.validation` defines: thing and quantity are names (the
+thing without a dot), `phenomenonTime` is epoch milliseconds within the valid range (taken as it
+is, never re-interpreted), `result` is a finite number.
 """
 from __future__ import annotations
 
 import base64
 import json
-import math
 import time
 from typing import Any, TypedDict
 
 import orjson
+
+from .timestamps import EARLIEST_MS, LATEST_MS, VALID_RANGE
+from .validation import describe, is_finite_number, name_problem, thing_problem
 
 REQUIRED_FIELDS = ("thing", "quantity", "phenomenonTime", "result")
 
@@ -53,18 +59,6 @@ def encode_record(record: MachineRecord | dict[str, Any]) -> bytes:
         return json.dumps(record, separators=(",", ":"), allow_nan=False).encode()
 
 
-def is_finite_number(value: Any) -> bool:
-    """True for int/float values that are finite as a float (bool is not a number here)."""
-    if type(value) is float:
-        return math.isfinite(value)
-    if not isinstance(value, (int, float)) or isinstance(value, bool):
-        return False
-    try:
-        return math.isfinite(value)
-    except OverflowError:  # an int beyond the float range
-        return False
-
-
 def decode_record(payload: bytes | str | None) -> MachineRecord:
     """Parse and validate one machine.data / machine.out record, or raise `InvalidRecord`."""
     if payload is None:
@@ -83,13 +77,22 @@ def decode_record(payload: bytes | str | None) -> MachineRecord:
         raise InvalidRecord(f"missing field(s): {', '.join(missing)}") from None
     # Checked in the order a valid record passes fastest; this runs once per record on every stage.
     if type(thing) is not str or not thing:
-        raise InvalidRecord(f"thing must be a non-empty string, got {thing!r}")
+        raise InvalidRecord(f"thing must be a non-empty string, got {describe(thing)}")
     if type(quantity) is not str or not quantity:
-        raise InvalidRecord(f"quantity must be a non-empty string, got {quantity!r}")
+        raise InvalidRecord(f"quantity must be a non-empty string, got {describe(quantity)}")
+    problem = thing_problem(thing)
+    if problem is not None:
+        raise InvalidRecord(f"thing {describe(thing)} {problem}")
+    problem = name_problem(quantity)
+    if problem is not None:
+        raise InvalidRecord(f"quantity {describe(quantity)} {problem}")
     if not is_finite_number(phenomenon_time):
-        raise InvalidRecord(f"phenomenonTime must be a finite number, got {phenomenon_time!r}")
+        raise InvalidRecord(f"phenomenonTime must be a finite number, got {describe(phenomenon_time)}")
+    if not EARLIEST_MS <= phenomenon_time < LATEST_MS:
+        raise InvalidRecord(f"phenomenonTime {describe(phenomenon_time)} is outside the valid time range "
+                            f"(epoch milliseconds of {VALID_RANGE})")
     if not is_finite_number(result):
-        raise InvalidRecord(f"result must be a finite number, got {result!r}")
+        raise InvalidRecord(f"result must be a finite number, got {describe(result)}")
     return record  # type: ignore[return-value]
 
 
@@ -98,7 +101,8 @@ def _parse_leniently(payload: bytes | str) -> Any:
     reason names the offending field rather than just "malformed JSON"."""
     try:
         return json.loads(payload)
-    except (UnicodeDecodeError, json.JSONDecodeError) as error:
+    # ValueError: also an integer of more digits than Python converts; RecursionError: deep nesting.
+    except (ValueError, RecursionError) as error:
         raise InvalidRecord(f"malformed JSON: {error}") from None
 
 
@@ -115,3 +119,11 @@ def dead_letter(reason: str, payload: bytes | str | None, stage: str, **context:
         envelope["payload"] = payload
     # NaN/inf inside a rejected record must not make the envelope itself unencodable.
     return json.dumps(envelope, separators=(",", ":"), default=repr).encode()
+
+
+def payload_omitted(letter: bytes, why: str, stage: str) -> bytes:
+    """The dead letter that replaces one Kafka refused for its size: the start of the refused
+    envelope (its reason and origin come before the payload) and its size, without the payload."""
+    return dead_letter(f"Kafka refused a dead letter of {len(letter)} bytes ({why}); its payload is omitted",
+                       None, stage, refusedDeadLetter=letter[:1000].decode("utf-8", "replace"),
+                       refusedDeadLetterBytes=len(letter))

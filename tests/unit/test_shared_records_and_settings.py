@@ -23,11 +23,25 @@ def test_round_trip_and_key() -> None:
     (b"[1, 2]", "expected a JSON object"),
     (json.dumps({**GOOD, "result": "fast"}).encode(), "result must be a finite number"),
     (json.dumps({**GOOD, "result": True}).encode(), "result must be a finite number"),
-    (b'{"thing": "R0815", "quantity": "q", "phenomenonTime": 1, "result": NaN}', "result must be a finite number"),
+    (b'{"thing": "R0815", "quantity": "q", "phenomenonTime": 1554096460415, "result": NaN}',
+     "result must be a finite number"),
     (json.dumps({k: v for k, v in GOOD.items() if k != "thing"}).encode(), "missing field(s): thing"),
     (json.dumps({**GOOD, "quantity": ""}).encode(), "quantity must be a non-empty string"),
     (b"\xff\xfe", "malformed JSON"),
     (None, "empty record: no value"),
+    (b"[" * 100_000 + b"]" * 100_000, "malformed JSON"),
+    (b'{"result": 1' + b"0" * 5000 + b"}", "malformed JSON"),  # more digits than Python reads
+    # Names: valid Unicode, printable, no backslash, bounded; the thing without the key's dot.
+    (json.dumps({**GOOD, "thing": "\ud800"}).encode(), "not printable"),
+    (b'{"thing": "\xed\xa0\x80", "quantity": "q", "phenomenonTime": 1554096460415, "result": 1}', "not printable"),
+    (json.dumps({**GOOD, "quantity": "a\nb"}).encode(), "not printable"),
+    (json.dumps({**GOOD, "quantity": "a\\"}).encode(), "backslash"),
+    (json.dumps({**GOOD, "thing": "plant.R0815"}).encode(), "ends the thing in the record key"),
+    (json.dumps({**GOOD, "quantity": "q" * 257}).encode(), "longer than 256"),
+    # Times: epoch milliseconds of the valid range, taken as they are.
+    (json.dumps({**GOOD, "phenomenonTime": 1554096460}).encode(), "outside the valid time range"),
+    (json.dumps({**GOOD, "phenomenonTime": 1e20}).encode(), "outside the valid time range"),
+    (json.dumps({**GOOD, "phenomenonTime": "2019-04-01T05:27:40Z"}).encode(), "phenomenonTime must be a finite"),
 ])
 def test_invalid_records_say_why(payload: bytes, reason: str) -> None:
     with pytest.raises(InvalidRecord, match=reason.replace("(", r"\(").replace(")", r"\)")):
@@ -38,7 +52,13 @@ def test_integers_beyond_64_bits_are_encoded_and_beyond_floats_refused() -> None
     huge = {**GOOD, "result": -(2**70)}
     assert decode_record(encode_record(huge)) == huge
     with pytest.raises(InvalidRecord, match="result must be a finite number"):
-        decode_record(b'{"thing": "R0815", "quantity": "q", "phenomenonTime": 1, "result": 1' + b"0" * 400 + b"}")
+        decode_record(b'{"thing": "R0815", "quantity": "q", "phenomenonTime": 1554096460415, "result": 1'
+                      + b"0" * 400 + b"}")
+
+
+def test_a_quantity_may_hold_a_dot_and_names_may_hold_spaces_and_any_script() -> None:
+    record = {**GOOD, "thing": "Säge 4", "quantity": "axis.speed / 1/min"}
+    assert decode_record(encode_record(record)) == record
 
 
 def test_encoding_refuses_nan_rather_than_writing_invalid_json() -> None:
