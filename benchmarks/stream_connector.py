@@ -38,7 +38,7 @@ from pipeline_core.settings import ConnectionSettings, load_settings
 from pipeline_core.topics import MACHINE_DATA, MACHINE_DLQ, ensure_topics
 
 from pipeline_core.mqtt import drop_session, open_session
-from stream_connector.rows import ROW_FIELDS
+from pipeline_core.validation import ROW_FIELDS
 
 @dataclass(frozen=True)
 class Result:

@@ -6,6 +6,16 @@ connector read but did not finish, and rows published while it was down, are red
 broker when it comes back. A crash can therefore repeat rows, as exact copies of their records,
 which the join engine and the database connector absorb.
 
+No row stops it. A row that is not a valid row (`pipeline_core.validation`), and a record Kafka
+refuses for the record itself (too large), go to machine.dlq with the reason; should processing a
+row fail in a way nobody foresaw, that row is dead-lettered too, so it cannot stop the connector
+on every restart. Kafka being away is no fault of any row: the producer never gives up on a
+record (no delivery timeout by default), the rows stay unacknowledged, and the broker queues the
+rows behind them until Kafka is back. What a restart of the Kafka client fixes (a fatal producer
+error, a deleted topic, a finite `--delivery-timeout-ms` running out) the connector does itself:
+a fresh producer, and the broker sends the unacknowledged rows again. It exits only when it needs
+someone: the broker refuses its credentials or subscription, or Kafka its access to a topic.
+
 One thread does everything: MQTT reads, splitting, `produce`, delivery callbacks and acks; the
 Kafka client batches and sends in its own native threads.
 """
@@ -22,14 +32,14 @@ from dataclasses import dataclass
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
 from paho.mqtt.enums import MQTTErrorCode, MQTTProtocolVersion
 
-from pipeline_core.kafka_clients import admin_client, produce, producer_config
+from pipeline_core.kafka_clients import (ACCESS_ERRORS, KafkaStartupError, admin_client, produce, producer_config,
+                                         refused_for_itself)
 from pipeline_core.logs import announce_ready
-from pipeline_core.partitioning import thing_partition
-from pipeline_core.records import dead_letter, encode_record, record_key
+from pipeline_core.mqtt import FastClient, new_client, pump
+from pipeline_core.records import dead_letter, payload_omitted
 from pipeline_core.topics import MACHINE_DATA, MACHINE_DLQ, ensure_topics, partition_count
 
-from pipeline_core.mqtt import FastClient, new_client, pump
-from .rows import split_row
+from .rows import kafka_messages, split_row
 from .settings import ConnectorSettings
 
 log = logging.getLogger(__name__)
@@ -38,18 +48,28 @@ STAGE = "stream_connector"
 # A dead letter that Kafka refuses for its size keeps this much of the payload, plus its size.
 TRUNCATED_PAYLOAD_BYTES = 1_000_000
 MAX_RECONNECT_DELAY_S = 5.0
+MAX_KAFKA_RETRY_DELAY_S = 30.0
+# Records in the producer's queue before `produce` waits: far above what the broker's window of
+# unacknowledged rows (max_inflight_messages) times a row's quantities can put there, so the loop
+# never blocks on a full queue while Kafka is away (and keeps answering the broker's keepalive).
+PRODUCER_QUEUE_MESSAGES = 1_000_000
 
 
 class PendingRow:
-    """An MQTT message whose records are on their way to Kafka; acked when `remaining` is 0."""
+    """An MQTT message whose records are on their way to Kafka; acked when `remaining` is 0.
 
-    __slots__ = ("mid", "qos", "remaining", "error")
+    `failed`: a record of it did not reach Kafka for a reason not its own; the row must not be
+    acknowledged, the broker sends it again. `abandoned`: the connector let the row go (a new MQTT
+    connection or Kafka client); the broker sends it again, and late callbacks are ignored."""
+
+    __slots__ = ("mid", "qos", "remaining", "failed", "abandoned")
 
     def __init__(self, mid: int, qos: int) -> None:
         self.mid = mid
         self.qos = qos
         self.remaining = 0
-        self.error: KafkaError | None = None
+        self.failed = False
+        self.abandoned = False
 
 
 @dataclass
@@ -60,23 +80,34 @@ class Counters:
     rejected_rows: int = 0
     acked: int = 0
     reconnects: int = 0
+    kafka_restarts: int = 0
 
 
 class Connector:
     def __init__(self, settings: ConnectorSettings) -> None:
         self.settings = settings
         self.counters = Counters()
-        self.producer = Producer(producer_config(settings.kafka_bootstrap_servers,
-                                                 **{"linger.ms": settings.linger_ms}))
+        self.producer = self._new_producer()
         self.client = self._new_mqtt_client()
         # Rows in arrival order: MQTT wants QoS 1 acks in the order the messages came.
         self.unacked: deque[PendingRow] = deque()
         self.subscribed = False
         self.stopping = False
+        # Set when the connector must stop: says what is wrong and what to do.
         self.failure: str | None = None
+        # Set when Kafka failed in a way a fresh producer fixes; the loop restarts the Kafka side.
+        self.kafka_trouble: str | None = None
+        self.kafka_retry_delay_s = 0.5
         # Records go to the partition of their thing (see pipeline_core.partitioning): a joiner finds a machine's
         # joined quantities together. Read from the topic on start.
         self.data_partitions = MACHINE_DATA.partitions
+
+    def _new_producer(self) -> Producer:
+        return Producer(producer_config(self.settings.kafka_bootstrap_servers, **{
+            "linger.ms": self.settings.linger_ms,
+            # 0 (the default): never give up on a record while Kafka is away; see the module docstring.
+            "message.timeout.ms": self.settings.delivery_timeout_ms,
+            "queue.buffering.max.messages": PRODUCER_QUEUE_MESSAGES}))
 
     # --- MQTT side -----------------------------------------------------------------------------
 
@@ -105,7 +136,8 @@ class Connector:
 
     def _on_connect(self, client, userdata, flags, reason_code, properties) -> None:
         if reason_code.is_failure:
-            self.failure = f"MQTT broker refused the connection: {reason_code}"
+            self.failure = (f"MQTT broker refused the connection: {reason_code}; check --mqtt-username/"
+                            "--mqtt-password (MQTT_USERNAME/MQTT_PASSWORD) and the broker's ACL, then start again")
             return
         log.info("connected to MQTT %s:%d as %r (session present: %s)", self.settings.mqtt_host,
                  self.settings.mqtt_port, self.settings.mqtt_client_id, flags.session_present)
@@ -116,7 +148,8 @@ class Connector:
     def _on_subscribe(self, client, userdata, mid, reason_codes, properties) -> None:
         refused = [code for code in reason_codes if code.is_failure]
         if refused:
-            self.failure = f"MQTT broker refused the subscription to {self.settings.mqtt_topic!r}: {refused[0]}"
+            self.failure = (f"MQTT broker refused the subscription to {self.settings.mqtt_topic!r}: {refused[0]}; "
+                            "check --mqtt-topic and the broker's ACL, then start again")
             return
         self.subscribed = True
 
@@ -124,28 +157,34 @@ class Connector:
         self.counters.rows += 1
         pending = PendingRow(message.mid, message.qos)
         self.unacked.append(pending)
-        split = split_row(message.payload, self.settings.max_payload_bytes)
         delivered = self._delivery_callback(pending)
-        data_topic = self.settings.data_topic
-        partitions = self.data_partitions
-        for record in split.records:
-            thing = record["thing"]
-            self._produce(data_topic, encode_record(record), record_key(thing, record["quantity"]),
-                          pending, delivered, partition=thing_partition(thing, partitions))
-        self.counters.records += len(split.records)
-        if split.rejections:
-            self.counters.rejected_rows += 1
-            self._dead_letter(pending, delivered, "; ".join(split.rejections), message.payload, message.topic,
-                              rejectedQuantities=split.rejected_quantities or None)
+        settings = self.settings
+        try:
+            try:
+                split = split_row(message.payload, settings.max_payload_bytes, settings.max_quantities)
+                # Every record encoded before the first is produced: a row goes out whole or not at all.
+                records = kafka_messages(split.records, self.data_partitions)
+            except Exception as error:  # noqa: BLE001 - a defect this row shows: dead-letter it, never stop on it
+                log.exception("could not process a row of %d bytes; dead-lettering it", len(message.payload))
+                self.counters.rejected_rows += 1
+                self._dead_letter(pending, delivered, f"the connector could not process the row: {error!r}"[:1000],
+                                  message.payload, message.topic)
+                return
+            for value, key, partition in records:
+                self._produce(settings.data_topic, value, key, pending, delivered, partition=partition)
+            self.counters.records += len(records)
+            if split.rejections:
+                self.counters.rejected_rows += 1
+                self._dead_letter(pending, delivered, "; ".join(split.rejections), message.payload, message.topic,
+                                  rejectedQuantities=split.rejected_quantities or None)
+        except KafkaException as error:  # the producer itself failed (fatal state, unknown topic, ...)
+            self._kafka_failed(pending, error.args[0])
 
     def _ack_delivered(self) -> None:
         """Acknowledge, in order, every row whose records Kafka has all confirmed."""
         unacked, done = self.unacked, []
-        while unacked and unacked[0].remaining == 0:
+        while unacked and unacked[0].remaining == 0 and not unacked[0].failed:
             pending = unacked[0]
-            if pending.error is not None:
-                self.failure = f"Kafka did not take a record: {pending.error}"
-                break
             unacked.popleft()
             if pending.qos == 1:  # a QoS 0 row has nothing to acknowledge
                 done.append(pending.mid)
@@ -155,19 +194,63 @@ class Connector:
     # --- Kafka side ----------------------------------------------------------------------------
 
     def _delivery_callback(self, pending: PendingRow):
-        """One callback for all records of a row: counts them down, keeps the first real error."""
+        """One callback for all records of a row: counts them down; a record Kafka refuses for itself
+        is dead-lettered, any other failure keeps the row unacknowledged (see `_kafka_failed`)."""
 
         def delivered(error: KafkaError | None, message: Message) -> None:
-            if error is not None and not self._dead_letter_refused_record(pending, delivered, error, message):
-                pending.error = error
+            if pending.abandoned:
+                return
             pending.remaining -= 1
+            if error is None:
+                self.kafka_retry_delay_s = 0.5
+            elif refused_for_itself(error):
+                try:
+                    self._dead_letter_refused_record(pending, delivered, error, message)
+                except KafkaException as failure:
+                    self._kafka_failed(pending, failure.args[0])
+            else:
+                self._kafka_failed(pending, error)
 
         return delivered
 
-    def _produce(self, topic: str, value: bytes, key: str | None, pending: PendingRow, delivered,
+    def _last_resort_callback(self, pending: PendingRow):
+        """The callback of a dead letter sent without its payload: if Kafka refuses even that, it
+        takes someone to change the topic."""
+
+        def delivered(error: KafkaError | None, _message: Message) -> None:
+            if pending.abandoned:
+                return
+            pending.remaining -= 1
+            if error is None:
+                return
+            if refused_for_itself(error):
+                pending.failed = True
+                self.failure = (f"Kafka refuses even a dead letter without payload on {self.settings.dlq_topic} "
+                                f"({error.str()}): raise that topic's max.message.bytes, then start the connector "
+                                "again")
+            else:
+                self._kafka_failed(pending, error)
+
+        return delivered
+
+    def _kafka_failed(self, pending: PendingRow, error: KafkaError) -> None:
+        """A record did not reach Kafka, for no fault of its own: the row stays unacknowledged."""
+        pending.failed = True
+        if error.code() in ACCESS_ERRORS:
+            self.failure = (f"Kafka refused access ({error.str()}): grant the connector's principal Describe "
+                            f"and Write on the topics {self.settings.data_topic} and {self.settings.dlq_topic} "
+                            "(and Create, or create them), then start it again")
+        elif self.kafka_trouble is None:
+            self.kafka_trouble = error.str()
+
+    def _produce(self, topic: str, value: bytes, key: bytes | None, pending: PendingRow, delivered,
                  **options: int) -> None:
         pending.remaining += 1
-        produce(self.producer, topic, value, key, on_delivery=delivered, **options)
+        try:
+            produce(self.producer, topic, value, key, on_delivery=delivered, **options)
+        except KafkaException:
+            pending.remaining -= 1  # no callback will come for it
+            raise
 
     def _dead_letter(self, pending: PendingRow, delivered, reason: str, payload: bytes, mqtt_topic: str,
                      **context) -> None:
@@ -177,7 +260,6 @@ class Connector:
         except KafkaException as error:
             if error.args[0].code() != KafkaError.MSG_SIZE_TOO_LARGE:
                 raise
-            pending.remaining -= 1
             log.error("dead letter of %d bytes is too large for Kafka; keeping the first %d bytes",
                       len(letter), TRUNCATED_PAYLOAD_BYTES)
             letter = dead_letter(f"{reason} (payload truncated to {TRUNCATED_PAYLOAD_BYTES} bytes for Kafka)",
@@ -187,13 +269,16 @@ class Connector:
         self.counters.dead_letters += 1
 
     def _dead_letter_refused_record(self, pending: PendingRow, delivered, error: KafkaError,
-                                    message: Message) -> bool:
-        """A record Kafka refuses for itself (not for a broken connection) goes to the DLQ, not lost."""
-        if message.topic() != self.settings.data_topic or error.retriable() or error.fatal():
-            return False
-        self._dead_letter(pending, delivered, f"Kafka refused the record: {error.str()}", message.value(),
-                          self.settings.mqtt_topic, key=(message.key() or b"").decode(errors="replace"))
-        return True
+                                    message: Message) -> None:
+        """A record Kafka refuses for itself goes to the DLQ, not lost. A dead letter refused for its
+        size goes again without the payload (only its size); one refused even then needs someone."""
+        key = (message.key() or b"").decode(errors="replace") or None
+        if message.topic() == self.settings.data_topic:
+            self._dead_letter(pending, delivered, f"Kafka refused the record: {error.str()}", message.value(),
+                              self.settings.mqtt_topic, key=key)
+            return
+        self._produce(self.settings.dlq_topic, payload_omitted(message.value() or b"", error.str(), STAGE), None,
+                      pending, self._last_resort_callback(pending))
 
     # --- Life cycle ----------------------------------------------------------------------------
 
@@ -201,13 +286,33 @@ class Connector:
         log.info("received %s: finishing what is in flight", signal.Signals(signum).name)
         self.stopping = True
 
-    def run(self) -> int:
-        """Bridge until SIGTERM/SIGINT or an unrecoverable error; returns the exit code."""
+    def _prepare_topics(self, *, without_end: bool = False) -> None:
+        """Create the topics if missing and read the data topic's partitions. At start, Kafka has
+        `--kafka-startup-deadline-s` to answer; `without_end` (a restart of the Kafka side while
+        running) waits for it as long as it takes, as the rows wait in the broker's queue."""
         admin = admin_client(self.settings.kafka_bootstrap_servers)
         deadline_s = self.settings.kafka_startup_deadline_s
-        ensure_topics(admin, (dataclasses.replace(MACHINE_DATA, name=self.settings.data_topic),
-                              dataclasses.replace(MACHINE_DLQ, name=self.settings.dlq_topic)), deadline_s=deadline_s)
-        self.data_partitions = partition_count(admin, self.settings.data_topic, deadline_s)
+        while not self.stopping:
+            try:
+                ensure_topics(admin, (dataclasses.replace(MACHINE_DATA, name=self.settings.data_topic),
+                                      dataclasses.replace(MACHINE_DLQ, name=self.settings.dlq_topic)),
+                              deadline_s=deadline_s)
+                self.data_partitions = partition_count(admin, self.settings.data_topic, deadline_s)
+                return
+            except KafkaStartupError as error:
+                if not without_end:
+                    raise
+                log.warning("%s; still waiting for Kafka", error)
+
+    def _pause(self, seconds: float) -> None:
+        """Wait, serving Kafka's callbacks, until `seconds` passed or a stop was requested."""
+        end = time.monotonic() + seconds
+        while not self.stopping and (left := end - time.monotonic()) > 0:
+            self.producer.poll(min(left, 0.2))
+
+    def run(self) -> int:
+        """Bridge until SIGTERM/SIGINT or an error that needs someone; returns the exit code."""
+        self._prepare_topics()
         self._connect()
         ready = False
         next_report = time.monotonic() + self.settings.stats_interval_s
@@ -219,6 +324,8 @@ class Connector:
                 self._reconnect(rc)
             self.producer.poll(0)
             self._ack_delivered()
+            if self.kafka_trouble is not None and self.failure is None:
+                self._restart_kafka_side()
             if not ready and self.subscribed:
                 ready = True
                 announce_ready(log, f"stream connector {self.settings.mqtt_topic!r} -> "
@@ -232,17 +339,40 @@ class Connector:
         log.warning("MQTT connection lost (%s); %d unacknowledged rows will be redelivered by the broker",
                     rc.name, len(self.unacked))
         # Their records may still reach Kafka; the broker sends the rows again, so they repeat exactly.
-        self.unacked.clear()
+        self._abandon_unacked()
         self.counters.reconnects += 1
+        self._connect()
+
+    def _abandon_unacked(self) -> None:
+        for pending in self.unacked:
+            pending.abandoned = True
+        self.unacked.clear()
+
+    def _restart_kafka_side(self) -> None:
+        """A fresh producer, and a new MQTT connection on which the broker sends every unacknowledged
+        row again, in order: what a restart of the connector would do, without exiting."""
+        log.error("Kafka did not take a record (%s): starting the Kafka client afresh in %.1f s; the broker sends "
+                  "the %d unacknowledged rows again", self.kafka_trouble, self.kafka_retry_delay_s, len(self.unacked))
+        self._abandon_unacked()
+        # Dropped records (their callbacks report a purge, ignored) come again with their rows.
+        self.producer.purge()
+        self.producer.poll(0)
+        self._pause(self.kafka_retry_delay_s)
+        self.kafka_retry_delay_s = min(self.kafka_retry_delay_s * 2, MAX_KAFKA_RETRY_DELAY_S)
+        self.producer = self._new_producer()
+        self.kafka_trouble = None
+        self.counters.kafka_restarts += 1
+        self._prepare_topics(without_end=True)
         self._connect()
 
     def _report(self, previous: tuple[float, int, int]) -> tuple[float, int, int]:
         now, counters = time.monotonic(), self.counters
         elapsed = max(now - previous[0], 1e-9)
         log.info("rows %d (%.0f/s), records %d (%.0f/s), rejected rows %d, dead letters %d, "
-                 "awaiting Kafka %d, reconnects %d", counters.rows, (counters.rows - previous[1]) / elapsed,
-                 counters.records, (counters.records - previous[2]) / elapsed, counters.rejected_rows,
-                 counters.dead_letters, len(self.unacked), counters.reconnects)
+                 "awaiting Kafka %d, reconnects %d, Kafka client restarts %d", counters.rows,
+                 (counters.rows - previous[1]) / elapsed, counters.records, (counters.records - previous[2]) / elapsed,
+                 counters.rejected_rows, counters.dead_letters, len(self.unacked), counters.reconnects,
+                 counters.kafka_restarts)
         return now, counters.rows, counters.records
 
     def _shutdown(self) -> int:

@@ -5,6 +5,7 @@ from dataclasses import dataclass
 
 from pipeline_core.settings import MACHINE_STATES_TOPIC, KafkaSettings, MqttSettings, setting
 from pipeline_core.topics import MACHINE_DATA, MACHINE_DLQ
+from pipeline_core.validation import DEFAULT_MAX_QUANTITIES, DEFAULT_MAX_ROW_BYTES
 
 
 @dataclass(frozen=True)
@@ -16,8 +17,14 @@ class ConnectorSettings(MqttSettings, KafkaSettings):
                                   "MQTT client id; fixed, so the broker keeps the session across restarts")
     data_topic: str = setting(MACHINE_DATA.name, "DATA_TOPIC", "Kafka topic for the records")
     dlq_topic: str = setting(MACHINE_DLQ.name, "DLQ_TOPIC", "Kafka topic for rejected input")
-    max_payload_bytes: int = setting(1_000_000, "CONNECTOR_MAX_PAYLOAD_BYTES",
-                                     "larger MQTT payloads are dead-lettered unread")
+    max_payload_bytes: int = setting(DEFAULT_MAX_ROW_BYTES, "CONNECTOR_MAX_PAYLOAD_BYTES",
+                                     "larger rows are dead-lettered unread")
+    max_quantities: int = setting(DEFAULT_MAX_QUANTITIES, "CONNECTOR_MAX_QUANTITIES",
+                                  "rows with more quantities are dead-lettered whole")
+    delivery_timeout_ms: int = setting(0, "CONNECTOR_DELIVERY_TIMEOUT_MS",
+                                       "how long Kafka may take to confirm a record before the connector starts "
+                                       "its Kafka client afresh and the broker sends the unacknowledged rows again; "
+                                       "0: wait without end, the client retrying in order and without duplicates")
     linger_ms: int = setting(5, "CONNECTOR_LINGER_MS", "Kafka producer linger (batching delay)")
     stats_interval_s: float = setting(10.0, "CONNECTOR_STATS_INTERVAL_S",
                                       "seconds between progress log lines")
