@@ -6,6 +6,7 @@ themselves) instead of losing them.
 """
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from dataclasses import dataclass, field
@@ -13,14 +14,15 @@ from dataclasses import dataclass, field
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 
 from pipeline_core.influx import influx_client
-from pipeline_core.kafka_clients import admin_client, consumer_config, producer_config
+from pipeline_core.kafka_clients import (ACCESS_ERRORS, admin_client, consumer_config, produce, producer_config,
+                                         refused_for_itself)
 from pipeline_core.lifecycle import StopSignal
 from pipeline_core.logs import announce_ready
 from pipeline_core.progress import Observation, ProgressReporter, StageCounters
-from pipeline_core.records import InvalidRecord, dead_letter, decode_record
+from pipeline_core.records import InvalidRecord, dead_letter, payload_omitted
 from pipeline_core.topics import partition_count
 
-from .points import PowerLevels, data_point, deadletter_point, joined_point
+from .points import PowerLevels, deadletter_point, record_line
 from .settings import DbConnectorSettings
 from .writer import InfluxWriter, WriteAborted
 
@@ -65,7 +67,7 @@ class DbConnector:
         static_membership = {"group.instance.id": settings.group_instance_id} if settings.group_instance_id else {}
         self._consumer = Consumer(consumer_config(settings.kafka_bootstrap_servers, settings.group_id,
                                                   **{"client.id": STAGE}, **static_membership))
-        self._producer = Producer(producer_config(settings.kafka_bootstrap_servers))
+        self._producer = self._new_producer()
         self._writer = InfluxWriter(influx_client(settings), settings.influxdb_database,
                                     retry_max_s=settings.retry_max_s, should_stop=self.stop.is_set,
                                     while_waiting=self._wait_polling)
@@ -74,8 +76,14 @@ class DbConnector:
         self._assignment_changed = False
         # Messages a paused consumer still handed out while InfluxDB was down: processed next.
         self._held_back: list[Message] = []
-        self._delivery_failures: list[str] = []
+        # Dead letters Kafka did not take in the last round of deliveries: (envelope, sent without its
+        # payload already, error).
+        self._refused: list[tuple[bytes, bool, KafkaError]] = []
         self._progress: ProgressReporter | None = None
+
+    def _new_producer(self) -> Producer:
+        # No delivery timeout: dead letters wait out a Kafka outage (their batch stays uncommitted).
+        return Producer(producer_config(self.settings.kafka_bootstrap_servers, **{"message.timeout.ms": 0}))
 
     def run(self) -> None:
         settings = self.settings
@@ -144,16 +152,18 @@ class DbConnector:
             batch.sources.append(message)
             return
         try:
-            if payload is None:
-                raise InvalidRecord("record without a value (a tombstone)")
-            record = decode_record(_as_text(payload))
             if topic == settings.out_topic:
-                line = joined_point(settings.joined_measurement, record, self._levels)
+                line = record_line(payload, settings.joined_measurement, self._levels)
             else:
-                line = data_point(settings.data_measurement, record)
+                line = record_line(payload, settings.data_measurement)
         except InvalidRecord as error:
             batch.dead_letters.append(dead_letter(str(error), payload, STAGE, topic=topic,
                                                   partition=partition, offset=offset))
+            return
+        except Exception as error:  # noqa: BLE001 - a defect this record shows: dead-letter it, never stop on it
+            log.exception("could not convert %s[%d]@%d; dead-lettering it", topic, partition, offset)
+            batch.dead_letters.append(dead_letter(f"the DB connector could not convert the record: {error!r}"[:1000],
+                                                  payload, STAGE, topic=topic, partition=partition, offset=offset))
             return
         batch.lines.append(line)
         batch.sources.append(message)
@@ -164,23 +174,24 @@ class DbConnector:
         batch = self._batch
         if batch.is_empty():
             return
+        # Both steps may wait out an outage while serving the group: a revocation meanwhile is noted.
         self._flushing = True
         try:
             rejected = self._writer.write(batch.lines)
+            dead_letters = list(batch.dead_letters)
+            for point in rejected:
+                source = batch.sources[point.index]
+                if source.topic() == self.settings.dlq_topic:
+                    # Never dead-letter a dead letter: that could loop. It stays in machine.dlq regardless.
+                    log.error("InfluxDB refused the count of dead letter %s[%d]@%d: %s", source.topic(),
+                              source.partition(), source.offset(), point.reason)
+                    continue
+                dead_letters.append(dead_letter(f"InfluxDB refused the point: {point.reason}", source.value(),
+                                                STAGE, topic=source.topic(), partition=source.partition(),
+                                                offset=source.offset()))
+            self._produce_dead_letters(dead_letters)
         finally:
             self._flushing = False
-        dead_letters = list(batch.dead_letters)
-        for point in rejected:
-            source = batch.sources[point.index]
-            if source.topic() == self.settings.dlq_topic:
-                # Never dead-letter a dead letter: that could loop. It stays in machine.dlq regardless.
-                log.error("InfluxDB refused the count of dead letter %s[%d]@%d: %s", source.topic(),
-                          source.partition(), source.offset(), point.reason)
-                continue
-            dead_letters.append(dead_letter(f"InfluxDB refused the point: {point.reason}", source.value(),
-                                            STAGE, topic=source.topic(), partition=source.partition(),
-                                            offset=source.offset()))
-        self._produce_dead_letters(dead_letters)
         self.counters.records_out += len(batch.lines) - len(rejected)
         self.counters.dead_letters += len(dead_letters)
         self.counters.batches += 1
@@ -195,20 +206,42 @@ class DbConnector:
         self._resume()
 
     def _produce_dead_letters(self, dead_letters: list[bytes]) -> None:
-        if not dead_letters:
-            return
-        for envelope in dead_letters:
-            self._producer.produce(self.settings.dlq_topic, envelope, on_delivery=self._on_delivery)
-            self._producer.poll(0)
-        remaining = self._producer.flush(60)
-        if remaining or self._delivery_failures:
-            # Raising keeps the offsets uncommitted: a restart re-reads and re-sends these records.
-            raise RuntimeError(f"dead letters not delivered to {self.settings.dlq_topic}: "
-                               f"{remaining} pending, errors {self._delivery_failures[:3]}")
+        """Deliver the batch's dead letters before its offsets are committed. While Kafka is away this
+        waits (serving the consumer group); a dead letter Kafka refuses for its size goes again
+        without its payload; after any other failure a fresh producer sends the letters again."""
+        waiting = [(envelope, False) for envelope in dead_letters]
+        retry_delay_s = 0.5
+        while waiting:
+            self._refused = []
+            for envelope, omitted in waiting:
+                produce(self._producer, self.settings.dlq_topic, envelope,
+                        on_delivery=functools.partial(self._on_delivery, omitted))
+            while self._producer.flush(0.5):
+                if self.stop.is_set():
+                    raise WriteAborted(f"stopped while dead letters waited for Kafka ({self.settings.dlq_topic})")
+                self._wait_polling(0.5)
+            waiting = []
+            for envelope, omitted, error in self._refused:
+                if error.code() in ACCESS_ERRORS:
+                    raise SystemExit(f"Kafka refused access to {self.settings.dlq_topic} ({error.str()}): grant the "
+                                     "DB connector's principal Write on it, then start it again")
+                if refused_for_itself(error) and omitted:
+                    raise SystemExit(f"Kafka refuses even a dead letter without payload on {self.settings.dlq_topic} "
+                                     f"({error.str()}): raise that topic's max.message.bytes, then start again")
+                if refused_for_itself(error):
+                    waiting.append((payload_omitted(envelope, error.str(), STAGE), True))
+                else:
+                    waiting.append((envelope, omitted))
+            if any(not refused_for_itself(error) for _, _, error in self._refused):
+                log.error("dead letters not delivered (%s): sending them again with a fresh producer in %.1f s",
+                          self._refused[0][2].str(), retry_delay_s)
+                self._wait_polling(retry_delay_s)
+                retry_delay_s = min(retry_delay_s * 2, self.settings.retry_max_s)
+                self._producer = self._new_producer()
 
-    def _on_delivery(self, error: KafkaError | None, _message: Message) -> None:
+    def _on_delivery(self, omitted: bool, error: KafkaError | None, message: Message) -> None:
         if error is not None:
-            self._delivery_failures.append(str(error))
+            self._refused.append((message.value() or b"", omitted, error))
 
     # -- outages and rebalances -------------------------------------------------------------------
 
@@ -266,12 +299,3 @@ class DbConnector:
                 lag += max(high - position.offset, 0)
                 known = True
         return lag if known else None
-
-
-def _as_text(payload: bytes) -> str | bytes:
-    """UTF-8 text when it is, so json.loads skips guessing the encoding of every record (a tenth of the
-    time per record); anything else is passed on unchanged for decode_record to reject with its reason."""
-    try:
-        return payload.decode("utf-8")
-    except UnicodeDecodeError:
-        return payload
