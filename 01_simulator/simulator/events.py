@@ -1,15 +1,22 @@
-"""Events files: one JSON row per line, plain, `.gz` or `.zip`; their replay order and repetition."""
+"""Events files: one JSON row per line, plain, `.gz` or `.zip`; their replay order and repetition.
+
+Rows are published as the file has them, their times included: the stream connector reads a row's
+time (`pipeline_core.timestamps.event_time_ms`) and dead-letters a row without a valid one. Here
+that reading only orders and paces the rows; a row whose time it cannot read keeps its place after
+the row before it in the file, and goes out as it is.
+"""
 from __future__ import annotations
 
 import gzip
 import io
 import json
+import math
 import zipfile
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any, TextIO
 
-from pipeline_core.timestamps import to_epoch_ms
+from pipeline_core.timestamps import InvalidTime, event_time_ms as time_of, shifted_time
 
 Row = dict[str, Any]
 ORDERS = ("time", "file")
@@ -62,12 +69,22 @@ def write_events(path: Path, rows: Iterable[Row]) -> int:
     return count
 
 
-def event_time_ms(row: Row) -> float:
-    """The row's Timestamp in epoch ms (any unit or ISO-8601), for ordering and pacing."""
+def event_time_ms(row: Row) -> float | None:
+    """The row's time in epoch ms, for ordering and pacing; None when it has no valid time."""
     try:
-        return float(to_epoch_ms(row["Timestamp"]))
-    except (KeyError, TypeError, ValueError) as error:
-        raise EventsFileError(f"row {row.get('id', '?')}: no usable Timestamp ({error!r})") from None
+        return float(time_of(row["Timestamp"]))
+    except (KeyError, InvalidTime):
+        return None
+
+
+def order_times(rows: list[Row]) -> list[float]:
+    """Each row's time for ordering: its own, or the one before it in the file when it has none."""
+    times, previous = [], -math.inf
+    for row in rows:
+        time_ms = event_time_ms(row)
+        previous = previous if time_ms is None else time_ms
+        times.append(previous)
+    return times
 
 
 def in_order(rows: list[Row], order: str) -> list[Row]:
@@ -75,7 +92,8 @@ def in_order(rows: list[Row], order: str) -> list[Row]:
     if order == "file":
         return rows
     if order == "time":
-        return sorted(rows, key=event_time_ms)
+        times = order_times(rows)
+        return [rows[index] for index in sorted(range(len(rows)), key=times.__getitem__)]
     raise EventsFileError(f"unknown order {order!r}; expected one of {', '.join(ORDERS)}")
 
 
@@ -83,18 +101,24 @@ def repeat(rows: list[Row]) -> Iterator[Row]:
     """The rows again and again, each pass later in time than the one before and with fresh ids.
 
     A machine never goes back in time across passes, and a repeated state is a new state, not a
-    duplicate of the first pass.
+    duplicate of the first pass. Each time is shifted as it is written (its unit, or ISO-8601).
     """
     if not rows:
         return
-    times = [event_time_ms(row) for row in rows]
-    period = max(times) - min(times) + 1
+    times = [time_ms for time_ms in map(event_time_ms, rows) if time_ms is not None]
+    period = max(times) - min(times) + 1 if times else 1
+    period = int(period) if period.is_integer() else period
     yield from rows
     passes = 1
     while True:
         shift = passes * period
-        for row, time_ms in zip(rows, times):
-            shifted = dict(row, Timestamp=int(time_ms + shift) if time_ms.is_integer() else time_ms + shift)
+        for row in rows:
+            shifted = dict(row)
+            if "Timestamp" in row:
+                try:
+                    shifted["Timestamp"] = shifted_time(row["Timestamp"], shift)
+                except InvalidTime:
+                    pass  # no time to shift: the row goes out as it is, for the connector to dead-letter
             if "id" in row:
                 shifted["id"] = f"{row['id']}/{passes}"
             yield shifted

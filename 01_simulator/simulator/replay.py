@@ -59,11 +59,17 @@ def due_times(settings: SimulatorSettings) -> Callable[[int, Row], float] | None
     if settings.speedup:
         first: list[float] = []
 
+        latest: list[float] = []
+
         def due(_index: int, row: Row) -> float:
+            # A row without a valid time goes out with the row before it.
             time_ms = event_time_ms(row)
+            if time_ms is None:
+                return latest[0] if latest else 0.0
             if not first:
                 first.append(time_ms)
-            return max(0.0, time_ms - first[0]) / 1000 / settings.speedup
+            latest[:] = [max(0.0, time_ms - first[0]) / 1000 / settings.speedup]
+            return latest[0]
 
         return due
     return None
