@@ -6,6 +6,7 @@ import base64
 import dataclasses
 import json
 import os
+import re
 
 from conftest import EVENTS_FILE
 from connector_support import connector, expected_records, read_rows, topic_size  # noqa: F401
@@ -35,7 +36,18 @@ BAD_ROWS: list[tuple[bytes, list[dict]]] = [
     (b'{"Thing": "BAD2", "Timestamp": 1554096462415, "good": -3.5, "flag": true, "none": null, '
      b'"list": [1], "object": {"a": 1}, "id": "r3"}',
      [{"thing": "BAD2", "quantity": "good", "phenomenonTime": T_MS + 2000, "result": -3.5, "id": "r3"}]),
-    (json.dumps({"Thing": "BAD3", "Timestamp": T_MS, "big": 1.0, "padding": "x" * 1_100_000}).encode(), []),
+    (json.dumps({"Thing": "BAD3", "Timestamp": T_MS, "big": 1.0, "padding": "x" * 70_000}).encode(), []),
+    # Each of these once stopped the connector or passed it silently.
+    (b'{"Thing": "BAD4\\ud800", "Timestamp": 1554096460415, "q": 1.0, "id": "escaped-surrogate"}', []),
+    (b'{"Thing": "BAD4\xed\xa0\x80", "Timestamp": 1554096460415, "q": 1.0, "id": "raw-surrogate"}', []),
+    (b'{"Thing": "BAD4", "Timestamp": 1e20, "q": 1.0, "id": "time-1e20"}', []),
+    (b'{"Thing": "BAD4", "Timestamp": 1e300, "q": 1.0, "id": "time-1e300"}', []),
+    (b'{"Thing": "plant.BAD4", "Timestamp": 1554096460415, "q": 1.0, "id": "dotted-thing"}', []),
+    (json.dumps({"Thing": "BAD4", "Timestamp": T_MS, "id": "many",
+                 **{f"q{index}": 1.0 for index in range(1001)}}).encode(), []),
+    (b"[" * 30_000 + b"]" * 30_000, []),  # nested deeper than any parser recurses, within the size limit
+    (b'{"Thing": "BAD5", "Timestamp": 1554096463415, "": 1.0, "\\udc00": 2.0, "ok": 3.0, "id": "r5"}',
+     [{"thing": "BAD5", "quantity": "ok", "phenomenonTime": T_MS + 3000, "result": 3.0, "id": "r5"}]),
 ]
 
 # The same instant in other units: all become epoch milliseconds.
@@ -76,11 +88,46 @@ def test_bad_input_is_dead_lettered_and_good_values_pass(connector, stack, boots
     for fragment in ("malformed JSON", "expected a JSON object", "missing field Thing", "missing field Timestamp",
                      "Thing must be a non-empty string", "is not a time", "not a finite time", "no quantity",
                      '"abc" is not a finite number', "nan: NaN", "inf: Infinity", "flag: true",
-                     "exceeds the limit of 1000000"):
+                     "exceeds the limit of 65536", 'Thing "BAD4\\ud800" contains a character that is not printable',
+                     "malformed JSON: not UTF-8", "Timestamp 1e+20 is outside the valid time range",
+                     "Timestamp 1e+300 is outside the valid time range", "ends the thing in the record key",
+                     "row carries 1001 quantities, over the limit of 1000", 'quantity name "" is empty',
+                     'quantity name "\\udc00" contains a character'):
         assert fragment in reasons, fragment
 
     assert bridge.process.poll() is None, bridge.log()
     wait_for(lambda: f"rejected rows {len(BAD_ROWS)}," in bridge.log(), 10, "the rejected-row count in the log")
+
+
+def test_poison_rows_ahead_of_good_ones_neither_stop_the_connector_nor_stay_in_its_session(connector, stack,
+                                                                                          bootstrap):
+    """A lone surrogate once stopped the connector unacknowledged, so the broker sent the row again on
+    every restart and the connector died on it again. Now poison is dead-lettered and acknowledged:
+    the good rows behind it arrive, and a restart finds nothing of it in the session."""
+    bridge = connector()
+    poison = [payload for payload, records in BAD_ROWS if not records]
+    good_rows = read_rows(EVENTS_FILE)[:50]
+    publisher = Publisher(stack, f"{bridge.client_id}-publisher")
+    publisher.connect()
+    for payload in poison + [json.dumps(row).encode() for row in good_rows]:
+        publisher.publish(bridge.mqtt_topic, payload)
+    assert publisher.drain(30) == 0
+    publisher.close()
+
+    expected = expected_records(good_rows)
+    data = read_topic(bootstrap, bridge.data_topic, expected=len(expected), deadline_s=60)
+    assert {json.dumps(json.loads(m.value), sort_keys=True) for m in data} == \
+        {json.dumps(record, sort_keys=True) for record in expected}
+    letters = read_topic(bootstrap, bridge.dlq_topic, expected=len(poison), deadline_s=60)
+    assert len(letters) == len(poison)
+    assert bridge.process.poll() is None, bridge.log()
+
+    assert bridge.terminate() == 0, bridge.log()
+    assert f"acknowledged {len(poison) + len(good_rows)}" in bridge.log()
+    bridge.start()
+    first_count = wait_for(lambda: re.search(r"rows \d+ \(", bridge.log()), 20, "the restarted connector's count")
+    assert first_count.group() == "rows 0 (", bridge.log()  # the session held nothing to send again
+    assert topic_size(bootstrap, bridge.dlq_topic) == len(poison)
 
 
 def test_a_record_kafka_refuses_is_dead_lettered_and_the_connector_goes_on(connector, bootstrap, stack):
@@ -90,10 +137,11 @@ def test_a_record_kafka_refuses_is_dead_lettered_and_the_connector_goes_on(conne
     small = f"machine.data.small.{unique('t').split('.', 1)[1]}"
     admin = admin_client(bootstrap)
     ensure_topics(admin, (dataclasses.replace(MACHINE_DATA, name=small,
-                                              config={**MACHINE_DATA.config, "max.message.bytes": "20000"}),))
+                                              config={**MACHINE_DATA.config, "max.message.bytes": "400"}),))
     try:
         bridge = connector("--data-topic", small)
-        incompressible = os.urandom(20_000).hex()
+        # A valid record of about 600 bytes (name and id at their 256-character limit) that lz4 cannot shrink.
+        incompressible, huge = os.urandom(128).hex(), "huge" + os.urandom(126).hex()
         publisher = Publisher(stack, f"{bridge.client_id}-publisher")
         publisher.connect()
 
@@ -101,7 +149,7 @@ def test_a_record_kafka_refuses_is_dead_lettered_and_the_connector_goes_on(conne
             publisher.publish(bridge.mqtt_topic, json.dumps(row))
             assert publisher.drain(30) == 0
 
-        send({"Thing": "BIG", "Timestamp": T_MS, incompressible: 1.0, "id": "huge"})
+        send({"Thing": "BIG", "Timestamp": T_MS, incompressible: 1.0, "id": huge})
         send({"Thing": "BIG", "Timestamp": T_MS + 1, "ok": 2.0, "id": "neighbour"})
         wait_for(lambda: topic_size(bootstrap, bridge.dlq_topic) >= 1, 30, "the refused record in the DLQ")
         send({"Thing": "BIG", "Timestamp": T_MS + 2, "ok": 3.0, "id": "later"})
@@ -113,8 +161,8 @@ def test_a_record_kafka_refuses_is_dead_lettered_and_the_connector_goes_on(conne
         letters = [json.loads(m.value) for m in read_topic(bootstrap, bridge.dlq_topic, idle_s=1.0)]
         dead = [json.loads(letter["payload"]) for letter in letters]
         assert all("Kafka refused the record" in letter["reason"] for letter in letters)
-        assert "huge" in [record["id"] for record in dead]
-        assert sorted(record["id"] for record in data + dead) == ["huge", "later", "neighbour"]
+        assert huge in [record["id"] for record in dead]
+        assert sorted(record["id"] for record in data + dead) == sorted([huge, "later", "neighbour"])
         assert data[-1]["id"] == "later"
         assert bridge.process.poll() is None, bridge.log()
     finally:
