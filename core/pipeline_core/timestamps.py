@@ -18,8 +18,9 @@ four units occupy four disjoint bands of magnitude, so a number's unit is the ba
 A number in none of the bands, a non-finite one or a string that is not ISO-8601 is no time:
 `InvalidTime` says why, and the row is dead-lettered. Nothing is rescaled until it fits.
 
-`to_epoch_seconds` and `to_epoch_ms` serve the join engine's seed-compatible API (`Record`), which
-takes a time of any magnitude and divides by 1000 until it looks like its unit.
+`to_epoch_seconds` serves the join engine's seed-compatible API (`Record`), which takes a time of
+any magnitude and divides by 1000 until it looks like seconds; the pipeline's records never pass
+through it.
 """
 
 from __future__ import annotations
@@ -112,6 +113,12 @@ def _iso_ms(text: str) -> int | float:
     return micros // 1000 if micros % 1000 == 0 else micros / 1000
 
 
+def _parse_iso8601(text: str) -> datetime:
+    moment = datetime.fromisoformat(text)
+    # A naive time is read as UTC, not as the host's local time (which the seed did by accident).
+    return moment if moment.tzinfo is not None else moment.replace(tzinfo=timezone.utc)
+
+
 def _whole_if_integer(millis: float) -> int | float:
     return int(millis) if millis.is_integer() else millis
 
@@ -129,14 +136,6 @@ def _quote(value: object) -> str:
 
 # Numbers at or above this are taken as finer than seconds (ms, µs, ns): 1e11 s lies in the year 5138.
 SECONDS_LIMIT = 1e11
-# Likewise for milliseconds: at or above this a number is taken as µs or ns.
-MILLISECONDS_LIMIT = 1e14
-
-
-def _parse_iso8601(text: str) -> datetime:
-    moment = datetime.fromisoformat(text)
-    # A naive time is read as UTC, not as the host's local time (which the seed did by accident).
-    return moment if moment.tzinfo is not None else moment.replace(tzinfo=timezone.utc)
 
 
 def _require_number(value: object) -> numbers.Real:
@@ -156,22 +155,5 @@ def to_epoch_seconds(value: float | int | str) -> float | int:
         return (_parse_iso8601(value) - _EPOCH) / _MICROSECOND / 1e6
     value = _require_number(value)
     while value >= SECONDS_LIMIT:
-        value /= 1000
-    return value
-
-
-def to_epoch_ms(value: float | int | str) -> float | int:
-    """Epoch milliseconds from a number in s, ms, µs or ns or an ISO-8601 string.
-
-    Numbers below 1e11 are seconds, numbers in [1e11, 1e14) are already milliseconds (kept as they are, so
-    integer milliseconds stay exact integers), larger ones are divided by 1000 until they are milliseconds.
-    """
-    if isinstance(value, str):
-        micros = (_parse_iso8601(value) - _EPOCH) // _MICROSECOND
-        return micros // 1000 if micros % 1000 == 0 else micros / 1000
-    value = _require_number(value)
-    if value < SECONDS_LIMIT:
-        return value * 1000
-    while value >= MILLISECONDS_LIMIT:
         value /= 1000
     return value

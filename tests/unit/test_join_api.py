@@ -7,7 +7,7 @@ import logging
 import pytest
 
 from local_stream_buffer import IngestStatus, JoinCase, Record, StreamBuffer, record_from_dict
-from pipeline_core.timestamps import to_epoch_ms, to_epoch_seconds
+from pipeline_core.timestamps import to_epoch_seconds
 
 
 @pytest.mark.parametrize("value, seconds", [
@@ -22,15 +22,6 @@ from pipeline_core.timestamps import to_epoch_ms, to_epoch_seconds
 def test_times_are_normalised_to_epoch_seconds(value, seconds) -> None:
     assert to_epoch_seconds(value) == pytest.approx(seconds, abs=1e-6)
     assert Record("q", timestamp=value).get_time() == pytest.approx(seconds, abs=1e-6)
-
-
-def test_times_are_normalised_to_epoch_ms() -> None:
-    assert to_epoch_ms(1554096460415) == 1554096460415  # exact int kept
-    assert to_epoch_ms(1554096460) == 1554096460000
-    assert to_epoch_ms(1554096460415123) == pytest.approx(1554096460415.123)
-    assert to_epoch_ms("2019-04-01T05:27:40.415") == 1554096460415
-    with pytest.raises(TypeError):
-        to_epoch_ms(True)
 
 
 def test_record_api() -> None:
@@ -102,5 +93,3 @@ def test_times_must_be_finite() -> None:
     for value in (float("nan"), float("inf")):
         with pytest.raises(ValueError):
             Record("q", timestamp=value)
-        with pytest.raises(ValueError):
-            to_epoch_ms(value)
