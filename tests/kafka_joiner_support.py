@@ -7,15 +7,19 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from collections import Counter
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from local_stream_buffer.keyed import KeyedJoiner
 from local_stream_buffer.status import IngestStatus
 from pipeline_core.kafka_clients import admin_client
+from pipeline_core.partitioning import thing_partition
 from pipeline_core.records import record_key
-from support import Message, read_topic, unique, wait_for
+from pipeline_core.topics import MACHINE_DATA
+from support import Message, produce_records, read_topic, unique, wait_for
 
 ROW_FIELDS = ("Thing", "Timestamp", "id")
 
@@ -29,6 +33,19 @@ def rows_as_records(path: Path, *, time_order: bool) -> list[dict[str, Any]]:
         {"thing": row["Thing"], "quantity": quantity, "phenomenonTime": row["Timestamp"], "result": value,
          "id": row["id"]}
         for row in rows for quantity, value in row.items() if quantity not in ROW_FIELDS
+    ]
+
+
+def machine_records(thing: str, first_tick: int, ticks: int, tick_ms: int = 100) -> list[dict[str, Any]]:
+    """Speed and torque of one axis of a synthetic machine, in time order (torque half a tick after speed),
+    from tick `first_tick` on: the records of later ticks continue the same two streams."""
+    start_ms = 1_700_000_000_000
+    return [
+        {"thing": thing, "quantity": quantity, "phenomenonTime": start_ms + tick * tick_ms + shift,
+         "result": value}
+        for tick in range(first_tick, first_tick + ticks)
+        for quantity, shift, value in (("actSpeed_C11", 0, 1000.0 + tick % 97), ("vaTorque_C11", tick_ms // 2,
+                                                                                   2.5 + tick % 13))
     ]
 
 
@@ -126,6 +143,84 @@ class JoinerProcess:
             self.process.send_signal(signal.SIGTERM)
             self.process.wait(deadline_s)
         return self.process.returncode
+
+
+def records_in(log: str) -> int:
+    """Input records the instance reported in its last progress line."""
+    lines = [line for line in log.splitlines() if "records in" in line]
+    return int(lines[-1].split("records in ")[1].split()[0]) if lines else 0
+
+
+def caught_up(log: str) -> bool:
+    """True once the last two progress lines after the instance's last assignment report the same records
+    in and no lag beyond a transaction marker per partition (frames of the repartition topic are
+    committed by transactions, whose markers take an offset after the last frame)."""
+    assigned = log.rfind("assigned ")
+    lines = [line for line in log[assigned:].splitlines() if "records in" in line] if assigned >= 0 else []
+    if len(lines) < 2:
+        return False
+    lag = int(lines[-1].split(", lag ")[1].split(",")[0])
+    return lag <= MACHINE_DATA.partitions and records_in(lines[-1]) == records_in(lines[-2])
+
+
+def restored(log: str) -> tuple[int, int]:
+    """(held records restored, changelog records read) of the instance's last assignment."""
+    lines = [line for line in log.splitlines() if "changelog records" in line]
+    words = lines[-1].split("restored ")[1].split()
+    return int(words[0]), int(words[4])
+
+
+@dataclass(frozen=True)
+class RestartRun:
+    """What a joiner restarted after a quiet machine's long silence read again, and how long it took."""
+
+    busy_records: int  # records of the other machines, all in the quiet machine's partition
+    re_read: int  # input records the restarted joiner read before it caught up
+    restored: int  # held records restored from the changelog
+    changelog_read: int  # changelog records read to restore them
+    restart_s: float  # from starting the process to caught up
+    rebuild_from_oldest_held: int  # what a restart re-reading from the oldest held record would read
+
+
+def restart_after_a_quiet_machine(bootstrap: str, topics: Any, joiners: list[JoinerProcess], log_dir: Path,
+                                  by_thing: bool, busy_ticks: int) -> RestartRun:
+    """One machine sends a few records and goes quiet, the others of its partition send `busy_ticks` ticks;
+    the joiner joins it all, is killed (-9) and restarted; then every machine sends more. Asserts that the
+    output equals the offline join of all records; returns what the restart re-read."""
+    partitions = MACHINE_DATA.partitions
+    home = thing_partition("quiet-1", partitions)
+    busy_things = [thing for thing in (f"busy-{index}" for index in range(1_000))
+                   if thing_partition(thing, partitions) == home][:3]
+    by_time = lambda records: sorted(records, key=lambda record: record["phenomenonTime"])  # noqa: E731
+    before = machine_records("quiet-1", 0, 3) + by_time(
+        record for thing in busy_things for record in machine_records(thing, 0, busy_ticks))
+    after = machine_records("quiet-1", 3, 3) + by_time(
+        record for thing in busy_things for record in machine_records(thing, busy_ticks, 10))
+    deadline_s = 90 + len(before) / 5_000
+    joiner = JoinerProcess(bootstrap, topics, new_group(), log_dir, "restarting",
+                           *(("--input-partitioned-by-thing",) if by_thing else ()))
+    joiners.append(joiner)
+    produce_records(bootstrap, topics.data, before, key=key_of, by_thing=by_thing)
+    joiner.start()
+    expected_before, _ = offline_join(before)
+    read_topic(bootstrap, topics.out, expected=len(expected_before), deadline_s=deadline_s)
+    wait_for(lambda: caught_up(joiner.log()), deadline_s, "the joiner to catch up")
+    joiner.kill()
+
+    started = time.monotonic()
+    joiner.start()
+    wait_for(lambda: caught_up(joiner.log()), deadline_s, "the restarted joiner to catch up")
+    restart_s = time.monotonic() - started
+    log = joiner.log()
+    held, changelog_read = restored(log)
+    re_read = records_in(log)
+
+    produce_records(bootstrap, topics.data, after, key=key_of, by_thing=by_thing)
+    expected, _ = offline_join(before + after)
+    outputs = read_outputs(bootstrap, topics.out, len(expected), deadline_s)
+    assert as_multiset([m.value for m in outputs]) == as_multiset(expected)
+    assert joiner.terminate() == 0
+    return RestartRun(len(before) - 6, re_read, held, changelog_read, restart_s, len(before))
 
 
 def delete_internal_topics(bootstrap: str, group_ids: list[str]) -> None:

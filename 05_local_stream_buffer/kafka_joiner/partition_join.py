@@ -1,17 +1,10 @@
 """The join of one partition of the co-partitioned topic: its state, where it commits, and how its frames
 are joined into outputs and dead letters.
 
-Per partition the joiner commits, in the transaction of its outputs, two positions:
-
-* the committed offset: the oldest frame (see `repartition`) with a record still held in a join buffer
-  (or the processed position when none is held), so a restart re-reads every record the state still needs;
-* the processed position (next offset to process), in the committed offset's metadata, so a restart
-  knows which of the re-read records already produced their outputs and dead letters.
-
-Frames between the two rebuild the state silently. This is exact because, without forcing, the join is
-a deterministic function of each key's two ordered streams: the state after re-reading holds the same
-records (every record a key still needs is at or after the committed offset), and pairs of released
-records cannot recur. See the package README for the argument in full.
+Per partition the joiner commits, in the transaction of its outputs, the processed position (the next
+frame to process) as the partition's offset, and writes what changed in the records its join holds to the
+changelog (see `changelog`). A restart restores the held records from the changelog and reads on from the
+processed position: what it re-reads is bounded by one transaction, however long a record stays held.
 """
 from __future__ import annotations
 
@@ -28,12 +21,15 @@ from local_stream_buffer.keyed import KeyedJoiner
 from local_stream_buffer.output import is_finite_result
 from local_stream_buffer.rejections import Rejection
 from local_stream_buffer.status import IngestStatus
+from .changelog import StateChanges, record_position
 from .progress import JoinerStats
 from .repartition import FramedRecord, misrouted
 from .transaction import Transaction
 
-METADATA_PREFIX = "lsb1:processed="
 STAGE = "kafka_joiner"
+# Commits of the joiner's earlier format: the committed offset was the oldest frame still held and this
+# metadata the processed position (the state was rebuilt from the input).
+_EARLIER_FORMAT = "lsb1:processed="
 # Records joined between two looks at whether the transaction is due: a batch of records that lie where
 # they are joined never commits midway; large frames of the repartition topic commit between them.
 _DUE_CHECK_RECORDS = 500
@@ -42,59 +38,61 @@ _REJECTED = IngestStatus.REJECTED
 _LATE = IngestStatus.LATE
 
 
-def encode_metadata(processed: int) -> str:
-    return f"{METADATA_PREFIX}{processed}"
-
-
-def decode_metadata(metadata: str | None) -> int | None:
-    """The processed position stored with a committed offset; None when absent or not ours."""
-    if not metadata or not metadata.startswith(METADATA_PREFIX):
-        return None
-    try:
-        return int(metadata[len(METADATA_PREFIX):])
-    except ValueError:
-        return None
-
-
 class PartitionJoin:
-    """The keyed join of one co-partitioned partition, rebuilt from its committed offset on assignment.
+    """The keyed join of one co-partitioned partition, restored from the changelog on assignment.
 
-    :param committed: the committed offset (None: nothing committed, start at the beginning).
-    :param processed: the processed position from the commit's metadata; frames below it rebuild silently.
+    :param new_joiner: an empty keyed join that calls the given hook when it lets go of a record.
+    :param committed: the committed offset, where processing resumes (None: nothing committed yet).
+    :param metadata: the committed offset's metadata.
     """
 
-    __slots__ = ("topic", "partition", "joiner", "committed", "processed", "position")
+    __slots__ = ("topic", "partition", "joiner", "changes", "committed", "position", "replay_below")
 
-    def __init__(self, topic: str, partition: int, joiner: KeyedJoiner, committed: int | None,
-                 processed: int | None) -> None:
+    def __init__(self, topic: str, partition: int, new_joiner: Callable[[Callable[[int], None]], KeyedJoiner],
+                 committed: int | None, metadata: str | None) -> None:
         self.topic = topic
         self.partition = partition
-        self.joiner = joiner
+        self.changes = StateChanges()
+        self.joiner = new_joiner(self.changes.released)
         self.committed = committed
-        # Without metadata (first run, or offsets committed by something else) nothing is replayed silently.
-        self.processed = processed if processed is not None and committed is not None else committed
         self.position: int | None = None  # next offset to ingest, once a frame arrived
+        # After an upgrade from the earlier format, frames up to its processed position rebuild the state
+        # silently, once; they go to the changelog like any other held record.
+        processed = _earlier_processed(metadata)
+        self.replay_below = processed if processed is not None and committed is not None else -1
+
+    def restore(self, held: list[tuple[int, bytes]]) -> int:
+        """Re-ingest the held records of the changelog, in their original order, silently; returns how many."""
+        ingest = self.joiner.ingest
+        for position, value in held:
+            ingest(decode_record(value), position)  # what it lets go of again gets its tombstone at the next commit
+        return len(held)
 
     def advance(self, offset: int) -> None:
         self.position = offset + 1
-        if self.processed is None or self.position > self.processed:
-            self.processed = self.position
 
     @property
-    def rebuilding(self) -> bool:
-        return self.processed is not None and (self.position or self.committed or 0) < self.processed
+    def replaying(self) -> bool:
+        return (self.position if self.position is not None else self.committed or 0) < self.replay_below
 
     def commit_position(self) -> TopicPartition | None:
-        """The offset (oldest held frame) and metadata (processed position) to commit, if anything moved."""
+        """The processed position to commit, if anything was processed."""
         if self.position is None:
             return None
-        if self.rebuilding:
-            # Mid-rebuild the held set is incomplete: keep the offset the rebuild started from.
-            offset = self.committed
-        else:
-            oldest = next(iter(self.joiner.held_sources()), None)
-            offset = self.processed if oldest is None else oldest
-        return TopicPartition(self.topic, self.partition, offset, metadata=encode_metadata(self.processed))
+        if self.replaying:
+            # Mid-replay after an upgrade: a restart must replay the same frames, so the commit stays as it was.
+            return TopicPartition(self.topic, self.partition, self.committed,
+                                  metadata=f"{_EARLIER_FORMAT}{self.replay_below}")
+        return TopicPartition(self.topic, self.partition, self.position)
+
+
+def _earlier_processed(metadata: str | None) -> int | None:
+    if not metadata or not metadata.startswith(_EARLIER_FORMAT):
+        return None
+    try:
+        return int(metadata[len(_EARLIER_FORMAT):])
+    except ValueError:
+        return None
 
 
 class FrameJoiner:
@@ -121,8 +119,9 @@ class FrameJoiner:
         """Join the frames among `messages` in order, each into its partition's join, until the transaction
         is due (checked every few hundred records); returns how many messages were handled.
 
-        Each record is held as the offset of its frame. Below the processed position records rebuild the
-        state silently; from there on they produce outputs and dead letters. (One loop over all records of
+        Each record is held as its place in the partition (`changelog.record_position`); what the join still
+        holds at the commit goes to the changelog. Outputs and dead letters come from records processed for
+        the first time (all of them, except while replaying after an upgrade). (One loop over all records of
         the batch: it is the hot path, run once per input record.)
         """
         transaction = self._transaction
@@ -144,12 +143,14 @@ class FrameJoiner:
                 join = joins.get(partition)
                 if join is not None:
                     ingest = join.joiner.ingest
-                    replay_below = join.processed if join.processed is not None else -1
+                    held_since_commit = join.changes.puts
+                    replay_below = join.replay_below
             if join is None:
                 continue  # not ours (any more): whoever owns the partition reads it
             frame_offset = message.offset()
             replay = frame_offset < replay_below
-            for framed in frame:
+            first_position = record_position(frame_offset, 0)
+            for slot, framed in enumerate(frame):
                 records_since_check += 1
                 try:
                     record = decode_record(framed.value)
@@ -163,7 +164,10 @@ class FrameJoiner:
                     if not replay:
                         self._dead_letter(str(error), framed)
                     continue
-                status, outputs, reason = ingest(record, frame_offset)
+                position = first_position + slot
+                status, outputs, reason = ingest(record, position)
+                if status is _ACCEPTED:
+                    held_since_commit[position] = framed.value
                 if replay:
                     rebuilt += 1
                     continue

@@ -15,7 +15,8 @@ class JoinerStats:
     records_in: int = 0  # records consumed from the input topic
     joinable: int = 0  # of those, records of a quantity some join spec uses
     joined_in: int = 0  # records ingested by the join (rebuild excluded)
-    rebuilt: int = 0  # records re-ingested silently to rebuild state
+    rebuilt: int = 0  # records re-ingested silently: held records restored from the changelog (or replayed)
+    state_records_read: int = 0  # changelog records read to restore them
     joins_out: int = 0  # output records committed
     dead_letters: int = 0  # records sent to the DLQ
     transactions: int = 0
@@ -39,7 +40,7 @@ class StateFigures(NamedTuple):
     lag: int  # records not yet processed
     held: int  # records held by the joins
     keys: int
-    rebuilding: int  # partitions still rebuilding their state
+    replaying: int  # partitions still replaying input after an upgrade from the earlier state format
     forced: int  # pending records forced out by the pending limit, in total
 
 
@@ -64,12 +65,12 @@ class ProgressLog:
         p50, p99 = stats.latency_percentiles(0.5, 0.99)
         self._logger.info(
             "records in %d (%.0f/s, %d joinable), joins out %d (%.0f/s), dlq %d, lag %d, "
-            "state %d held records in %d keys%s, %d records rebuilt, commit latency p50 %.0f ms p99 %.0f ms, "
+            "state %d held records in %d keys%s, %d records restored, commit latency p50 %.0f ms p99 %.0f ms, "
             "transactions %d (%d aborted)",
             stats.records_in, (stats.records_in - self._last_records) / elapsed, stats.joinable,
             stats.joins_out, (stats.joins_out - self._last_joins) / elapsed,
             stats.dead_letters, state.lag, state.held, state.keys,
-            f", {state.rebuilding} partitions rebuilding" if state.rebuilding else "", stats.rebuilt,
+            f", {state.replaying} partitions replaying" if state.replaying else "", stats.rebuilt,
             p50, p99, stats.transactions, stats.aborted)
         self._last_at = now
         self._last_records = stats.records_in
@@ -77,7 +78,8 @@ class ProgressLog:
         if not stats.keep_latencies:
             del stats.latencies_ms[:]
         if state.forced > self._forced_reported:
-            # Forcing follows arrival, which a rebuild after a crash need not reproduce: say so loudly.
+            # Forcing follows arrival and moves a stream's frontier past its held records, which a restore
+            # after a crash does not reproduce: say so loudly.
             self._logger.warning(
                 "%d pending records forced out by the pending limit (a stream of a key stalls); their pairs are "
                 "exact only if no restart happens before they are released", state.forced)

@@ -1,9 +1,9 @@
 """The partitions an instance owns, and their join state across rebalances.
 
-On assignment each partition of the co-partitioned topic gets a fresh join, read from its committed
-offset: frames below the processed position rebuild the state silently (see `partition_join`). Input
-partitions (input partitioned by key) resume after their last forwarded record. On revocation the
-caller commits first, then the partitions' state is dropped; whoever gets them rebuilds it the same way.
+On assignment each partition of the co-partitioned topic gets its join restored from the changelog (see
+`changelog`) and is read on from its committed offset, the processed position. Input partitions (input
+partitioned by key) resume after their last forwarded record. On revocation the caller commits first,
+then the partitions' state is dropped; whoever gets them restores it the same way.
 """
 from __future__ import annotations
 
@@ -15,8 +15,9 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaExcepti
 
 from local_stream_buffer.keyed import KeyedJoiner
 from .alignment import InputAlignment
-from .partition_join import PartitionJoin, decode_metadata
-from .progress import StateFigures
+from .changelog import Restorer
+from .partition_join import PartitionJoin
+from .progress import JoinerStats, StateFigures
 from .repartition import Forwarder
 from .transaction import KAFKA_TIMEOUT_S
 
@@ -29,15 +30,19 @@ class OwnedPartitions:
     """What this instance owns: every assigned partition with the offset it started from, and the join of
     each co-partitioned partition.
 
-    :param new_joiner: an empty keyed join for a co-partitioned partition.
+    :param new_joiner: an empty keyed join for a co-partitioned partition, given its release hook.
+    :param restorer: reads the held records of co-partitioned partitions from the changelog.
     :param forwarder, alignment: stage one's state per input partition (input partitioned by key), or None.
     """
 
-    def __init__(self, consumer: Consumer, join_topic: str, new_joiner: Callable[[], KeyedJoiner],
-                 forwarder: Forwarder | None = None, alignment: InputAlignment | None = None) -> None:
+    def __init__(self, consumer: Consumer, join_topic: str, new_joiner: Callable[[Callable[[int], None]], KeyedJoiner],
+                 restorer: Restorer, stats: JoinerStats, forwarder: Forwarder | None = None,
+                 alignment: InputAlignment | None = None) -> None:
         self._consumer = consumer
         self._join_topic = join_topic
         self._new_joiner = new_joiner
+        self._restorer = restorer
+        self._stats = stats
         self._forwarder = forwarder
         self._alignment = alignment
         self.owned: list[TopicPartition] = []
@@ -51,10 +56,12 @@ class OwnedPartitions:
         started = time.monotonic()
         if self._alignment is not None:
             self._alignment.assigned()
+        restored, read = self._stats.rebuilt, self._stats.state_records_read
         self._consumer.assign(self.load(partitions))
-        rebuilding = sum(join.rebuilding for join in self.joins.values())
-        log.info("assigned %d partitions (%d co-partitioned, %d to rebuild) in %.2f s", len(partitions),
-                 len(self.joins), rebuilding, time.monotonic() - started)
+        log.info("assigned %d partitions (%d co-partitioned): restored %d held records from %d changelog records, "
+                 "%d partitions to replay, in %.2f s", len(partitions), len(self.joins),
+                 self._stats.rebuilt - restored, self._stats.state_records_read - read,
+                 sum(join.replaying for join in self.joins.values()), time.monotonic() - started)
 
     def revoke(self, partitions: list[TopicPartition], lost: bool = False) -> None:
         """`partitions` moved to another instance (after the caller committed, or aborted if `lost`)."""
@@ -77,7 +84,13 @@ class OwnedPartitions:
             self.started_at[(position.topic, position.partition)] = offset if offset is not None else OFFSET_BEGINNING
             if position.topic == self._join_topic:
                 self.joins[position.partition] = PartitionJoin(
-                    position.topic, position.partition, self._new_joiner(), offset, decode_metadata(position.metadata))
+                    position.topic, position.partition, self._new_joiner, offset, position.metadata)
+        # After the commits: reading them waits for a transaction still open on them, which also settles
+        # the changelog records written with them.
+        held, read = self._restorer.restore([p.partition for p in partitions if p.topic == self._join_topic])
+        for partition, records in held.items():
+            self._stats.rebuilt += self.joins[partition].restore(records)
+        self._stats.state_records_read += read
         self.owned = [TopicPartition(p.topic, p.partition) for p in partitions]
         return committed
 
@@ -156,8 +169,14 @@ class OwnedPartitions:
         """Pending records forced out by the pending limit in the owned partitions' joins."""
         return sum(join.joiner.counters.forced for join in self.joins.values())
 
+    def flush_state(self, produce_state: Callable[[int, bytes, bytes | None], None]) -> None:
+        """Hand what changed in every join's held records since the last commit to
+        `produce_state(partition, key, value)` (value None: a tombstone)."""
+        for join in self.joins.values():
+            join.changes.flush(lambda key, value, partition=join.partition: produce_state(partition, key, value))
+
     def figures(self) -> StateFigures:
         joins = self.joins.values()
         return StateFigures(lag=self.lag(), held=sum(join.joiner.held_count() for join in joins),
                             keys=sum(join.joiner.key_count() for join in joins),
-                            rebuilding=sum(join.rebuilding for join in joins), forced=self.forced())
+                            replaying=sum(join.replaying for join in joins), forced=self.forced())

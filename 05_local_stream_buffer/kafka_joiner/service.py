@@ -5,8 +5,8 @@ the open transaction, and commits when the transaction is due. A transaction car
 
 * input records forwarded to the co-partitioned topic, and the input offsets they came from (input
   partitioned by key, see `repartition`);
-* join outputs and dead letters, and per co-partitioned partition the positions a restart resumes from
-  (see `partition_join`).
+* join outputs and dead letters, what changed in the records the joins hold (to the compacted changelog,
+  see `changelog`), and per co-partitioned partition the processed position (see `partition_join`).
 
 A revocation commits the open transaction first; a lost assignment aborts it; an aborted commit goes back
 to the last one (`rebalance`). KIP-447 fencing keeps a zombie instance from committing after its
@@ -27,6 +27,7 @@ from pipeline_core.topics import MACHINE_DATA, TopicSpec, ensure_topics, partiti
 from local_stream_buffer.keyed import KeyedJoiner
 from local_stream_buffer.specs import SpecResolver, load_join_specs
 from .alignment import InputAlignment
+from .changelog import STATE_TOPIC_CONFIG, Restorer
 from .clients import joiner_consumer, joiner_producer
 from .partition_join import FrameJoiner
 from .progress import JoinerStats, ProgressLog
@@ -55,6 +56,7 @@ class KafkaJoiner:
         self._by_thing = settings.input_partitioned_by_thing
         # The topic whose partitions hold the joins: where every quantity of a thing lies in one partition.
         self.join_topic = settings.input_topic if self._by_thing else settings.repartition_topic_name()
+        self.state_topic = settings.state_topic_name()
         self.stats = JoinerStats()
         self._progress = ProgressLog(log, self.stats, settings.log_interval_s)
         self._stop_requested = False
@@ -67,12 +69,13 @@ class KafkaJoiner:
         self._alignment: InputAlignment | None = None
         self._partitions: OwnedPartitions | None = None
         self._frames: FrameJoiner | None = None
+        self._restorer: Restorer | None = None
 
     # -- life cycle ------------------------------------------------------------------------------------
 
     def start(self) -> None:
-        """Create the co-partitioned topic (unless the input is one), fence earlier runs of this transactional
-        id, join the group."""
+        """Create the co-partitioned topic (unless the input is one) and the state topic, fence earlier runs of
+        this transactional id, join the group."""
         settings = self.settings
         admin = admin_client(settings.kafka_bootstrap_servers)
         deadline_s = settings.kafka_startup_deadline_s
@@ -83,6 +86,11 @@ class KafkaJoiner:
             ensure_topics(admin, (TopicSpec(self.join_topic, input_partitions, dict(MACHINE_DATA.config)),),
                           deadline_s=deadline_s)
             join_partitions = partition_count(admin, self.join_topic, deadline_s)  # an existing topic may differ
+        ensure_topics(admin, (TopicSpec(self.state_topic, join_partitions, STATE_TOPIC_CONFIG),), deadline_s=deadline_s)
+        state_partitions = partition_count(admin, self.state_topic, deadline_s)
+        if state_partitions != join_partitions:
+            raise SystemExit(f"state topic {self.state_topic} has {state_partitions} partitions, {self.join_topic} "
+                             f"{join_partitions}: they must match (see --state-topic)")
         router = ThingRouter(self.resolver, join_partitions)
         if self._by_thing:
             frames_of = InputFrames(router, self.stats).frames
@@ -92,10 +100,12 @@ class KafkaJoiner:
             self._alignment = InputAlignment(
                 self._consumer, settings.input_topic, settings.align_ms, self._forwarder.positions,
                 self._forwarder.append_times, lambda: self._partitions.starts())
+        self._restorer = Restorer(settings.kafka_bootstrap_servers, settings.group_id, self.state_topic)
         self._partitions = OwnedPartitions(
             self._consumer, self.join_topic,
-            lambda: KeyedJoiner(self.resolver, max_pending_per_side=settings.max_pending_per_side),
-            self._forwarder, self._alignment)
+            lambda on_release: KeyedJoiner(self.resolver, max_pending_per_side=settings.max_pending_per_side,
+                                           on_release=on_release),
+            self._restorer, self.stats, self._forwarder, self._alignment)
         self._frames = FrameJoiner(self._producer, self._transaction, self.stats, settings.input_topic,
                                    settings.output_topic, settings.dlq_topic, frames_of, join_partitions)
         # Before joining the group: aborts the open transaction of a crashed run with this transactional id,
@@ -108,6 +118,7 @@ class KafkaJoiner:
         log.info("joining %s into %s (dlq %s) as %s in group %s, %s", settings.input_topic, settings.output_topic,
                  settings.dlq_topic, self.transactional_id, settings.group_id,
                  "where each record lies (partitioned by thing)" if self._by_thing else f"via {self.join_topic}")
+        log.info("join state in %s", self.state_topic)
 
     def stop(self) -> None:
         """Ask the loop to finish: it commits what is done and returns (safe from a signal handler)."""
@@ -130,6 +141,8 @@ class KafkaJoiner:
                 self._commit(rewind_on_abort=False)
         finally:
             self._consumer.close()
+            if self._restorer is not None:
+                self._restorer.close()
         self._producer.flush(KAFKA_TIMEOUT_S)
         self._log_progress(time.monotonic())
         log.info("stopped")
@@ -193,11 +206,15 @@ class KafkaJoiner:
     def _produce_frame(self, partition: int, frame: bytes) -> None:
         produce(self._producer, self.join_topic, frame, None, partition=partition)
 
+    def _produce_state(self, partition: int, key: bytes, value: bytes | None) -> None:
+        produce(self._producer, self.state_topic, value, key, partition=partition)
+
     def _commit(self, rewind_on_abort: bool = True) -> bool:
-        """Commit outputs, dead letters, forwarded records and positions together; on abort go back to the
-        last commit (unless the partitions are being handed over). False if it aborted."""
+        """Commit outputs, dead letters, forwarded records, state changes and positions together; on abort go
+        back to the last commit (unless the partitions are being handed over). False if it aborted."""
         if self._forwarder is not None:
             self._forwarder.flush(self._produce_frame)
+        self._partitions.flush_state(self._produce_state)
         if self._transaction.commit(self._offsets()):
             return True
         if rewind_on_abort:

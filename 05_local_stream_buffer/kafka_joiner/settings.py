@@ -27,6 +27,10 @@ class KafkaJoinerSettings(KafkaSettings):
     repartition_topic: str | None = setting(
         None, "KAFKA_JOINER_REPARTITION_TOPIC",
         "internal topic holding the input co-partitioned by thing (default: <group-id>.<input-topic>.by-thing)")
+    state_topic: str | None = setting(
+        None, "KAFKA_JOINER_STATE_TOPIC",
+        "compacted changelog of the records the joins hold, one partition per co-partitioned partition, created on "
+        "start (default: <group-id>.<input-topic>.state, or <repartition topic>.state with input partitioned by key)")
     transactional_id_prefix: str = setting("kafka-joiner", "KAFKA_JOINER_TRANSACTIONAL_ID_PREFIX",
                                            "transactional.id is <prefix>.<instance id>")
     instance_id: str | None = setting(
@@ -53,3 +57,10 @@ class KafkaJoinerSettings(KafkaSettings):
 
     def repartition_topic_name(self) -> str:
         return self.repartition_topic or f"{self.group_id}.{self.input_topic}.by-thing"
+
+    def state_topic_name(self) -> str:
+        if self.state_topic:
+            return self.state_topic
+        if self.input_partitioned_by_thing:
+            return f"{self.group_id}.{self.input_topic}.state"
+        return f"{self.repartition_topic_name()}.state"

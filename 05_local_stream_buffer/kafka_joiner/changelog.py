@@ -1,0 +1,126 @@
+"""The join state's changelog: a compacted topic with, per partition of the co-partitioned topic, the
+input records its join still holds (as Kafka Streams keeps a store's changelog).
+
+A record is keyed by its place in the co-partitioned partition (`record_position`: its frame's offset and
+its index in the frame) and its value is the input record as it came. The transaction that commits a
+partition's processed position also writes what changed since the last commit: the records now held that
+were not (puts) and the records let go that were held then (tombstones). A record held and let go within
+one transaction never reaches the changelog, so a backlog writes a few records per key and commit.
+
+Restoring reads the partition's changelog (read_committed) to its end, keeps the latest value per key, and
+re-ingests the held records in their original order: without forcing, the join's state is a function of
+the records it holds (the lagging stream's last record, the leading stream's anchor and pending records),
+so it comes back as it was at the commit. A put whose tombstone compaction removed while a restore read
+the log only adds a record older than its stream's held ones, which the join lets go again at once.
+"""
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
+
+from pipeline_core.kafka_clients import consumer_config
+
+log = logging.getLogger(__name__)
+
+# Compacted, and compactable soon: the cleaner never touches the active segment, so a restore reads at
+# most a minute of changes besides the latest value of every held record. Tombstones go a minute after
+# their segment was cleaned (see the module doc for why a restore need not see them all).
+STATE_TOPIC_CONFIG = {"cleanup.policy": "compact", "segment.ms": "60000", "delete.retention.ms": "60000",
+                      "min.cleanable.dirty.ratio": "0.5"}
+# A frame holds the records of one consume batch (a few hundred), far below this.
+_FRAME_SLOTS = 1 << 16
+_RESTORE_BATCH = 10_000
+_RESTORE_WARN_S = 15.0
+
+
+def record_position(frame_offset: int, index: int) -> int:
+    """The place of a record in its co-partitioned partition: the key of its changelog record."""
+    return frame_offset * _FRAME_SLOTS + index
+
+
+def _key(position: int) -> bytes:
+    return position.to_bytes(8, "big")
+
+
+class StateChanges:
+    """What changed in one partition's held records since its last commit."""
+
+    __slots__ = ("puts", "deletes")
+
+    def __init__(self) -> None:
+        self.puts: dict[int, bytes | None] = {}  # record position -> input value, held since the last commit
+        self.deletes: list[int] = []  # positions of records let go that the changelog holds
+
+    def released(self, position: int) -> None:
+        """The join let go of a record (its `on_release` hook)."""
+        if position in self.puts:
+            del self.puts[position]  # held and let go within one transaction: the changelog never knew it
+        else:
+            self.deletes.append(position)
+
+    def flush(self, produce_state: Callable[[bytes, bytes | None], None]) -> int:
+        """Hand the changes to `produce_state(key, value)` (None: a tombstone) and forget them; returns how many."""
+        for position in self.deletes:
+            produce_state(_key(position), None)
+        for position, value in self.puts.items():
+            produce_state(_key(position), value)
+        count = len(self.deletes) + len(self.puts)
+        self.deletes.clear()
+        self.puts.clear()
+        return count
+
+
+class Restorer:
+    """Reads partitions of the changelog to their committed end with a consumer of its own (no group)."""
+
+    def __init__(self, bootstrap_servers: str, group_id: str, topic: str) -> None:
+        self._topic = topic
+        self._consumer = Consumer(consumer_config(bootstrap_servers, f"{group_id}.restore", **{
+            "enable.partition.eof": True}))
+
+    def restore(self, partitions: list[int]) -> tuple[dict[int, list[tuple[int, bytes]]], int]:
+        """Per partition its held records, (position, input value) in their original order; and how many
+        changelog records were read."""
+        latest: dict[int, dict[bytes, bytes]] = {partition: {} for partition in partitions}
+        if not partitions:
+            return {}, 0
+        consumer = self._consumer
+        consumer.assign([TopicPartition(self._topic, partition, OFFSET_BEGINNING) for partition in partitions])
+        unfinished = set(partitions)
+        read = 0
+        started = warned = time.monotonic()
+        try:
+            while unfinished:
+                for message in consumer.consume(_RESTORE_BATCH, 1.0):
+                    error = message.error()
+                    if error is not None:
+                        if error.code() == KafkaError._PARTITION_EOF:
+                            unfinished.discard(message.partition())
+                            continue
+                        if error.fatal():
+                            raise KafkaException(error)
+                        log.warning("restoring %s: %s", self._topic, error)
+                        continue
+                    read += 1
+                    values = latest[message.partition()]
+                    if message.value() is None:
+                        values.pop(message.key(), None)
+                    else:
+                        values[message.key()] = message.value()
+                if unfinished and time.monotonic() - warned > _RESTORE_WARN_S:
+                    # The committed end waits for an open transaction of the partitions' previous owner: the
+                    # broker aborts it after the transaction timeout.
+                    warned = time.monotonic()
+                    log.warning("restoring %s partitions %s for %.0f s: waiting for their committed end",
+                                self._topic, sorted(unfinished), warned - started)
+        finally:
+            consumer.unassign()
+        held = {partition: sorted((int.from_bytes(key, "big"), value) for key, value in values.items())
+                for partition, values in latest.items()}
+        return held, read
+
+    def close(self) -> None:
+        self._consumer.close()

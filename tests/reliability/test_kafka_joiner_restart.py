@@ -1,0 +1,34 @@
+"""The Kafka joiner's restart bound at scale: a machine quiet for the whole run, a million records of the
+others in its partition, kill -9 and a restart. Prints what the restart re-read and how long it took."""
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from kafka_joiner_support import JoinerProcess, delete_internal_topics, restart_after_a_quiet_machine
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+
+@pytest.fixture
+def joiners(bootstrap: str) -> Iterator[list[JoinerProcess]]:
+    started: list[JoinerProcess] = []
+    yield started
+    for joiner in started:
+        joiner.kill()
+    delete_internal_topics(bootstrap, sorted({joiner.group_id for joiner in started}))
+
+
+def test_a_restart_after_a_million_records_beside_a_quiet_machine(bootstrap, new_topics, joiners,
+                                                                   tmp_path: Path) -> None:
+    run = restart_after_a_quiet_machine(bootstrap, new_topics(), joiners, tmp_path, by_thing=True,
+                                        busy_ticks=170_000)
+    print(f"\nrestart after {run.busy_records:,} records beside a quiet machine: re-read {run.re_read:,} input "
+          f"records, restored {run.restored:,} held records from {run.changelog_read:,} changelog records, "
+          f"caught up {run.restart_s:.1f} s after the process started (a restart from the oldest held record "
+          f"would re-read {run.rebuild_from_oldest_held:,})")
+    assert run.busy_records >= 1_000_000
+    assert run.re_read <= 500
+    assert run.changelog_read < run.busy_records // 100
