@@ -13,6 +13,7 @@ import base64
 import json
 from datetime import datetime
 
+import numpy as np
 import pyarrow as pa
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -161,8 +162,8 @@ def through_the_joiners_decode(payload: bytes) -> None:
     record_key(record["thing"], record["quantity"]).encode()  # the Kafka joiner's key check
     thing_partition(record["thing"], PARTITIONS)  # ... and its partition check
     pa.array([record["thing"], record["quantity"]], pa.string())  # the Spark joiner's columns
+    np.array([record["phenomenonTime"], record["result"]], np.float64)
     assert EARLIEST_MS <= record["phenomenonTime"] < LATEST_MS
-    float(record["result"])
 
 
 def through_the_db_connector(payload: bytes) -> None:
