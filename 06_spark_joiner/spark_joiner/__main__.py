@@ -7,6 +7,7 @@ import sys
 import threading
 import time
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 
 from pyspark.errors import StreamingQueryException
 
@@ -16,7 +17,7 @@ from pipeline_core.runtime import tune_gc_for_streaming
 from pipeline_core.settings import load_settings
 from pipeline_core.topics import partition_count
 
-from .job import start_query
+from .job import has_started, start_query
 from .progress import log_progress
 from .session import spark_session
 from .settings import SparkJoinerSettings
@@ -39,13 +40,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     for topic in (settings.input_topic, settings.output_topic, settings.dlq_topic):
         partition_count(admin, topic, settings.kafka_startup_deadline_s)
     log.info("starting Spark (%s); checkpoint %s", settings.master, settings.checkpoint_dir)
-    spark = spark_session(settings.master, shuffle_partitions=settings.shuffle_partitions,
-                          driver_memory=settings.driver_memory)
-    sink = TransactionalBatchSink(settings.kafka_bootstrap_servers, settings.output_topic, settings.dlq_topic,
-                                  settings.sink_transactional_id(), settings.kafka_startup_deadline_s)
+    # The sink's start (fencing, its last batch id) meets the coordinators of a just started broker, which may
+    # take seconds to answer: it waits for them while the JVM starts.
+    with ThreadPoolExecutor(1, thread_name_prefix="sink-start") as starting:
+        sink_started = starting.submit(TransactionalBatchSink, settings.kafka_bootstrap_servers, settings.output_topic,
+                                       settings.dlq_topic, settings.sink_transactional_id(),
+                                       settings.kafka_startup_deadline_s)
+        spark = spark_session(settings.master, shuffle_partitions=settings.shuffle_partitions,
+                              driver_memory=settings.driver_memory)
+        sink = sink_started.result()
     query = start_query(spark, settings, sink)
     tune_gc_for_streaming()  # the sink unpacks and produces every output record in this process
-    announce_ready(log, f"spark joiner: {settings.input_topic} -> {settings.output_topic} on {settings.master}")
+    ready = False
     restarts = 0
     next_log = time.monotonic() + settings.log_interval_seconds
     try:
@@ -54,6 +60,12 @@ def main(argv: Sequence[str] | None = None) -> int:
                 query.awaitTermination(0.5)
             except StreamingQueryException:
                 pass  # handled below, through query.exception()
+            if not ready and has_started(query):
+                # Only now: the first micro-batch creates the state store and starts the Python workers, which
+                # took longer than every later batch; the first input then meets a running job.
+                announce_ready(log, f"spark joiner: {settings.input_topic} -> {settings.output_topic} "
+                                    f"on {settings.master}")
+                ready = True
             if time.monotonic() >= next_log:
                 log_progress(query, sink.counters)
                 next_log = time.monotonic() + settings.log_interval_seconds

@@ -41,6 +41,12 @@ def start_query(spark: SparkSession, settings: SparkJoinerSettings, sink: Transa
     )
 
 
+def has_started(query: StreamingQuery) -> bool:
+    """The query's first trigger is done: its first micro-batch ran (on a new checkpoint it runs at once, input or
+    not, and creates the state store and the Python workers), or a resumed query found no input to run on."""
+    return query.lastProgress is not None or query.status["message"] == "Waiting for data to arrive"
+
+
 def kafka_source(spark: SparkSession, settings: SparkJoinerSettings) -> DataFrame:
     """The input records as the job reads them: value, partition and offset of each, from Spark's Kafka source."""
     reader = (

@@ -1,4 +1,5 @@
-"""The one place a Spark session is built: connector jars from the local cache, RocksDB state, quiet logs.
+"""The one place a Spark session is built: connector jars from the local cache, RocksDB state, quiet logs
+(the JVM's console through `logging`, see `console`).
 
 The Kafka connector jars come from the project's Maven cache (``make setup`` fills it), so a session
 starts without network. The environment variables must be set before the JVM starts, which is why
@@ -7,12 +8,21 @@ starts without network. The environment variables must be set before the JVM sta
 from __future__ import annotations
 
 import os
+import signal
+import subprocess
 import sys
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
+from pyspark import SparkConf, SparkContext
+from pyspark.java_gateway import launch_gateway
 from pyspark.sql import SparkSession
 
 from pipeline_core.paths import SPARK_JARS
+
+from .console import forward_console
 
 CONF_DIR = Path(__file__).resolve().parents[1] / "conf"  # log4j2.properties
 ARROW_BATCH_ROWS = 50_000
@@ -50,43 +60,64 @@ def prepare_environment() -> None:
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
 
 
+@contextmanager
+def jvm_ignoring_sigterm() -> Iterator[None]:
+    """Start the JVM with SIGTERM ignored (a signal ignored at exec stays ignored in the JVM): a stop signal to the
+    whole process group, as `make down` sends, is this process's to handle. It stops the query, then Spark; had
+    the JVM ended at once, the query's stop and Spark's would fail with py4j errors. SIGKILL still ends the JVM,
+    and it exits by itself once this process is gone (its stdin closes)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield  # only the main thread may change a signal's handling
+        return
+    previous = signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 def spark_session(master: str = "local[*]", app_name: str = "spark-joiner", shuffle_partitions: int = 4,
                   driver_memory: str = "1g", extra: dict[str, str] | None = None,
                   quick_jit: bool = True) -> SparkSession:
-    """A Spark session ready for the joiner: Kafka source, RocksDB state store, Arrow, quiet."""
+    """A Spark session ready for the joiner: Kafka source, RocksDB state store, Arrow, quiet. Once per process:
+    it starts the JVM, whose console it reads into this process's logging (`console`)."""
     prepare_environment()
-    builder = (
-        SparkSession.builder.master(master).appName(app_name)
-        .config("spark.jars", ",".join(str(jar) for jar in connector_jars()))
-        .config("spark.driver.memory", driver_memory)
-        .config("spark.driver.host", os.environ["SPARK_LOCAL_IP"])
-        .config("spark.driver.bindAddress", os.environ["SPARK_LOCAL_IP"])
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.sql.shuffle.partitions", str(shuffle_partitions))
-        .config("spark.sql.streaming.stateStore.providerClass", ROCKSDB_PROVIDER)
-        # Each micro-batch commits a small changelog rather than a RocksDB snapshot; snapshots are taken by
-        # the background maintenance. This cuts the fixed cost of every batch.
-        .config("spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled", "true")
-        .config("spark.sql.execution.arrow.pyspark.enabled", "true")
-        # A stopped query must not leave a state-store maintenance thread behind in tests.
-        .config("spark.sql.streaming.stopTimeout", "30s")
-        .config("spark.sql.session.timeZone", "UTC")
-        # Python workers without Spark's zip archives on their path (see worker_daemon).
-        .config("spark.python.daemon.module", "spark_joiner.worker_daemon")
-        # Fewer, larger Arrow batches into the router and out of the join.
-        .config("spark.sql.execution.arrow.maxRecordsPerBatch", str(ARROW_BATCH_ROWS))
-        # Batches are bounded by their row count above. Any byte limit below Int.MaxValue makes the JVM measure
-        # the Arrow batch after every row it writes for the Python workers (a few % of the JVM's CPU).
-        .config("spark.sql.execution.arrow.maxBytesPerBatch", str(ARROW_NO_BYTE_LIMIT))
-    )
     # The JVM mostly moves bytes between Kafka, Python workers and the state store; on a small machine
     # its optimising compiler costs more CPU than it saves within a job's first minutes.
     java_options = f"{QUICK_JIT} {THROUGHPUT_GC}" if quick_jit else THROUGHPUT_GC
-    builder = (builder.config("spark.driver.extraJavaOptions", java_options)
-               .config("spark.executor.extraJavaOptions", java_options))
-    for key, value in (extra or {}).items():
-        builder = builder.config(key, value)
-    session = builder.getOrCreate()
-    session.sparkContext.setLogLevel("ERROR")
-    return session
+    options = {
+        "spark.jars": ",".join(str(jar) for jar in connector_jars()),
+        "spark.driver.memory": driver_memory,
+        "spark.driver.host": os.environ["SPARK_LOCAL_IP"],
+        "spark.driver.bindAddress": os.environ["SPARK_LOCAL_IP"],
+        "spark.driver.extraJavaOptions": java_options,
+        "spark.executor.extraJavaOptions": java_options,
+        "spark.ui.enabled": "false",
+        "spark.ui.showConsoleProgress": "false",
+        "spark.sql.shuffle.partitions": str(shuffle_partitions),
+        "spark.sql.streaming.stateStore.providerClass": ROCKSDB_PROVIDER,
+        # Each micro-batch commits a small changelog rather than a RocksDB snapshot; snapshots are taken by
+        # the background maintenance. This cuts the fixed cost of every batch.
+        "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": "true",
+        "spark.sql.execution.arrow.pyspark.enabled": "true",
+        # A stopped query must not leave a state-store maintenance thread behind in tests.
+        "spark.sql.streaming.stopTimeout": "30s",
+        "spark.sql.session.timeZone": "UTC",
+        # Python workers without Spark's zip archives on their path (see worker_daemon).
+        "spark.python.daemon.module": "spark_joiner.worker_daemon",
+        # Fewer, larger Arrow batches into the router and out of the join.
+        "spark.sql.execution.arrow.maxRecordsPerBatch": str(ARROW_BATCH_ROWS),
+        # Batches are bounded by their row count above. Any byte limit below Int.MaxValue makes the JVM measure
+        # the Arrow batch after every row it writes for the Python workers (a few % of the JVM's CPU).
+        "spark.sql.execution.arrow.maxBytesPerBatch": str(ARROW_NO_BYTE_LIMIT),
+        **(extra or {}),
+    }
+    conf = SparkConf().setMaster(master).setAppName(app_name).setAll(list(options.items()))
+    # The JVM's stdout and stderr, and with them the output of the Python processes it starts, into a pipe this
+    # process reads: each line a log record, the lines that are no news at DEBUG.
+    with jvm_ignoring_sigterm():
+        gateway = launch_gateway(conf, popen_kwargs={"stdout": subprocess.PIPE, "stderr": subprocess.STDOUT})
+    forward_console(gateway.proc.stdout)
+    context = SparkContext(conf=conf, gateway=gateway)
+    context.setLogLevel("ERROR")
+    return SparkSession.builder.config(conf=conf).getOrCreate()
