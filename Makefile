@@ -7,6 +7,10 @@ VENV := .venv
 PY := $(VENV)/bin/python
 INSTALLED := $(VENV)/.installed
 STACK ?= $(shell docker info >/dev/null 2>&1 && echo docker || echo native)
+# JOINER=spark (the default) or lsb, the standalone joiner. Compose runs the Spark joiner unless told
+# otherwise and the standalone one with the profile lsb: `up` enables the profile and scales the joiner not
+# chosen to zero, so exactly one runs, also after switching.
+COMPOSE_UNUSED_JOINER = $(if $(filter lsb,$(JOINER)),spark-joiner,lsb-joiner)
 
 # Every stage's benchmark, in pipeline order; `make bench BENCHMARKS=benchmarks.db_connector` runs one.
 BENCHMARKS ?= benchmarks.join_engine benchmarks.mqtt_publish benchmarks.stream_connector \
@@ -28,21 +32,21 @@ $(INSTALLED): pyproject.toml $(wildcard core/*/__init__.py ops/*/__init__.py 0*/
 up: setup
 ifeq ($(STACK),docker)
 	@test -f .env || cp .env.example .env
-	docker compose up -d --wait
+	docker compose --profile lsb up -d --wait --scale $(COMPOSE_UNUSED_JOINER)=0
 else
 	@$(PY) -m stack up
 endif
 
 down:
 ifeq ($(STACK),docker)
-	docker compose down
+	docker compose --profile lsb down
 else
 	@test ! -x $(PY) || $(PY) -m stack down
 endif
 
 clean:
 ifeq ($(STACK),docker)
-	docker compose down -v
+	docker compose --profile lsb down -v
 else
 	@test ! -x $(PY) || $(PY) -m stack clean
 endif

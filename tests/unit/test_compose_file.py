@@ -64,3 +64,55 @@ def test_docker_compose_config_validates() -> None:
     result = subprocess.run(["docker-compose", "-f", "docker-compose.yml", "--env-file", ".env.example",
                              "config", "-q"], cwd=ROOT, capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
+
+
+def pipeline_module(service: dict) -> str | None:
+    """The module a pipeline stage's container runs (`python -m MODULE`); None for other services."""
+    command = service.get("command")
+    if not isinstance(command, list) or "-m" not in command:
+        return None
+    return command[command.index("-m") + 1]
+
+
+def test_the_spark_joiner_runs_by_default_and_the_standalone_joiner_only_with_its_profile() -> None:
+    services = COMPOSE["services"]
+    joiners = {name: service for name, service in services.items()
+               if pipeline_module(service) in {"spark_joiner", "kafka_joiner"}}
+    assert {pipeline_module(service) for name, service in joiners.items()
+            if not service.get("profiles")} == {"spark_joiner"}, "one joiner by default, and it is Spark's"
+    assert joiners["lsb-joiner"]["profiles"] == ["lsb"]
+    assert pipeline_module(joiners["lsb-joiner"]) == "kafka_joiner"
+    # As the native stack runs it: the connector writes each thing to one partition.
+    assert "--input-partitioned-by-thing" in joiners["lsb-joiner"]["command"]
+    # Only profiles that pick a joiner: nothing else is left out of a plain `docker compose up`.
+    assert all(not service.get("profiles") for name, service in services.items() if name not in joiners)
+
+
+def test_make_up_runs_exactly_one_joiner_with_either_choice() -> None:
+    """`make up` (Spark) and `make up JOINER=lsb` each scale the other joiner to zero, so switching stops it."""
+    for joiner, other in (("spark", "lsb-joiner"), ("lsb", "spark-joiner")):
+        dry_run = subprocess.run(["make", "-n", "up", "STACK=docker", f"JOINER={joiner}"], cwd=ROOT,
+                                 capture_output=True, text=True)
+        assert dry_run.returncode == 0, dry_run.stderr
+        compose_up = next(line for line in dry_run.stdout.splitlines() if line.startswith("docker compose"))
+        assert "--profile lsb" in compose_up and f"--scale {other}=0" in compose_up, compose_up
+
+
+def test_the_spark_joiner_has_java_its_jars_and_a_lasting_checkpoint() -> None:
+    spark = COMPOSE["services"]["spark-joiner"]
+    dockerfile = (ROOT / spark["build"]["context"] / spark["build"]["dockerfile"]).read_text()
+    assert "jre-headless" in dockerfile
+    environment = spark["environment"]
+    assert environment["STACK_CACHE_DIR"] == "/app/.cache"  # where `make setup` puts the Kafka connector jars
+    assert (ROOT / environment["SPARK_CONF_DIR"].removeprefix("/app/") / "log4j2.properties").is_file()
+    checkpoint = environment["SPARK_JOINER_CHECKPOINT_DIR"]
+    volume = next(v for v in spark["volumes"] if v.endswith(f":{checkpoint}"))
+    assert volume.split(":", 1)[0] in COMPOSE["volumes"]  # a named volume: a new container resumes the job
+
+
+def test_each_stage_is_health_probed_by_its_own_module() -> None:
+    stages = {name: service for name, service in COMPOSE["services"].items() if pipeline_module(service)}
+    assert {"stream-connector", "spark-joiner", "lsb-joiner", "db-connector"} <= stages.keys()
+    for name, service in stages.items():
+        probe = service["healthcheck"]["test"][-1]
+        assert probe.endswith(f"stack.health_probe {pipeline_module(service)}"), (name, probe)

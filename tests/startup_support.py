@@ -1,0 +1,123 @@
+"""`make clean && make up` as a user runs them, on a private stack: its own ports and state folder, so the
+shared stack other tests use is never touched. Used by the start-from-nothing tests."""
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from confluent_kafka import Consumer
+
+from pipeline_core.kafka_clients import consumer_config
+from pipeline_core.records import decode_record
+from pipeline_core.topics import MACHINE_DATA, MACHINE_OUT
+from support import Message, free_ports, read_topic, unique
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+# Servers plus the pipeline; the joiner's name depends on JOINER.
+SERVERS = ("mosquitto", "kafka", "influxdb")
+JOINER_SERVICE = {"spark": "spark-joiner", "lsb": "lsb-joiner"}
+# Spark's JVM, session and first batch on two shared cores; the servers before it.
+UP_DEADLINE_S = 600
+# Rows `make data` replays: enough for every machine's speed and torque to pair.
+REPLAYED_ROWS = 60
+
+
+@dataclass(frozen=True)
+class StartResult:
+    joiner: str
+    seconds: float  # `make up`, wall time
+    reported_seconds: float  # what `make up` printed ("stack up in ... s")
+    states: dict[str, str]  # service -> state, as `make status` shows it
+
+
+@dataclass(frozen=True)
+class FirstJoin:
+    latency_s: float  # first replayed record appended to machine.data -> first joined record written
+    record: dict
+
+
+class PrivateStack:
+    """The native stack of this checkout on free ports and a state folder of its own."""
+
+    def __init__(self, state_dir: Path) -> None:
+        mqtt, kafka, controller, influx, rpc = free_ports(5)
+        self.state_dir = state_dir
+        self.bootstrap = f"127.0.0.1:{kafka}"
+        self.env = {
+            **os.environ, "STACK": "native", "STACK_STATE_DIR": str(state_dir),
+            "MQTT_HOST": "127.0.0.1", "MQTT_PORT": str(mqtt), "KAFKA_PORT": str(kafka),
+            "KAFKA_CONTROLLER_PORT": str(controller), "KAFKA_BOOTSTRAP_SERVERS": self.bootstrap,
+            "INFLUXDB_HOST": "127.0.0.1", "INFLUXDB_PORT": str(influx), "INFLUXDB_RPC_PORT": str(rpc),
+        }
+
+    def make(self, *args: str, joiner: str | None = None, timeout_s: float = UP_DEADLINE_S
+             ) -> subprocess.CompletedProcess[str]:
+        env = {**self.env, **({"JOINER": joiner} if joiner else {})}
+        return subprocess.run(["make", "--no-print-directory", *args], cwd=REPO_ROOT, env=env, capture_output=True,
+                              text=True, timeout=timeout_s)
+
+    def start_from_nothing(self, joiner: str) -> StartResult:
+        """`make clean`, then `make up JOINER=joiner`; fails with the output of whichever failed."""
+        cleaned = self.make("clean")
+        assert cleaned.returncode == 0, cleaned.stdout + cleaned.stderr
+        assert not self.state_dir.exists()
+        began = time.monotonic()
+        up = self.make("up", joiner=joiner)
+        seconds = time.monotonic() - began
+        assert up.returncode == 0, f"make up JOINER={joiner} failed:\n{up.stdout}{up.stderr}"
+        reported = re.search(r"stack up in ([0-9.]+) s", up.stdout)
+        assert reported, up.stdout
+        return StartResult(joiner, seconds, float(reported.group(1)), self.states(joiner))
+
+    def states(self, joiner: str) -> dict[str, str]:
+        status = self.make("status", joiner=joiner, timeout_s=120)
+        assert status.returncode == 0, status.stdout + status.stderr
+        rows = [line.split() for line in status.stdout.splitlines()[1:] if line.strip()]
+        return {row[0]: row[1] for row in rows}
+
+    def first_join(self) -> FirstJoin:
+        """Replay rows with `make data`; the first joined record in machine.out, and how long after the first
+        replayed record reached machine.data it was written (both are Kafka record times of this machine)."""
+        replayed = self.make("data", f"N={REPLAYED_ROWS}", "DATA_ARGS=--no-progress", timeout_s=120)
+        assert replayed.returncode == 0, replayed.stdout + replayed.stderr
+        joined = first_record(self.bootstrap, MACHINE_OUT.name, deadline_s=300)
+        record = decode_record(joined.value)
+        data = read_topic(self.bootstrap, MACHINE_DATA.name, idle_s=0.5)
+        first_row_ms = min(message.timestamp_ms for message in data)
+        return FirstJoin((joined.timestamp_ms - first_row_ms) / 1000, record)
+
+    def down(self) -> None:
+        self.make("clean", timeout_s=300)
+
+
+def first_record(bootstrap: str, topic: str, deadline_s: float) -> Message:
+    """The first committed record of `topic` (by record time) once one arrives."""
+    consumer = Consumer(consumer_config(bootstrap, unique("test-first")))
+    consumer.subscribe([topic])
+    end = time.monotonic() + deadline_s
+    try:
+        while time.monotonic() < end:
+            message = consumer.poll(0.2)
+            if message is None:
+                continue
+            assert message.error() is None, message.error()
+            # Records of several partitions may come at once: take the earliest of what arrived with it.
+            batch = [message, *consumer.consume(1000, 0.5)]
+            first = min((m for m in batch if m.error() is None), key=lambda m: m.timestamp()[1])
+            return Message(first.key(), first.value(), first.partition(), first.offset(), first.timestamp()[1])
+    finally:
+        consumer.close()
+    raise AssertionError(f"no record in {topic} within {deadline_s:.0f} s")
+
+
+def expected_services(joiner: str) -> set[str]:
+    return {*SERVERS, "stream-connector", JOINER_SERVICE[joiner], "db-connector"}
+
+
+def assert_all_healthy(result: StartResult) -> None:
+    wanted = expected_services(result.joiner)
+    assert {name: result.states.get(name) for name in wanted} == dict.fromkeys(wanted, "healthy"), result.states
