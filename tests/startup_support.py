@@ -31,7 +31,7 @@ class StartResult:
     joiner: str
     seconds: float  # `make up`, wall time
     reported_seconds: float  # what `make up` printed ("stack up in ... s")
-    states: dict[str, str]  # service -> state, as `make status` shows it
+    states: dict[str, str]  # service -> 'state health restarts', as `make status` shows it
 
 
 @dataclass(frozen=True)
@@ -74,10 +74,14 @@ class PrivateStack:
         return StartResult(joiner, seconds, float(reported.group(1)), self.states(joiner))
 
     def states(self, joiner: str) -> dict[str, str]:
+        """Each process's line of `make status`: `state health restarts`, e.g. 'RUNNING healthy 0'."""
         status = self.make("status", joiner=joiner, timeout_s=120)
         assert status.returncode == 0, status.stdout + status.stderr
-        rows = [line.split() for line in status.stdout.splitlines()[1:] if line.strip()]
-        return {row[0]: row[1] for row in rows}
+        header, *lines = status.stdout.splitlines()
+        columns = header.split()
+        assert columns[:3] == ["service", "state", "health"] and columns[5] == "restarts", header
+        table = lines[:lines.index("")] if "" in lines else lines  # the process table ends at a blank line
+        return {row[0]: f"{row[1]} {row[2]} {row[5]}" for row in (line.split() for line in table)}
 
     def first_join(self) -> FirstJoin:
         """Replay rows with `make data`; the first joined record in machine.out, and how long after the first
@@ -119,5 +123,8 @@ def expected_services(joiner: str) -> set[str]:
 
 
 def assert_all_healthy(result: StartResult) -> None:
+    """Every process of the stack runs under supervisord, answers its health check, and was never restarted
+    (supervisord would restart a stage that failed after its start, hiding the failure)."""
     wanted = expected_services(result.joiner)
-    assert {name: result.states.get(name) for name in wanted} == dict.fromkeys(wanted, "healthy"), result.states
+    assert ({name: result.states.get(name) for name in wanted}
+            == dict.fromkeys(wanted, "RUNNING healthy 0")), result.states
