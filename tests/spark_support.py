@@ -27,7 +27,7 @@ class SparkJoinerProcess:
                         "--input-topic", topics.data, "--output-topic", topics.out, "--dlq-topic", topics.dlq,
                         "--checkpoint-dir", str(checkpoint), "--master", "local[2]",
                         "--shuffle-partitions", "2", "--buckets", "8", "--trigger-seconds", "0.2",
-                        "--log-interval-seconds", "2", *extra]
+                        "--progress-interval-s", "2", *extra]
         self.log_dir = log_dir
         self.process: subprocess.Popen | None = None
         self.log_path: Path | None = None
@@ -37,8 +37,11 @@ class SparkJoinerProcess:
         self.runs += 1
         self.log_path = self.log_dir / f"spark-joiner-{self.runs}.log"
         with open(self.log_path, "wb") as log_file:
+            # Health metrics off unless a test asks for them (--health-metrics): they would go to the shared
+            # stack's database, which the dashboards show.
             self.process = subprocess.Popen(self.command, stdout=log_file, stderr=subprocess.STDOUT,
-                                            env={**os.environ, "PYTHONUNBUFFERED": "1"}, start_new_session=True)
+                                            env={**os.environ, "PYTHONUNBUFFERED": "1", "HEALTH_METRICS": "false"},
+                                            start_new_session=True)
         wait_for(self._ready, START_DEADLINE_S, "the Spark joiner to announce READY", interval_s=0.5)
         return self
 

@@ -2,23 +2,22 @@
 from __future__ import annotations
 
 import logging
-import signal
 import sys
-import threading
-import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 
 from pyspark.errors import StreamingQueryException
 
 from pipeline_core.kafka_clients import admin_client
+from pipeline_core.lifecycle import process_stop_signal
 from pipeline_core.logs import announce_ready, configure_logging
+from pipeline_core.progress import ProgressReporter
 from pipeline_core.runtime import tune_gc_for_streaming
 from pipeline_core.settings import load_settings
 from pipeline_core.topics import partition_count
 
 from .job import has_started, start_query
-from .progress import log_progress
+from .progress import LABELS, QueryProgress, SparkJoinerCounters
 from .session import spark_session
 from .settings import SparkJoinerSettings
 from .sink import TransactionalBatchSink
@@ -30,9 +29,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     configure_logging()
     logging.getLogger("py4j").setLevel(logging.WARNING)  # one line per callback otherwise
     settings = load_settings(SparkJoinerSettings, argv, prog="python -m spark_joiner")
-    stop = threading.Event()
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(signum, lambda *_: stop.set())
+    stop = process_stop_signal()
     settings.checkpoint_dir.mkdir(parents=True, exist_ok=True)
     # Before the JVM starts: a missing topic, or a broker that does not come up, ends the start with a clear
     # message instead of a query that waits on its own.
@@ -49,11 +46,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         spark = spark_session(settings.master, shuffle_partitions=settings.shuffle_partitions,
                               driver_memory=settings.driver_memory)
         sink = sink_started.result()
-    query = start_query(spark, settings, sink)
+    query_progress = QueryProgress(SparkJoinerCounters(), sink.counters)
+    query = query_progress.query = start_query(spark, settings, sink)
     tune_gc_for_streaming()  # the sink unpacks and produces every output record in this process
+    progress = ProgressReporter.for_stage("spark_joiner", query_progress.counters, settings,
+                                          observe=query_progress.observe, logger=log, labels=LABELS)
     ready = False
     restarts = 0
-    next_log = time.monotonic() + settings.log_interval_seconds
     try:
         while not stop.is_set():
             try:
@@ -66,9 +65,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 announce_ready(log, f"spark joiner: {settings.input_topic} -> {settings.output_topic} "
                                     f"on {settings.master}")
                 ready = True
-            if time.monotonic() >= next_log:
-                log_progress(query, sink.counters)
-                next_log = time.monotonic() + settings.log_interval_seconds
+            progress.maybe_report()
             if query.isActive:
                 continue
             error = query.exception()
@@ -83,12 +80,13 @@ def main(argv: Sequence[str] | None = None) -> int:
                 return 1
             log.warning("query failed, restarting it from the checkpoint (%d of at most %d): %s", restarts,
                         settings.max_query_restarts, str(error).splitlines()[0][:300])
-            query = start_query(spark, settings, sink)
+            query = query_progress.query = start_query(spark, settings, sink)
         log.info("stopping: %d batches committed, %d joins, %d dead letters", sink.counters.batches,
                  sink.counters.joins, sink.counters.dead_letters)
         query.stop()  # an interrupted batch is neither in Kafka nor in the checkpoint: it runs again
         return 0
     finally:
+        progress.close()
         sink.close()
         spark.stop()
 

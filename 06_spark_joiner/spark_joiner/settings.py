@@ -7,14 +7,14 @@ from pathlib import Path
 
 from local_stream_buffer import DEFAULT_MAX_PENDING_PER_SIDE
 from pipeline_core.paths import STATE_DIR
-from pipeline_core.settings import ConnectionSettings, setting
+from pipeline_core.settings import ConnectionSettings, ProgressSettings, setting
 from pipeline_core.topics import MACHINE_DATA, MACHINE_DLQ, MACHINE_OUT
 
 DEFAULT_CHECKPOINT_DIR = STATE_DIR / "spark_joiner" / "checkpoint"
 
 
 @dataclasses.dataclass(frozen=True)
-class SparkJoinerSettings(ConnectionSettings):
+class SparkJoinerSettings(ConnectionSettings, ProgressSettings):
     """machine.data -> deterministic join in Spark's keyed state -> machine.out, exactly once."""
 
     input_topic: str = setting(MACHINE_DATA.name, "SPARK_JOINER_INPUT_TOPIC", "topic with the machine records")
@@ -44,7 +44,6 @@ class SparkJoinerSettings(ConnectionSettings):
                                       "times a failed query is restarted from the checkpoint before the process "
                                       "exits with an error")
     driver_memory: str = setting("1g", "SPARK_JOINER_DRIVER_MEMORY", "Spark driver memory")
-    log_interval_seconds: float = setting(10.0, "SPARK_JOINER_LOG_INTERVAL_SECONDS", "seconds between progress log lines")
 
     def sink_transactional_id(self) -> str:
         """One id per job: the checkpoint is the job's identity, so it names the sink too."""

@@ -78,17 +78,22 @@ class HealthMetrics:
         client = influx_client(settings, timeout_s=WRITE_TIMEOUT_S)
         database = settings.influxdb_database
 
+        def write(lines: Sequence[str]) -> None:
+            client.request("write", "POST", params={"db": database, "precision": "n"},
+                           data="\n".join(lines).encode(), expected_response_code=204,
+                           headers={"Content-Type": "application/octet-stream"})
+
         def send(lines: Sequence[str]) -> None:
             try:
-                client.request("write", "POST", params={"db": database, "precision": "n"},
-                               data="\n".join(lines).encode(), expected_response_code=204,
-                               headers={"Content-Type": "application/octet-stream"})
+                write(lines)
             except InfluxDBClientError as error:
-                if error.code == 404:  # no such database (yet): make it; the points go with the next try
+                if error.code == 404:  # no such database (yet): make it, and write again
                     client.create_database(database)
+                    write(lines)
                 elif error.code in _POINT_ERRORS:
                     raise PointsRefused(str(error.content)[:300]) from None
-                raise
+                else:
+                    raise
 
         return cls(send, where=f"InfluxDB {settings.influxdb_host}:{settings.influxdb_port}/{database}")
 

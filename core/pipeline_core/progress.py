@@ -76,7 +76,7 @@ class ProgressReport:
         head.append(f"lag {'?' if self.lag is None else f'{self.lag:,}'}")
         rest = [f"{label(name)} {_number(value)}" for name, value in self.totals.items()
                 if name not in RATED_COUNTERS]
-        rest += [f"{label(name)} {_number(value)}" for name, value in self.values.items()]
+        rest += [f"{label(name)} {_number(value)}" for name, value in self.values.items() if value is not None]
         return ", ".join(head) + ("; " + ", ".join(rest) if rest else "")
 
 

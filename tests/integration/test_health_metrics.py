@@ -14,7 +14,10 @@ from influxdb import InfluxDBClient
 from conftest import EVENTS_FILE
 from db_connector_support import (ConnectorProcess, PrivateInfluxDB, connector_args, count, distinct_series_times,
                                   key_of, raw_records, wait_for_count)
-from support import produce_records, wait_for
+from kafka_joiner_support import rows_as_records
+from pipeline_core.settings import ConnectionSettings
+from spark_support import OUTPUT_DEADLINE_S, SparkJoinerProcess
+from support import produce_records, unique, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -23,6 +26,16 @@ def health_points(client: InfluxDBClient, stage: str) -> list[dict[str, Any]]:
     """The stage's points, oldest first, times in ns."""
     return list(client.query(f"SELECT * FROM \"pipeline_health\" WHERE \"stage\" = '{stage}'",
                              epoch="ns").get_points())
+
+
+@pytest.fixture
+def database(stack: ConnectionSettings) -> Iterator[tuple[str, InfluxDBClient]]:
+    """A database of this test only on the shared InfluxDB, dropped afterwards."""
+    name = unique("test_health").replace(".", "_")
+    client = InfluxDBClient(stack.influxdb_host, stack.influxdb_port, database=name, timeout=30)
+    client.create_database(name)
+    yield name, client
+    client.drop_database(name)
 
 
 @pytest.fixture
@@ -82,3 +95,33 @@ def test_the_db_connector_reports_its_lag_through_an_influxdb_outage(bootstrap, 
         assert count(client, "machinedata") == distinct_series_times(raw)
     finally:
         influxd.stop()
+
+
+@pytest.mark.spark
+def test_the_spark_joiner_reports_rows_batches_state_and_input_lag(bootstrap, new_topics, database, tmp_path):
+    """A backlog read 250 records per micro-batch: the input lag is above 0 while it lasts, then 0."""
+    name, client = database
+    topics = new_topics()
+    records = rows_as_records(EVENTS_FILE, time_order=True)[:3000]
+    produce_records(bootstrap, topics.data, records, key=key_of)
+    joiner = SparkJoinerProcess(bootstrap, topics, tmp_path / "checkpoint", tmp_path, "--max-offsets-per-trigger",
+                                "250", "--progress-interval-s", "1", "--health-metrics", "--influxdb-database", name)
+    try:
+        joiner.start()
+
+        def caught_up() -> bool:
+            joiner.check_alive()
+            points = health_points(client, "spark_joiner")
+            return bool(points) and points[-1]["records_in"] == len(records) and points[-1]["lag"] == 0
+
+        wait_for(caught_up, OUTPUT_DEADLINE_S, "the joiner's health points up to the whole backlog", interval_s=1)
+        points = health_points(client, "spark_joiner")
+        # Twelve batches, each at least a 0.2 s trigger apart, cannot all end within one 1 s report.
+        assert any(point["lag"] for point in points), points
+        assert max(point["batch_seconds"] or 0 for point in points) > 0
+        assert points[-1]["state_bytes"] > 0 and points[-1]["state_rows"] >= 1
+        assert points[-1]["records_out"] > 0 and points[-1]["batches"] >= 12
+        assert joiner.terminate() == 0, joiner.log()[-3000:]
+        assert "SIGTERM: finishing what is in flight" in joiner.log()
+    finally:
+        joiner.kill()
