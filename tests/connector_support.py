@@ -65,8 +65,11 @@ class ConnectorProcess:
             self.process = subprocess.Popen(
                 [sys.executable, "-m", "stream_connector", "--mqtt-topic", self.mqtt_topic,
                  "--mqtt-client-id", self.client_id, "--data-topic", self.data_topic,
-                 "--dlq-topic", self.dlq_topic, "--stats-interval-s", "1", *self.extra],
-                stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+                 "--dlq-topic", self.dlq_topic, "--progress-interval-s", "1", *self.extra],
+                # Health metrics off unless a test asks for them (--health-metrics): they would go to the
+                # shared stack's database, which the dashboards show.
+                stdout=log, stderr=subprocess.STDOUT,
+                env={**os.environ, "PYTHONUNBUFFERED": "1", "HEALTH_METRICS": "false"})
         wait_for(lambda: READY_MARKER in self.log() or self.process.poll() is not None, 30, "connector READY")
         assert self.process.poll() is None, f"connector exited early:\n{self.log()}"
         return self

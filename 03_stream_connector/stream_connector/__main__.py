@@ -1,9 +1,9 @@
 """`python -m stream_connector`: bridge MQTT machine-state rows into Kafka until SIGTERM."""
 from __future__ import annotations
 
-import signal
 import sys
 
+from pipeline_core.lifecycle import process_stop_signal
 from pipeline_core.logs import configure_logging
 from pipeline_core.runtime import tune_gc_for_streaming
 from pipeline_core.settings import load_settings
@@ -15,9 +15,7 @@ from .settings import ConnectorSettings
 def main(argv: list[str] | None = None) -> int:
     settings = load_settings(ConnectorSettings, argv, prog="python -m stream_connector")
     configure_logging()
-    connector = Connector(settings)
-    signal.signal(signal.SIGTERM, connector.request_stop)
-    signal.signal(signal.SIGINT, connector.request_stop)
+    connector = Connector(settings, process_stop_signal())
     tune_gc_for_streaming()
     return connector.run()
 

@@ -24,7 +24,6 @@ from __future__ import annotations
 import dataclasses
 import logging
 import select
-import signal
 import time
 from collections import deque
 from dataclasses import dataclass
@@ -34,8 +33,10 @@ from paho.mqtt.enums import MQTTErrorCode, MQTTProtocolVersion
 
 from pipeline_core.kafka_clients import (ACCESS_ERRORS, KafkaStartupError, admin_client, produce, producer_config,
                                          refused_for_itself)
+from pipeline_core.lifecycle import StopSignal
 from pipeline_core.logs import announce_ready
 from pipeline_core.mqtt import FastClient, new_client, pump
+from pipeline_core.progress import Observation, ProgressReporter, StageCounters
 from pipeline_core.records import dead_letter, payload_omitted
 from pipeline_core.topics import MACHINE_DATA, MACHINE_DLQ, ensure_topics, partition_count
 
@@ -73,10 +74,9 @@ class PendingRow:
 
 
 @dataclass
-class Counters:
-    rows: int = 0
-    records: int = 0
-    dead_letters: int = 0
+class ConnectorCounters(StageCounters):
+    """records in: MQTT rows; records out: Kafka records made from them."""
+
     rejected_rows: int = 0
     acked: int = 0
     reconnects: int = 0
@@ -84,15 +84,16 @@ class Counters:
 
 
 class Connector:
-    def __init__(self, settings: ConnectorSettings) -> None:
+    def __init__(self, settings: ConnectorSettings, stop: StopSignal | None = None) -> None:
         self.settings = settings
-        self.counters = Counters()
+        self.stop = stop or StopSignal()
+        self.counters = ConnectorCounters()
+        self.progress: ProgressReporter | None = None
         self.producer = self._new_producer()
         self.client = self._new_mqtt_client()
         # Rows in arrival order: MQTT wants QoS 1 acks in the order the messages came.
         self.unacked: deque[PendingRow] = deque()
         self.subscribed = False
-        self.stopping = False
         # Set when the connector must stop: says what is wrong and what to do.
         self.failure: str | None = None
         # Set when Kafka failed in a way a fresh producer fixes; the loop restarts the Kafka side.
@@ -124,7 +125,7 @@ class Connector:
     def _connect(self) -> None:
         """Connect, retrying with growing pauses while the broker cannot be reached (or until stopped)."""
         delay = 0.2
-        while not self.stopping:
+        while not self.stop.is_set():
             try:
                 self.client.connect(self.settings.mqtt_host, self.settings.mqtt_port, keepalive=30)
                 return
@@ -154,7 +155,7 @@ class Connector:
         self.subscribed = True
 
     def _on_message(self, client, userdata, message) -> None:
-        self.counters.rows += 1
+        self.counters.records_in += 1
         pending = PendingRow(message.mid, message.qos)
         self.unacked.append(pending)
         delivered = self._delivery_callback(pending)
@@ -172,7 +173,7 @@ class Connector:
                 return
             for value, key, partition in records:
                 self._produce(settings.data_topic, value, key, pending, delivered, partition=partition)
-            self.counters.records += len(records)
+            self.counters.records_out += len(records)
             if split.rejections:
                 self.counters.rejected_rows += 1
                 self._dead_letter(pending, delivered, "; ".join(split.rejections), message.payload, message.topic,
@@ -282,17 +283,13 @@ class Connector:
 
     # --- Life cycle ----------------------------------------------------------------------------
 
-    def request_stop(self, signum: int, _frame) -> None:
-        log.info("received %s: finishing what is in flight", signal.Signals(signum).name)
-        self.stopping = True
-
     def _prepare_topics(self, *, without_end: bool = False) -> None:
         """Create the topics if missing and read the data topic's partitions. At start, Kafka has
         `--kafka-startup-deadline-s` to answer; `without_end` (a restart of the Kafka side while
         running) waits for it as long as it takes, as the rows wait in the broker's queue."""
         admin = admin_client(self.settings.kafka_bootstrap_servers)
         deadline_s = self.settings.kafka_startup_deadline_s
-        while not self.stopping:
+        while not self.stop.is_set():
             try:
                 ensure_topics(admin, (dataclasses.replace(MACHINE_DATA, name=self.settings.data_topic),
                                       dataclasses.replace(MACHINE_DLQ, name=self.settings.dlq_topic)),
@@ -307,17 +304,19 @@ class Connector:
     def _pause(self, seconds: float) -> None:
         """Wait, serving Kafka's callbacks, until `seconds` passed or a stop was requested."""
         end = time.monotonic() + seconds
-        while not self.stopping and (left := end - time.monotonic()) > 0:
+        while not self.stop.is_set() and (left := end - time.monotonic()) > 0:
             self.producer.poll(min(left, 0.2))
+            if self.progress is not None:
+                self.progress.maybe_report()  # Kafka away: the restarts keep showing
 
     def run(self) -> int:
         """Bridge until SIGTERM/SIGINT or an error that needs someone; returns the exit code."""
         self._prepare_topics()
         self._connect()
         ready = False
-        next_report = time.monotonic() + self.settings.stats_interval_s
-        reported = (time.monotonic(), 0, 0)
-        while not self.stopping and self.failure is None:
+        progress = self.progress = ProgressReporter.for_stage(
+            STAGE, self.counters, self.settings, observe=self._observe, logger=log, labels={"records_in": "rows in"})
+        while not self.stop.is_set() and self.failure is None:
             # While rows wait for Kafka, come back quickly to ack them; otherwise wait for input.
             rc = pump(self.client, 0.002 if self.unacked else 0.2)
             if rc != MQTTErrorCode.MQTT_ERR_SUCCESS:
@@ -330,10 +329,11 @@ class Connector:
                 ready = True
                 announce_ready(log, f"stream connector {self.settings.mqtt_topic!r} -> "
                                     f"{self.settings.data_topic!r} (dead letters: {self.settings.dlq_topic!r})")
-            if time.monotonic() >= next_report:
-                reported = self._report(reported)
-                next_report = time.monotonic() + self.settings.stats_interval_s
-        return self._shutdown()
+            progress.maybe_report()
+        try:
+            return self._shutdown()
+        finally:
+            progress.close()
 
     def _reconnect(self, rc: MQTTErrorCode) -> None:
         log.warning("MQTT connection lost (%s); %d unacknowledged rows will be redelivered by the broker",
@@ -365,15 +365,9 @@ class Connector:
         self._prepare_topics(without_end=True)
         self._connect()
 
-    def _report(self, previous: tuple[float, int, int]) -> tuple[float, int, int]:
-        now, counters = time.monotonic(), self.counters
-        elapsed = max(now - previous[0], 1e-9)
-        log.info("rows %d (%.0f/s), records %d (%.0f/s), rejected rows %d, dead letters %d, "
-                 "awaiting Kafka %d, reconnects %d, Kafka client restarts %d", counters.rows,
-                 (counters.rows - previous[1]) / elapsed, counters.records, (counters.records - previous[2]) / elapsed,
-                 counters.rejected_rows, counters.dead_letters, len(self.unacked), counters.reconnects,
-                 counters.kafka_restarts)
-        return now, counters.rows, counters.records
+    def _observe(self) -> Observation:
+        # The lag: rows read from MQTT whose records Kafka has not all confirmed, so not acknowledged yet.
+        return Observation(lag=len(self.unacked), values={"kafka_queue": len(self.producer)})
 
     def _shutdown(self) -> int:
         """Flush Kafka, ack what it confirmed, then leave the broker; unread rows stay in the session."""
@@ -383,7 +377,8 @@ class Connector:
         self._send_queued_packets(deadline_s=5.0)
         self.client.disconnect()
         counters = self.counters
-        summary = (f"rows {counters.rows}, records {counters.records}, rejected rows {counters.rejected_rows}, "
+        summary = (f"rows {counters.records_in}, records {counters.records_out}, "
+                   f"rejected rows {counters.rejected_rows}, "
                    f"dead letters {counters.dead_letters}, acknowledged {counters.acked}")
         if self.failure is not None:
             log.error("stopped: %s; %s (unacknowledged rows stay with the broker and come again)",

@@ -3,13 +3,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from pipeline_core.settings import MACHINE_STATES_TOPIC, KafkaSettings, MqttSettings, setting
+from pipeline_core.settings import MACHINE_STATES_TOPIC, KafkaSettings, MqttSettings, ProgressSettings, setting
 from pipeline_core.topics import MACHINE_DATA, MACHINE_DLQ
 from pipeline_core.validation import DEFAULT_MAX_QUANTITIES, DEFAULT_MAX_ROW_BYTES
 
 
 @dataclass(frozen=True)
-class ConnectorSettings(MqttSettings, KafkaSettings):
+class ConnectorSettings(MqttSettings, KafkaSettings, ProgressSettings):
     """Bridge machine-state rows from MQTT into one Kafka record per quantity."""
 
     mqtt_topic: str = setting(MACHINE_STATES_TOPIC, "MQTT_TOPIC", "MQTT topic (filter) to subscribe to")
@@ -26,7 +26,5 @@ class ConnectorSettings(MqttSettings, KafkaSettings):
                                        "its Kafka client afresh and the broker sends the unacknowledged rows again; "
                                        "0: wait without end, the client retrying in order and without duplicates")
     linger_ms: int = setting(5, "CONNECTOR_LINGER_MS", "Kafka producer linger (batching delay)")
-    stats_interval_s: float = setting(10.0, "CONNECTOR_STATS_INTERVAL_S",
-                                      "seconds between progress log lines")
     shutdown_timeout_s: float = setting(30.0, "CONNECTOR_SHUTDOWN_TIMEOUT_S",
                                         "how long SIGTERM waits for Kafka to confirm what is in flight")

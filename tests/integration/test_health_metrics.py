@@ -12,8 +12,9 @@ import pytest
 from influxdb import InfluxDBClient
 
 from conftest import EVENTS_FILE
+from connector_support import connector, expected_records, read_rows, run_simulator, topic_size  # noqa: F401
 from db_connector_support import (ConnectorProcess, PrivateInfluxDB, connector_args, count, distinct_series_times,
-                                  key_of, raw_records, wait_for_count)
+                                  free_port, key_of, raw_records, wait_for_count)
 from kafka_joiner_support import rows_as_records
 from pipeline_core.settings import ConnectionSettings
 from spark_support import OUTPUT_DEADLINE_S, SparkJoinerProcess
@@ -125,3 +126,36 @@ def test_the_spark_joiner_reports_rows_batches_state_and_input_lag(bootstrap, ne
         assert "SIGTERM: finishing what is in flight" in joiner.log()
     finally:
         joiner.kill()
+
+
+def test_the_stream_connector_reports_its_rows_in_flight(connector, database, bootstrap):
+    name, client = database
+    bridge = connector("--health-metrics", "--influxdb-database", name)
+    simulated = run_simulator(bridge.mqtt_topic, "--events-file", str(EVENTS_FILE), "--order", "file", "--limit", "300")
+    assert simulated.returncode == 0, simulated.stdout + simulated.stderr
+    records = len(expected_records(read_rows(EVENTS_FILE)[:300]))
+
+    def everything_acknowledged() -> bool:
+        points = health_points(client, "stream_connector")
+        return bool(points) and points[-1]["records_in"] == 300 and points[-1]["lag"] == 0
+
+    wait_for(everything_acknowledged, 60, "a health point with every row read and acknowledged")
+    latest = health_points(client, "stream_connector")[-1]
+    assert (latest["records_out"], latest["acked"], latest["dead_letters"]) == (records, 300, 0)
+    assert all(point["lag"] is not None for point in health_points(client, "stream_connector"))
+    assert bridge.terminate() == 0, bridge.log()
+
+
+def test_an_unreachable_influxdb_never_stops_the_stream_connector(connector, bootstrap):
+    nowhere = free_port()  # nothing listens there
+    bridge = connector("--health-metrics", "--influxdb-port", str(nowhere))
+    simulated = run_simulator(bridge.mqtt_topic, "--events-file", str(EVENTS_FILE), "--order", "file", "--limit", "300")
+    assert simulated.returncode == 0, simulated.stdout + simulated.stderr
+    records = len(expected_records(read_rows(EVENTS_FILE)[:300]))
+    wait_for(lambda: topic_size(bootstrap, bridge.data_topic) >= records, 60, "the records of all 300 rows")
+    wait_for(lambda: "unreachable" in bridge.log(), 30, "the health metrics' warning")
+    assert bridge.terminate() == 0, bridge.log()
+    log = bridge.log()
+    assert f"127.0.0.1:{nowhere}/machinedata unreachable" in log and log.count("unreachable") == 1
+    assert "stopped cleanly: rows 300," in log and "health points not written" in log
+    assert topic_size(bootstrap, bridge.data_topic) == records
