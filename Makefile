@@ -12,9 +12,10 @@ STACK ?= $(shell docker info >/dev/null 2>&1 && echo docker || echo native)
 # chosen to zero, so exactly one runs, also after switching.
 COMPOSE_UNUSED_JOINER = $(if $(filter lsb,$(JOINER)),spark-joiner,lsb-joiner)
 
-# Every stage's benchmark, in pipeline order; `make bench BENCHMARKS=benchmarks.db_connector` runs one.
+# Every stage's benchmark, in pipeline order, and the joiners beside their peers (join_peers);
+# `make bench BENCHMARKS=benchmarks.db_connector` runs one.
 BENCHMARKS ?= benchmarks.join_engine benchmarks.mqtt_publish benchmarks.stream_connector \
-	benchmarks.kafka_joiner benchmarks.spark_joiner benchmarks.db_connector
+	benchmarks.kafka_joiner benchmarks.spark_joiner benchmarks.join_peers benchmarks.db_connector
 
 .PHONY: setup up down clean status logs data report test bench reliability chaos
 
@@ -25,7 +26,7 @@ setup: $(INSTALLED)
 $(INSTALLED): pyproject.toml $(wildcard core/*/__init__.py ops/*/__init__.py 0*/*/__init__.py)
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	@echo "installing Python dependencies into $(VENV) ..."
-	@$(PY) -m pip install -q --disable-pip-version-check -e '.[test]' > $(VENV)/pip-install.log 2>&1 \
+	@$(PY) -m pip install -q --disable-pip-version-check -e '.[test,bench]' > $(VENV)/pip-install.log 2>&1 \
 		|| { tail -30 $(VENV)/pip-install.log; exit 1; }
 	@touch $@
 

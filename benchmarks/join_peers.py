@@ -1,0 +1,487 @@
+"""``python -m benchmarks.join_peers``: this project's joiners beside the joins their users would reach for
+instead, on the same input, in one run, on one machine.
+
+The input is the shipped real events (``01_simulator/data/test_events.json``) as the stream connector writes
+them to machine.data, replayed by a fleet of ``--copies`` machines per real one; the engine's batch join over
+each series is the reference every peer is held to. The peers:
+
+  (a) this project's Spark job (``spark_joiner``), exactly once;
+  (b) Spark's own stream-stream join: an event-time interval join within delta_time, watermarks on both
+      inputs, Spark's Kafka sink (at-least-once), as Spark's guide recommends (``peers.spark_interval``);
+  (c) the standalone joiner (``kafka_joiner``), exactly once, one process, input joined where it lies;
+  (d) Quix Streams' ``join_asof`` (speed as of torque), exactly once (``peers.quix_asof``).
+
+Each peer runs three times on fresh topics (the other interleaving first, so that the measured backlog run is
+never a process's or a JVM's first):
+
+1. backlog, time order: the input pre-loaded as a live replay appends it; records/s from the peer's first
+   input record to its last output visible to a read_committed reader, and its CPU per record (its process
+   tree: driver, JVM and Python workers for Spark; the peer's process otherwise; the broker's excluded);
+2. backlog, another interleaving (``--interleaving``): the same records, each series still in its order,
+   appended in another order across things and quantities; by the join's contract the pairs do not change;
+3. live: a steady ``--rate`` records/s in time order after a warm-up; per output, the time from the append
+   of the later of its two inputs to the moment a read_committed reader sees it: p50/p99.
+
+For every run the output is compared with the reference: pairs found, missing, extra (pairs that are not a
+record's neighbour within delta_time), and duplicates. Topics are unique per run and deleted afterwards.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import datetime
+import json
+import logging
+import multiprocessing
+import os
+import shutil
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import NamedTuple, Protocol
+
+import numpy as np
+
+from pipeline_core.kafka_clients import admin_client
+from pipeline_core.logs import configure_logging
+from pipeline_core.records import MachineRecord
+from pipeline_core.settings import KafkaSettings
+from pipeline_core.topics import MACHINE_DATA
+from simulator.settings import DEFAULT_EVENTS_FILE
+
+from local_stream_buffer.specs import SpecResolver
+from kafka_joiner.settings import KafkaJoinerSettings
+from spark_joiner.job import start_query
+from spark_joiner.session import spark_session
+from spark_joiner.settings import SparkJoinerSettings
+from spark_joiner.sink import TransactionalBatchSink
+
+from benchmarks.kafka_joiner import InstanceResult, joiner_settings, run_instances
+from benchmarks.peers import workload
+from benchmarks.peers.harness import OutputReader, end_offsets, preload, produce_paced
+from benchmarks.peers.pairs import (PairComparison, PairKey, asof_pairs, compare_pairs, interval_pairs,
+                                    neighbour_pairs, output_difference, pair_key, same_output, series_of)
+from benchmarks.peers.quix_asof import QuixAsofProgress, QuixAsofSettings, run_app
+from benchmarks.peers.spark_interval import start_interval_join
+from benchmarks.spark_joiner import Topics, delete_topics, make_topics, settings_for, stop_between_batches, \
+    tree_cpu_seconds
+
+log = logging.getLogger("benchmarks.join_peers")
+
+WARM_UP_THING = "warm-up"
+WARM_UP_PAIRS = 10
+DAY_MS = 86_400_000
+
+
+class RunInput(NamedTuple):
+    """What a run feeds a peer: records, those a join spec reads (per spec they feed), reference pairs."""
+
+    records: int
+    joinable: int
+    pairs: int
+
+
+class Peer(Protocol):
+    name: str
+
+    def start(self, topics: Topics, run: RunInput, live: bool) -> None: ...
+
+    def done(self, run: RunInput) -> bool:
+        """Whether the peer has processed all of the run's input."""
+
+    def first_input_at(self) -> float | None:
+        """Wall-clock time the peer began reading the run's input."""
+
+    def stop(self) -> float:
+        """Stop the peer; the CPU seconds it used since it started."""
+
+
+class SparkPeer:
+    """A streaming query in the bench's Spark session; CPU of this process tree (driver, JVM, Python workers),
+    less the output reader's thread."""
+
+    name = ""
+
+    def __init__(self, spark, bootstrap: str, workdir: Path, batch: int, trigger_seconds: float) -> None:
+        self.spark, self.bootstrap, self.workdir = spark, bootstrap, workdir
+        self.batch, self.trigger_seconds = batch, trigger_seconds
+        self.query = None
+        self.cpu_before = 0.0
+
+    def settings(self, topics: Topics, live: bool) -> SparkJoinerSettings:
+        checkpoint = self.workdir / f"checkpoint-{uuid.uuid4().hex[:8]}"
+        # A backlog in batches of --batch records back to back; live, a batch per trigger of what arrived.
+        return settings_for(self.bootstrap, topics, checkpoint,
+                            trigger_seconds=self.trigger_seconds if live else 0.0,
+                            max_offsets_per_trigger=0 if live else self.batch)
+
+    def start(self, topics: Topics, run: RunInput, live: bool) -> None:
+        self.input_topic, self.input_end = topics.data, None
+        self.cpu_before = tree_cpu_seconds()
+        self.query = self.start_query(self.settings(topics, live))
+
+    def start_query(self, settings: SparkJoinerSettings):
+        raise NotImplementedError
+
+    def done(self, run: RunInput) -> bool:
+        if self.query.exception() is not None:
+            raise RuntimeError(f"{self.name}: query failed: {self.query.exception()}")
+        # By offsets, not Spark's row counts: a query reading its source twice (a self-join) counts rows twice.
+        # Asked once the input is complete, so its end offsets are taken then.
+        self.input_end = self.input_end or end_offsets(self.bootstrap, self.input_topic)
+        progress = self.query.lastProgress
+        if progress is None or self.query.status["isTriggerActive"]:
+            return False
+        return all(source["endOffset"] == self.input_end for source in json.loads(progress.json)["sources"])
+
+    def first_input_at(self) -> float | None:
+        for progress in self.query.recentProgress:
+            if progress["numInputRows"]:
+                return datetime.datetime.fromisoformat(progress["timestamp"].replace("Z", "+00:00")).timestamp()
+        return None
+
+    def stop(self) -> float:
+        stop_between_batches(self.query)
+        cpu = tree_cpu_seconds() - self.cpu_before
+        batches = [json.loads(progress.json) for progress in self.query.recentProgress if progress["numInputRows"]]
+        states = [operator for batch in batches for operator in batch.get("stateOperators", ())]
+        log.info("%s: %d batches of %.1f s on average; state rows at the end %s; input rows dropped as late %s",
+                 self.name, len(batches),
+                 np.mean([batch["durationMs"]["triggerExecution"] for batch in batches]) / 1000 if batches else 0,
+                 [operator["numRowsTotal"] for operator in batches[-1].get("stateOperators", ())] if batches else [],
+                 sum(operator.get("numRowsDroppedByWatermark", 0) for operator in states))
+        return cpu
+
+
+class SparkJoinerPeer(SparkPeer):
+    name = "(a) this project's Spark job"
+
+    def start_query(self, settings: SparkJoinerSettings):
+        self.sink = TransactionalBatchSink(self.bootstrap, settings.output_topic, settings.dlq_topic,
+                                           f"join-peers.{uuid.uuid4().hex[:8]}")
+        return start_query(self.spark, settings, self.sink)
+
+    def stop(self) -> float:
+        cpu = super().stop()
+        self.sink.close()
+        self.sink = None  # its clients go before the run's topics do
+        return cpu
+
+
+class SparkIntervalPeer(SparkPeer):
+    name = "(b) Spark interval join"
+
+    def __init__(self, *args, watermark_seconds: float, resolver: SpecResolver, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.watermark_seconds, self.resolver = watermark_seconds, resolver
+
+    def start_query(self, settings: SparkJoinerSettings):
+        return start_interval_join(self.spark, settings, self.resolver.specs, self.watermark_seconds)
+
+
+class KafkaJoinerPeer:
+    """The standalone joiner in a process of its own, as ``benchmarks.kafka_joiner`` runs it: it stops once it
+    has committed the run's reference pairs (or ``max_seconds`` after its first record)."""
+
+    name = "(c) standalone joiner"
+
+    def __init__(self, connection: KafkaSettings, max_seconds: float) -> None:
+        self.connection, self.max_seconds = connection, max_seconds
+        self.results: list[InstanceResult] = []
+
+    def start(self, topics: Topics, run: RunInput, live: bool) -> None:
+        group = f"join-peers.{topics.data}"
+        settings = joiner_settings(self.connection, {"data": topics.data, "out": topics.out, "dlq": topics.dlq,
+                                                     "group": group},
+                                   KafkaJoinerSettings.commit_interval_ms, True, "peer-0")
+        self.results = []
+        self.thread = threading.Thread(target=lambda: self.results.extend(
+            run_instances([settings], run.pairs, self.max_seconds)), daemon=True)
+        self.thread.start()
+
+    def done(self, run: RunInput) -> bool:
+        return not self.thread.is_alive()
+
+    def first_input_at(self) -> float | None:
+        started = [result.first_record_at for result in self.results if result.first_record_at is not None]
+        # The instances' times are time.monotonic(), the same clock in every process of this machine.
+        return min(started) + time.time() - time.monotonic() if started else None
+
+    def stop(self) -> float:
+        self.thread.join()
+        return sum(result.cpu_s for result in self.results)
+
+
+class QuixPeer:
+    """The Quix Streams app in a process of its own; SIGTERM stops it after a last commit."""
+
+    name = "(d) Quix Streams join_asof"
+
+    def __init__(self, bootstrap: str, workdir: Path, resolver: SpecResolver) -> None:
+        self.bootstrap, self.workdir, self.resolver = bootstrap, workdir, resolver
+        self.context = multiprocessing.get_context("spawn")
+
+    def start(self, topics: Topics, run: RunInput, live: bool) -> None:
+        group = f"join-peers-quix.{topics.data}"
+        settings = QuixAsofSettings(self.bootstrap, topics.data, topics.out, group,
+                                    self.workdir / f"quix-{uuid.uuid4().hex[:8]}",
+                                    KafkaJoinerSettings.commit_interval_ms / 1000, self.resolver.specs)
+        self.progress = QuixAsofProgress.shared(self.context)
+        self.process = self.context.Process(target=run_app, args=(settings, self.progress))
+        self.process.start()
+
+    def done(self, run: RunInput) -> bool:
+        if self.process.exitcode is not None:
+            raise RuntimeError(f"{self.name}: the app exited with {self.process.exitcode}")
+        return self.progress.inputs.value >= run.records and self.progress.joinable.value >= run.joinable
+
+    def first_input_at(self) -> float | None:
+        return self.progress.first_input_at.value or None
+
+    def stop(self) -> float:
+        self.process.terminate()
+        self.process.join(60)
+        if self.process.exitcode is None:
+            self.process.kill()
+            self.process.join(10)
+        return self.progress.cpu_seconds.value
+
+
+@dataclasses.dataclass
+class RunResult:
+    comparison: PairComparison
+    written: list[PairKey]
+    records_per_s: float = float("nan")
+    cpu_us_per_record: float = float("nan")
+    p50_ms: float = float("nan")
+    p99_ms: float = float("nan")
+
+
+def wait_until(condition: Callable[[], bool], deadline_s: float, what: str) -> None:
+    deadline = time.monotonic() + deadline_s
+    while not condition():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"gave up waiting for {what} after {deadline_s:.0f} s")
+        time.sleep(0.1)
+
+
+def cleanup(bootstrap: str, topics: Topics) -> None:
+    """Delete every topic of a run: its own, and those a peer made for itself (named after its group, which
+    holds the input topic's name)."""
+    run_id = topics.data.removeprefix(f"{MACHINE_DATA.name}.")
+    existing = admin_client(bootstrap).list_topics(timeout=10).topics
+    delete_topics(bootstrap, [name for name in existing if run_id in name])
+
+
+def backlog_run(peer: Peer, bootstrap: str, messages: Sequence[workload.Message], run: RunInput,
+                reference: set[PairKey], settle_s: float, deadline_s: float) -> RunResult:
+    """The peer on ``messages`` pre-loaded into fresh topics, until it read them all and its output settled."""
+    topics = make_topics(bootstrap, "peers")
+    try:
+        preload(bootstrap, topics.data, messages)
+        reader = OutputReader(bootstrap, topics.out)
+        reader.start()
+        peer.start(topics, run, live=False)
+        try:
+            wait_until(lambda: peer.done(run), deadline_s, f"{peer.name} to read {run.records:,} records")
+            wait_until(lambda: reader.idle_seconds() > settle_s, deadline_s, f"{peer.name}'s output to settle")
+            first = peer.first_input_at()
+        finally:
+            cpu_seconds = peer.stop()
+        time.sleep(settle_s)  # a last commit on stop becomes visible
+        reader.stop()
+    finally:
+        cleanup(bootstrap, topics)
+    if isinstance(peer, SparkPeer):
+        cpu_seconds -= reader.cpu_seconds  # the reader shares the driver's process
+    written = [pair_key(json.loads(value)) for value in reader.values]
+    last = reader.visible_at[-1] if reader.visible_at else float("nan")
+    return RunResult(compare_pairs(reference, written), written,
+                     records_per_s=run.records / (last - first) if first else float("nan"),
+                     cpu_us_per_record=cpu_seconds / run.records * 1e6)
+
+
+def live_run(peer: Peer, bootstrap: str, warm_up: Sequence[workload.Message], steady: Sequence[workload.Message],
+             steady_records: Sequence[MachineRecord], run: RunInput, reference: set[PairKey], rate: float,
+             settle_s: float) -> RunResult:
+    """The peer on a steady input after a warm-up; latency of each output from the append of its later input."""
+    topics = make_topics(bootstrap, "peers-live")
+    context = multiprocessing.get_context("spawn")
+    appended: multiprocessing.Queue = context.Queue()
+    try:
+        reader = OutputReader(bootstrap, topics.out)
+        reader.start()
+        peer.start(topics, run, live=True)
+        try:
+            # Warm-up: the peer has joined its group, planned its query, started its workers.
+            preload(bootstrap, topics.data, warm_up)
+            wait_until(lambda: len(reader.values) > 0, 180, f"{peer.name}'s first output")
+            producer = context.Process(target=produce_paced, args=(bootstrap, topics.data, steady, rate, appended))
+            producer.start()
+            append_times = appended.get(timeout=len(steady) / rate + 120)
+            producer.join(30)
+            wait_until(lambda: peer.done(run), 600, f"{peer.name} to read the steady input")
+            wait_until(lambda: reader.idle_seconds() > settle_s, 120, f"{peer.name}'s output to settle")
+        finally:
+            peer.stop()
+        reader.stop()
+    finally:
+        cleanup(bootstrap, topics)
+    appended_at = {(record["thing"], record["quantity"], record["phenomenonTime"]): moment
+                   for record, moment in zip(steady_records, append_times)}
+    written, latencies = [], []
+    for value, visible in zip(reader.values, reader.visible_at):
+        output = json.loads(value)
+        key = pair_key(output)
+        if key.thing == WARM_UP_THING:
+            continue
+        written.append(key)
+        inputs = [appended_at.get((output["thing"], output[side]["quantity"], key[2 + index]))
+                  for index, side in enumerate(("left", "right"))]
+        if None not in inputs:
+            latencies.append(visible - max(inputs))
+    p50, p99 = np.percentile(latencies, [50, 99]) * 1000 if latencies else (float("nan"), float("nan"))
+    return RunResult(compare_pairs(reference, written), written, p50_ms=p50, p99_ms=p99)
+
+
+def warm_up_records(before_ms: int) -> list[MachineRecord]:
+    """A few speed and torque records of a machine of its own, a day before the input, in time order."""
+    start = before_ms - DAY_MS
+    records: list[MachineRecord] = []
+    for index in range(WARM_UP_PAIRS):
+        records.append({"thing": WARM_UP_THING, "quantity": "actSpeed_C11", "phenomenonTime": start + index * 1000,
+                        "result": 100.0})
+        records.append({"thing": WARM_UP_THING, "quantity": "vaTorque_C11",
+                        "phenomenonTime": start + index * 1000 + 300, "result": 1.0})
+    return records
+
+
+def run_input(records: Sequence[MachineRecord], resolver: SpecResolver, reference: set[PairKey]) -> RunInput:
+    return RunInput(len(records), sum(len(resolver.routes(record["quantity"])) for record in records),
+                    len(reference))
+
+
+def print_table(results: dict[str, dict[str, RunResult]], interleaving: str, args: argparse.Namespace,
+                references: dict[str, int]) -> None:
+    print()
+    print(f"Peers on the real events replayed by {args.copies} copies of each machine "
+          f"({references['records']:,} records): the engine's join gives {references['neighbour']:,} pairs; "
+          f"an interval join within delta {references['interval']:,}; a backward as-of join "
+          f"{references['asof']:,}")
+    header = (f"{'':<31} {'records/s':>9} {'CPU µs/rec':>10} {'p50 ms':>7} {'p99 ms':>7} | {'pairs out':>9} "
+              f"{'found':>7} {'missing':>7} {'extra':>7} {'dup':>5} | {interleaving + ': same output?':<34}")
+    print(header)
+    print("-" * len(header))
+    for name, runs in results.items():
+        backlog, other, live = runs["time order"], runs[interleaving], runs["live"]
+        check = backlog.comparison
+        if same_output(backlog.written, other.written):
+            changed = "same"
+        else:
+            only_first, only_other = output_difference(backlog.written, other.written)
+            changed = f"CHANGED: {only_first:,} pairs lost, {only_other:,} new"
+        print(f"{name:<31} {backlog.records_per_s:9,.0f} {backlog.cpu_us_per_record:10.1f} {live.p50_ms:7.0f} "
+              f"{live.p99_ms:7.0f} | {check.outputs:9,} {check.found:7,} {check.missing:7,} {check.extra:7,} "
+              f"{check.duplicates:5,} | {changed}")
+    print()
+    print(f"{'each run against the engine':<31} {'pairs out':>9} {'found':>7} {'missing':>7} {'extra':>7} {'dup':>5}")
+    for name, runs in results.items():
+        for label, result in runs.items():
+            check = result.comparison
+            print(f"  {name[:3]} {label:<25} {check.outputs:9,} {check.found:7,} {check.missing:7,} "
+                  f"{check.extra:7,} {check.duplicates:5,}")
+    print(f"records/s and CPU: backlog in time order, from the peer's first input record to its last output visible; "
+          f"CPU of the peer's processes (Spark: driver, JVM, Python workers), not the broker's. Latency: live at "
+          f"{args.rate:,.0f} records/s for {args.live_seconds:.0f} s, from the append of a pair's later input to a "
+          f"read_committed reader seeing it. Spark: batches of {args.batch:,} records on a backlog, trigger "
+          f"{args.trigger_seconds} s live; (b) watermark {args.watermark_seconds:g} s. Load average at the end: "
+          f"{os.getloadavg()[0]:.1f}")
+
+
+PEERS = ("a", "b", "c", "d")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.join_peers", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--kafka-bootstrap-servers",
+                        default=os.environ.get("KAFKA_BOOTSTRAP_SERVERS", "127.0.0.1:9092"))
+    parser.add_argument("--copies", type=int, default=6, help="machines replaying each real machine's history")
+    parser.add_argument("--interleaving", default="thing after thing",
+                        choices=[name for name in workload.INTERLEAVINGS if name != "time order"],
+                        help="the other interleaving the backlog is appended in")
+    parser.add_argument("--batch", type=int, default=5_000,
+                        help="Spark's maxOffsetsPerTrigger on a backlog (the interval join's cost grows with it)")
+    parser.add_argument("--trigger-seconds", type=float, default=SparkJoinerSettings.trigger_seconds,
+                        help="Spark's trigger in the live run")
+    parser.add_argument("--watermark-seconds", type=float, default=10.0,
+                        help="(b): the watermark delay of both inputs, how late a record may arrive")
+    parser.add_argument("--rate", type=float, default=2_000, help="records/s of the live run")
+    parser.add_argument("--live-seconds", type=float, default=15.0, help="length of the live run")
+    parser.add_argument("--settle-seconds", type=float, default=2.0,
+                        help="no new output for this long: the peer's output is complete")
+    parser.add_argument("--peers", nargs="*", choices=PEERS, default=list(PEERS))
+    args = parser.parse_args(argv)
+    configure_logging()
+    logging.getLogger("py4j").setLevel(logging.WARNING)
+    bootstrap = args.kafka_bootstrap_servers
+
+    resolver = SpecResolver()
+    records = workload.fleet(workload.joined_records(DEFAULT_EVENTS_FILE, resolver), args.copies)
+    series = series_of(records, resolver)
+    reference = neighbour_pairs(series)
+    references = {"records": len(records), "neighbour": len(reference), "interval": len(interval_pairs(series)),
+                  "asof": len(asof_pairs(series))}
+    encoded = workload.messages(records, MACHINE_DATA.partitions)
+    orders = {name: workload.INTERLEAVINGS[name](records) for name in ("time order", args.interleaving)}
+    backlog = {name: [encoded[index] for index in order] for name, order in orders.items()}
+    full = run_input(records, resolver, reference)
+
+    steady_records = [records[index] for index in orders["time order"][:int(args.rate * args.live_seconds)]]
+    warm = warm_up_records(int(steady_records[0]["phenomenonTime"]))
+    live_reference = neighbour_pairs(series_of(steady_records, resolver))
+    # The peer reads the warm-up too; its pairs are left out of the comparison and the latencies.
+    live_input = run_input([*warm, *steady_records], resolver,
+                           live_reference | neighbour_pairs(series_of(warm, resolver)))
+    warm_messages = workload.messages(warm, MACHINE_DATA.partitions)
+    steady_messages = workload.messages(steady_records, MACHINE_DATA.partitions)
+
+    workdir = Path(tempfile.mkdtemp(prefix="join-peers-"))
+    results: dict[str, dict[str, RunResult]] = {}
+
+    def measure(peer: Peer) -> None:
+        runs = results[peer.name] = {}
+        # The other interleaving first: the figures of the time-order run are then of a peer whose process (for
+        # Spark, the session's JVM) has run a query before, as the second of both Spark peers' runs is anyway.
+        for name in (args.interleaving, "time order"):
+            runs[name] = backlog_run(peer, bootstrap, backlog[name], full, reference, args.settle_seconds, 900)
+            log.info("%s, %s: %s", peer.name, name, runs[name].comparison)
+        runs["live"] = live_run(peer, bootstrap, warm_messages, steady_messages, steady_records, live_input,
+                                live_reference, args.rate, args.settle_seconds)
+        log.info("%s, live: %s", peer.name, runs["live"].comparison)
+
+    try:
+        if {"a", "b"} & set(args.peers):
+            spark = spark_session("local[*]", driver_memory="2g")
+            spark_args = (spark, bootstrap, workdir, args.batch, args.trigger_seconds)
+            if "a" in args.peers:
+                measure(SparkJoinerPeer(*spark_args))
+            if "b" in args.peers:
+                measure(SparkIntervalPeer(*spark_args, watermark_seconds=args.watermark_seconds, resolver=resolver))
+            spark.stop()  # its JVM would share the cores with the peers below
+        if "c" in args.peers:
+            measure(KafkaJoinerPeer(KafkaSettings(kafka_bootstrap_servers=bootstrap), max_seconds=120))
+        if "d" in args.peers:
+            measure(QuixPeer(bootstrap, workdir, resolver))
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+    print_table(results, args.interleaving, args, references)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
