@@ -3,8 +3,8 @@
 An MQTT row is acknowledged (manual PUBACK) only after Kafka confirmed every record made from it,
 and the session is persistent (fixed client id, clean session off): rows the
 connector read but did not finish, and rows published while it was down, are redelivered by the
-broker when it comes back. A crash can therefore repeat rows, as exact copies of their records,
-which the join engine and the database connector absorb.
+broker when it comes back. Of a row sent again only the records Kafka does not hold yet are written
+(`redelivery.py`), so neither a crash nor a broker restart writes a record twice.
 
 No row stops it. A row that is not a valid row (`pipeline_core.validation`), and a record Kafka
 refuses for the record itself (too large), go to machine.dlq with the reason; should processing a
@@ -40,6 +40,7 @@ from pipeline_core.progress import Observation, ProgressReporter, StageCounters
 from pipeline_core.records import dead_letter, payload_omitted
 from pipeline_core.topics import MACHINE_DATA, MACHINE_DLQ, ensure_topics, partition_count
 
+from .redelivery import WrittenRecords, read_tail
 from .rows import kafka_messages, split_row
 from .settings import ConnectorSettings
 
@@ -81,6 +82,7 @@ class ConnectorCounters(StageCounters):
     acked: int = 0
     reconnects: int = 0
     kafka_restarts: int = 0
+    redelivered_records: int = 0  # of rows sent again, records Kafka already held: not written twice
 
 
 class Connector:
@@ -102,6 +104,11 @@ class Connector:
         # Records go to the partition of their thing (see pipeline_core.partitioning): a joiner finds a machine's
         # joined quantities together. Read from the topic on start.
         self.data_partitions = MACHINE_DATA.partitions
+        # Record values Kafka confirmed lately: filled from machine.data's tail on start.
+        self.written = WrittenRecords(settings.redelivery_window_records)
+        # Record values handed to the producer and not yet confirmed or failed, each with the rows sent
+        # again that wait for it too.
+        self.in_flight: dict[bytes, list[PendingRow]] = {}
 
     def _new_producer(self) -> Producer:
         return Producer(producer_config(self.settings.kafka_bootstrap_servers, **{
@@ -165,6 +172,9 @@ class Connector:
                 split = split_row(message.payload, settings.max_payload_bytes, settings.max_quantities)
                 # Every record encoded before the first is produced: a row goes out whole or not at all.
                 records = kafka_messages(split.records, self.data_partitions)
+                # Not only rows flagged DUP: a publisher whose acknowledgement got lost in a broker restart
+                # sends its row again as a new message (QoS 1 is at least once).
+                records = self._not_yet_written(records, pending)
             except Exception as error:  # noqa: BLE001 - a defect this row shows: dead-letter it, never stop on it
                 log.exception("could not process a row of %d bytes; dead-lettering it", len(message.payload))
                 self.counters.rejected_rows += 1
@@ -173,6 +183,7 @@ class Connector:
                 return
             for value, key, partition in records:
                 self._produce(settings.data_topic, value, key, pending, delivered, partition=partition)
+                self.in_flight[value] = []
             self.counters.records_out += len(records)
             if split.rejections:
                 self.counters.rejected_rows += 1
@@ -180,6 +191,23 @@ class Connector:
                                   rejectedQuantities=split.rejected_quantities or None)
         except KafkaException as error:  # the producer itself failed (fatal state, unknown topic, ...)
             self._kafka_failed(pending, error.args[0])
+
+    def _not_yet_written(self, records: list, pending: PendingRow) -> list:
+        """Of a row, the records Kafka neither holds nor will: all of them, unless the row was sent again. A record still on its
+        way (its row let go at a reconnect while Kafka was away) is not sent again: the row waits for it."""
+        missing = []
+        for record in records:
+            value = record[0]
+            if value in self.written:
+                continue
+            waiting = self.in_flight.get(value)
+            if waiting is None:
+                missing.append(record)
+            else:
+                waiting.append(pending)
+                pending.remaining += 1
+        self.counters.redelivered_records += len(records) - len(missing)
+        return missing
 
     def _ack_delivered(self) -> None:
         """Acknowledge, in order, every row whose records Kafka has all confirmed."""
@@ -199,6 +227,12 @@ class Connector:
         is dead-lettered, any other failure keeps the row unacknowledged (see `_kafka_failed`)."""
 
         def delivered(error: KafkaError | None, message: Message) -> None:
+            if message.topic() == self.settings.data_topic:
+                value = message.value()
+                if error is None:
+                    self.written.add(value)
+                for waiting in self.in_flight.pop(value, ()):
+                    self._settle_waiting(waiting, error)
             if pending.abandoned:
                 return
             pending.remaining -= 1
@@ -213,6 +247,15 @@ class Connector:
                 self._kafka_failed(pending, error)
 
         return delivered
+
+    def _settle_waiting(self, pending: PendingRow, error: KafkaError | None) -> None:
+        """A row sent again learns the fate of a record it did not send itself; should Kafka have refused
+        it, the row stays unacknowledged and, sent again, writes the record itself."""
+        if pending.abandoned:
+            return
+        pending.remaining -= 1
+        if error is not None:
+            self._kafka_failed(pending, error)
 
     def _last_resort_callback(self, pending: PendingRow):
         """The callback of a dead letter sent without its payload: if Kafka refuses even that, it
@@ -295,6 +338,8 @@ class Connector:
                                       dataclasses.replace(MACHINE_DLQ, name=self.settings.dlq_topic)),
                               deadline_s=deadline_s)
                 self.data_partitions = partition_count(admin, self.settings.data_topic, deadline_s)
+                self.written = read_tail(self.settings.kafka_bootstrap_servers, self.settings.data_topic,
+                                         self.data_partitions, self.settings.redelivery_window_records)
                 return
             except KafkaStartupError as error:
                 if not without_end:
@@ -357,6 +402,7 @@ class Connector:
         # Dropped records (their callbacks report a purge, ignored) come again with their rows.
         self.producer.purge()
         self.producer.poll(0)
+        self.in_flight.clear()
         self._pause(self.kafka_retry_delay_s)
         self.kafka_retry_delay_s = min(self.kafka_retry_delay_s * 2, MAX_KAFKA_RETRY_DELAY_S)
         self.producer = self._new_producer()

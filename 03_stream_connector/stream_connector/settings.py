@@ -25,6 +25,11 @@ class ConnectorSettings(MqttSettings, KafkaSettings, ProgressSettings):
                                        "how long Kafka may take to confirm a record before the connector starts "
                                        "its Kafka client afresh and the broker sends the unacknowledged rows again; "
                                        "0: wait without end, the client retrying in order and without duplicates")
+    redelivery_window_records: int = setting(
+        100_000, "CONNECTOR_REDELIVERY_WINDOW_RECORDS",
+        "records Kafka confirmed lately, per partition at start, that a row the broker sends again is checked "
+        "against, so it is not written twice; above the broker's window of unacknowledged rows (100) times "
+        "a row's quantities")
     linger_ms: int = setting(5, "CONNECTOR_LINGER_MS", "Kafka producer linger (batching delay)")
     shutdown_timeout_s: float = setting(30.0, "CONNECTOR_SHUTDOWN_TIMEOUT_S",
                                         "how long SIGTERM waits for Kafka to confirm what is in flight")

@@ -33,7 +33,9 @@ def test_kill_9_in_the_middle_of_a_replay_loses_no_record(connector, bootstrap):
 
     values = wait_for(everything_arrived, 90, "every record after the restart", interval_s=0.5)
     arrived = [_canonical(json.loads(value)) for value in values]
-    assert set(arrived) == expected  # nothing missing, and every repeat is an exact copy
+    assert set(arrived) == expected  # nothing missing
+    # Rows the broker sent again after the crash wrote only what Kafka did not hold yet.
+    assert len(arrived) == len(expected), f"{len(arrived) - len(expected)} records written twice"
     assert "session present: True" in bridge.log()
 
 

@@ -1,0 +1,82 @@
+"""A row that arrives again is not written twice.
+
+The broker sends a row again when the connector crashed, lost its MQTT connection or started its
+Kafka client afresh before acknowledging it; a publisher sends a row again when its acknowledgement
+got lost in a broker restart (QoS 1 is at least once), and the broker passes it on as a new message.
+Some or all of its records may be in machine.data already. Written again, each copy would reach a
+joiner as a record older than the last of its series: rejected as out of order, a good record in
+machine.dlq. So the connector remembers the records Kafka confirmed lately, starting from the tail
+of machine.data when it starts, and writes of each row only the records that are not there yet.
+
+A record is known by its encoded value: the same row always encodes to the same bytes.
+"""
+from __future__ import annotations
+
+import logging
+from collections import deque
+
+from confluent_kafka import Consumer, TopicPartition
+
+from pipeline_core.kafka_clients import KafkaStartupError, consumer_config, retry_transient
+
+log = logging.getLogger(__name__)
+
+TAIL_READ_TIMEOUT_S = 60.0
+
+
+class WrittenRecords:
+    """The last `capacity` record values Kafka confirmed, for membership tests."""
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = capacity
+        self._order: deque[bytes] = deque()
+        self._values: set[bytes] = set()
+
+    def add(self, value: bytes) -> None:
+        if value in self._values:
+            return
+        self._order.append(value)
+        self._values.add(value)
+        if len(self._order) > self.capacity:
+            self._values.discard(self._order.popleft())
+
+    def __contains__(self, value: object) -> bool:
+        return value in self._values
+
+    def __len__(self) -> int:
+        return len(self._order)
+
+
+def read_tail(bootstrap_servers: str, topic: str, partitions: int, capacity: int) -> WrittenRecords:
+    """The last records of every partition of `topic`, up to `capacity` in all per partition."""
+    written = WrittenRecords(capacity * partitions)
+    consumer = Consumer(consumer_config(bootstrap_servers, "stream-connector-tail", **{
+        "enable.auto.commit": False, "enable.partition.eof": True}))
+    try:
+        ends = {}
+        for partition in range(partitions):
+            low, high = retry_transient(
+                lambda p=partition: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=5),
+                what=f"reading the end offsets of {topic}")
+            if high > low:
+                ends[partition] = (max(low, high - capacity), high)
+        consumer.assign([TopicPartition(topic, p, start) for p, (start, _) in ends.items()])
+        left = dict(ends)
+        while left:
+            message = consumer.poll(TAIL_READ_TIMEOUT_S)
+            if message is None:
+                raise KafkaStartupError(f"reading the tail of {topic}: no records within {TAIL_READ_TIMEOUT_S:.0f} s "
+                                        "though Kafka reported them; check Kafka (`make status`, `make logs "
+                                        "SERVICE=kafka`), then start again")
+            if message.error():
+                if message.error().code() == message.error()._PARTITION_EOF:
+                    left.pop(message.partition(), None)
+                continue
+            written.add(message.value())
+            if message.offset() + 1 >= left.get(message.partition(), (0, 0))[1]:
+                left.pop(message.partition(), None)
+    finally:
+        consumer.close()
+    log.info("read the last %d records of %s: a redelivered row writes only what is not among them",
+             len(written), topic)
+    return written
