@@ -1,0 +1,14 @@
+"""The chaos run in brief, seeded, as part of `make test` (`make chaos` runs the full one)."""
+from __future__ import annotations
+
+import pytest
+
+from chaos_support import ChaosPlan, chaos_workdir, run_chaos
+
+pytestmark = pytest.mark.integration
+
+
+def test_a_short_storm_of_faults_loses_nothing_and_doubles_nothing(tmp_path_factory):
+    plan = ChaosPlan(joiner="lsb", rows=6_000, machines=20, rate=100.0, kills_per_stage=1, bad_rows=16)
+    report = run_chaos(plan, chaos_workdir("chaos"))
+    print(report.summary())

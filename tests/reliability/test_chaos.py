@@ -1,0 +1,21 @@
+"""`make chaos`: the whole pipeline under a seeded storm of faults, with each joiner.
+
+A synthetic replay of 50,000 rows from 20 machines with bad rows mixed in; meanwhile every pipeline
+stage is killed with SIGKILL twice and Kafka, Mosquitto and InfluxDB are restarted once each. The
+stages come back by supervision alone. Afterwards machine.out equals the offline join of
+machine.data, InfluxDB holds every raw and joined point once, and machine.dlq exactly the bad rows.
+"""
+from __future__ import annotations
+
+import pytest
+
+from chaos_support import ChaosPlan, chaos_workdir, run_chaos
+
+pytestmark = [pytest.mark.slow, pytest.mark.integration]
+
+
+@pytest.mark.parametrize("joiner", ["lsb", "spark"])
+def test_the_pipeline_survives_a_storm_of_faults(joiner):
+    plan = ChaosPlan(joiner=joiner, rows=50_000, machines=20, rate=400.0, bad_rows=60)
+    report = run_chaos(plan, chaos_workdir(f"chaos-{joiner}"))
+    print(report.summary())
