@@ -129,7 +129,8 @@ def joiner_settings(connection: KafkaSettings, topics: dict[str, str], commit_in
     return KafkaJoinerSettings(**dataclasses.asdict(connection), input_partitioned_by_thing=by_thing,
                                input_topic=topics["data"], output_topic=topics["out"], dlq_topic=topics["dlq"],
                                group_id=topics["group"], transactional_id_prefix=topics["group"],
-                               instance_id=instance_id, commit_interval_ms=commit_interval_ms, log_interval_s=5.0)
+                               instance_id=instance_id, commit_interval_ms=commit_interval_ms, progress_interval_s=5.0,
+                               health_metrics=False)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -162,7 +163,7 @@ def _throughput_instance(settings: KafkaJoinerSettings, started: multiprocessing
         nonlocal next_report
         now = time.monotonic()
         if now >= next_report:
-            reports.put(("progress", settings.instance_id, (stats.first_record_at, stats.joins_out)))
+            reports.put(("progress", settings.instance_id, (stats.first_record_at, stats.records_out)))
             next_report = now + 0.1
         return stop.is_set()
 
@@ -172,7 +173,7 @@ def _throughput_instance(settings: KafkaJoinerSettings, started: multiprocessing
     joiner.start()
     joiner.run(until=done)
     reports.put(("done", settings.instance_id, InstanceResult(
-        stats.first_record_at, stats.last_commit_at, stats.joins_out, stats.joined_in, stats.records_in,
+        stats.first_record_at, stats.last_commit_at, stats.records_out, stats.joined_in, stats.records_in,
         stats.transactions, joiner.forced(), time.process_time() - cpu_before)))
 
 
@@ -286,15 +287,15 @@ def latency(connection: KafkaSettings, args: argparse.Namespace) -> None:
         while time.monotonic() < warm_until:
             joiner.step()
         warmup = sorted(stats.latencies_ms)
-        warmup_joins = stats.joins_out
+        warmup_joins = stats.records_out
         del stats.latencies_ms[:]
         max_seconds = args.latency_seconds + args.max_seconds
         started = time.monotonic()
-        joiner.run(until=lambda j: stats.joins_out >= joins or time.monotonic() - started > max_seconds)
+        joiner.run(until=lambda j: stats.records_out >= joins or time.monotonic() - started > max_seconds)
         producer.join(60)
         p50, p99, p999 = stats.latency_percentiles(0.5, 0.99, 0.999)
         print(f"latency at a steady {args.rate:,.0f} records/s for {args.latency_seconds:.0f} s "
-              f"({stats.joins_out - warmup_joins:,} joins, commit every {args.commit_interval_ms} ms): append to "
+              f"({stats.records_out - warmup_joins:,} joins, commit every {args.commit_interval_ms} ms): append to "
               f"commit p50 {p50:.0f} ms, p99 {p99:.0f} ms, p99.9 {p999:.0f} ms, max {max(stats.latencies_ms):.0f} ms")
         if warmup:
             print(f"  (the {args.warmup_seconds:.0f} s warm-up before it on the fresh topics, {warmup_joins:,} joins: "

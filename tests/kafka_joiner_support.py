@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -104,12 +105,14 @@ class JoinerProcess:
                    "--input-topic", self.topics.data, "--output-topic", self.topics.out,
                    "--dlq-topic", self.topics.dlq, "--group-id", self.group_id,
                    "--transactional-id-prefix", self.group_id,
-                   "--session-timeout-ms", "6000", "--log-interval-s", "1", *self.extra]
+                   "--session-timeout-ms", "6000", "--progress-interval-s", "1", *self.extra]
         if self.instance_id:
             command += ["--instance-id", self.instance_id]
         with open(self.log_path, "wb") as log_file:
+            # Health metrics off unless a test asks for them (--health-metrics): they would go to the shared
+            # stack's database, which the dashboards show.
             self.process = subprocess.Popen(command, stdout=log_file, stderr=subprocess.STDOUT,
-                                            env={**os.environ, "PYTHONUNBUFFERED": "1"})
+                                            env={**os.environ, "PYTHONUNBUFFERED": "1", "HEALTH_METRICS": "false"})
         if wait_ready:
             wait_for(lambda: self._ready(), 60, f"joiner {self.instance_id} to announce READY")
         return self
@@ -147,8 +150,8 @@ class JoinerProcess:
 
 def records_in(log: str) -> int:
     """Input records the instance reported in its last progress line."""
-    lines = [line for line in log.splitlines() if "records in" in line]
-    return int(lines[-1].split("records in ")[1].split()[0]) if lines else 0
+    counts = re.findall(r"records in ([\d,]+) \(", log)
+    return int(counts[-1].replace(",", "")) if counts else 0
 
 
 def caught_up(log: str) -> bool:
@@ -159,8 +162,9 @@ def caught_up(log: str) -> bool:
     lines = [line for line in log[assigned:].splitlines() if "records in" in line] if assigned >= 0 else []
     if len(lines) < 2:
         return False
-    lag = int(lines[-1].split(", lag ")[1].split(",")[0])
-    return lag <= MACHINE_DATA.partitions and records_in(lines[-1]) == records_in(lines[-2])
+    lag = re.search(r", lag ([\d,]+)", lines[-1])
+    return (lag is not None and int(lag[1].replace(",", "")) <= MACHINE_DATA.partitions
+            and records_in(lines[-1]) == records_in(lines[-2]))
 
 
 def restored(log: str) -> tuple[int, int]:

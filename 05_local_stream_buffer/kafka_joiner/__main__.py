@@ -2,8 +2,8 @@
 from __future__ import annotations
 
 import logging
-import signal
 
+from pipeline_core.lifecycle import process_stop_signal
 from pipeline_core.logs import announce_ready, configure_logging
 from pipeline_core.runtime import tune_gc_for_streaming
 from pipeline_core.settings import load_settings
@@ -17,9 +17,7 @@ log = logging.getLogger("kafka_joiner")
 def main(argv: list[str] | None = None) -> None:
     settings = load_settings(KafkaJoinerSettings, argv, prog="python -m kafka_joiner")
     configure_logging()
-    joiner = KafkaJoiner(settings)
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(signum, lambda *_: joiner.stop())
+    joiner = KafkaJoiner(settings, process_stop_signal())
     joiner.start()
     tune_gc_for_streaming()
     announce_ready(log, f"kafka joiner {joiner.transactional_id}: {settings.input_topic} -> {settings.output_topic}")

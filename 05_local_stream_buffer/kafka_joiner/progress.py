@@ -1,29 +1,34 @@
-"""Counters of the Kafka joiner, commit latency samples, and the periodic progress line."""
+"""Counters of the Kafka joiner, commit latency samples, and what its progress reports add to the
+counters (`pipeline_core.progress`): the lag and state of the owned partitions, the commit latency."""
 from __future__ import annotations
 
 import logging
-import time
+import math
 from array import array
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
+from pipeline_core.progress import Observation, StageCounters
+
+# How the shared reporter's log line names the counters here.
+LABELS = {"records_out": "joins out"}
+
 
 @dataclass
-class JoinerStats:
-    """Totals since start; rates and latency percentiles are per log interval."""
+class JoinerStats(StageCounters):
+    """Totals since start (records in: consumed from the input topic; records out: join results committed;
+    dead letters: records sent to the DLQ); the latency samples are per report."""
 
-    records_in: int = 0  # records consumed from the input topic
-    joinable: int = 0  # of those, records of a quantity some join spec uses
+    joinable: int = 0  # of the records in, records of a quantity some join spec uses
     joined_in: int = 0  # records ingested by the join (rebuild excluded)
     rebuilt: int = 0  # records re-ingested silently: held records restored from the changelog (or replayed)
     state_records_read: int = 0  # changelog records read to restore them
-    joins_out: int = 0  # output records committed
-    dead_letters: int = 0  # records sent to the DLQ
     transactions: int = 0
     aborted: int = 0
     first_record_at: float | None = None  # time.monotonic() of the first consumed record
     last_commit_at: float | None = None  # time.monotonic() after the last commit with outputs
-    # Append time of the completing input record to the commit of its output, ms; cleared by the log line.
+    # Append time of the completing input record to the commit of its output, ms; cleared by each report.
     latencies_ms: array = field(default_factory=lambda: array("d"))
     keep_latencies: bool = False  # keep every sample (the benchmark), not only one interval's
 
@@ -35,7 +40,7 @@ class JoinerStats:
 
 
 class StateFigures(NamedTuple):
-    """What the owned partitions hold when a progress line is written."""
+    """What the owned partitions hold when a progress report is due."""
 
     lag: int  # records not yet processed
     held: int  # records held by the joins
@@ -44,39 +49,26 @@ class StateFigures(NamedTuple):
     forced: int  # pending records forced out by the pending limit, in total
 
 
-class ProgressLog:
-    """Logs a line every `interval_s` with records in, joins out, DLQ count, lag, state size, latency."""
+class JoinerObservation:
+    """The joiner's part of a progress report: lag and state of the owned partitions (None before any are
+    owned), the commit latency of the interval, and a warning when the pending limit forced records out."""
 
-    def __init__(self, logger: logging.Logger, stats: JoinerStats, interval_s: float) -> None:
-        self._logger = logger
+    def __init__(self, stats: JoinerStats, figures: Callable[[], StateFigures | None],
+                 logger: logging.Logger) -> None:
         self._stats = stats
-        self._interval = interval_s
-        self._last_at = time.monotonic()
-        self._last_records = 0
-        self._last_joins = 0
+        self._figures = figures
+        self._logger = logger
         self._forced_reported = 0
 
-    def due(self, now: float) -> bool:
-        return now - self._last_at >= self._interval
-
-    def log(self, now: float, state: StateFigures) -> None:
+    def __call__(self) -> Observation:
         stats = self._stats
-        elapsed = max(now - self._last_at, 1e-9)
-        p50, p99 = stats.latency_percentiles(0.5, 0.99)
-        self._logger.info(
-            "records in %d (%.0f/s, %d joinable), joins out %d (%.0f/s), dlq %d, lag %d, "
-            "state %d held records in %d keys%s, %d records restored, commit latency p50 %.0f ms p99 %.0f ms, "
-            "transactions %d (%d aborted)",
-            stats.records_in, (stats.records_in - self._last_records) / elapsed, stats.joinable,
-            stats.joins_out, (stats.joins_out - self._last_joins) / elapsed,
-            stats.dead_letters, state.lag, state.held, state.keys,
-            f", {state.replaying} partitions replaying" if state.replaying else "", stats.rebuilt,
-            p50, p99, stats.transactions, stats.aborted)
-        self._last_at = now
-        self._last_records = stats.records_in
-        self._last_joins = stats.joins_out
+        p50, p99 = (None if math.isnan(value) else value for value in stats.latency_percentiles(0.5, 0.99))
         if not stats.keep_latencies:
             del stats.latencies_ms[:]
+        values: dict[str, int | float | None] = {"commit_latency_p50_ms": p50, "commit_latency_p99_ms": p99}
+        state = self._figures()
+        if state is None:
+            return Observation(values=values)
         if state.forced > self._forced_reported:
             # Forcing follows arrival and moves a stream's frontier past its held records, which a restore
             # after a crash does not reproduce: say so loudly.
@@ -84,3 +76,6 @@ class ProgressLog:
                 "%d pending records forced out by the pending limit (a stream of a key stalls); their pairs are "
                 "exact only if no restart happens before they are released", state.forced)
         self._forced_reported = state.forced
+        values.update(held_records=state.held, held_keys=state.keys, replaying_partitions=state.replaying or None,
+                      forced=state.forced)
+        return Observation(lag=state.lag, values=values)

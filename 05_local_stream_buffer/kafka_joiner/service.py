@@ -22,6 +22,8 @@ from collections.abc import Callable
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
 from pipeline_core.kafka_clients import admin_client, produce, retry_transient
+from pipeline_core.lifecycle import StopSignal
+from pipeline_core.progress import ProgressReporter
 from pipeline_core.topics import MACHINE_DATA, TopicSpec, ensure_topics, partition_count
 
 from local_stream_buffer.keyed import KeyedJoiner
@@ -30,7 +32,7 @@ from .alignment import InputAlignment
 from .changelog import STATE_TOPIC_CONFIG, Restorer
 from .clients import joiner_consumer, joiner_producer
 from .partition_join import FrameJoiner
-from .progress import JoinerStats, ProgressLog
+from .progress import LABELS, JoinerObservation, JoinerStats
 from .rebalance import OwnedPartitions
 from .repartition import Forwarder, InputFrames, ThingRouter, repartitioned_frames
 from .settings import KafkaJoinerSettings
@@ -48,8 +50,9 @@ _POLL_TIMEOUT_S = 0.005
 class KafkaJoiner:
     """The standalone exactly-once joiner: machine.data -> keyed join -> machine.out (+ machine.dlq)."""
 
-    def __init__(self, settings: KafkaJoinerSettings) -> None:
+    def __init__(self, settings: KafkaJoinerSettings, stop: StopSignal | None = None) -> None:
         self.settings = settings
+        self.stop = stop or StopSignal()
         self.resolver = SpecResolver(load_join_specs(settings.join_specs))
         self.instance_id = settings.instance_id or uuid.uuid4().hex[:12]
         self.transactional_id = f"{settings.transactional_id_prefix}.{self.instance_id}"
@@ -58,8 +61,10 @@ class KafkaJoiner:
         self.join_topic = settings.input_topic if self._by_thing else settings.repartition_topic_name()
         self.state_topic = settings.state_topic_name()
         self.stats = JoinerStats()
-        self._progress = ProgressLog(log, self.stats, settings.log_interval_s)
-        self._stop_requested = False
+        self._progress = ProgressReporter.for_stage(
+            "kafka_joiner", self.stats, settings, logger=log, labels=LABELS,
+            observe=JoinerObservation(self.stats, lambda: self._partitions.figures() if self._partitions is not None else None,
+                                      log))
         self._producer = joiner_producer(settings, self.transactional_id)
         self._consumer = joiner_consumer(settings)
         self._transaction = Transaction(self._producer, self._consumer, self.stats,
@@ -120,14 +125,10 @@ class KafkaJoiner:
                  "where each record lies (partitioned by thing)" if self._by_thing else f"via {self.join_topic}")
         log.info("join state in %s", self.state_topic)
 
-    def stop(self) -> None:
-        """Ask the loop to finish: it commits what is done and returns (safe from a signal handler)."""
-        self._stop_requested = True
-
     def run(self, until: Callable[[KafkaJoiner], bool] | None = None) -> None:
-        """Consume, join and commit until `stop()` (or until `until(self)` holds), then commit and leave."""
+        """Consume, join and commit until `stop` is set (or until `until(self)` holds), then commit and leave."""
         try:
-            while not self._stop_requested:
+            while not self.stop.is_set():
                 self.step()
                 if until is not None and until(self):
                     break
@@ -144,13 +145,13 @@ class KafkaJoiner:
             if self._restorer is not None:
                 self._restorer.close()
         self._producer.flush(KAFKA_TIMEOUT_S)
-        self._log_progress(time.monotonic())
+        self._progress.close()
         log.info("stopped")
 
     # -- the loop --------------------------------------------------------------------------------------
 
     def step(self) -> None:
-        """One round: consume a batch, join it in the open transaction, commit when due, log when due."""
+        """One round: consume a batch, join it in the open transaction, commit when due, report when due."""
         changes = self._partitions.changes
         messages = self._consumer.consume(_BATCH, self._transaction.wait_s(_POLL_TIMEOUT_S))
         if self._partitions.changes != changes:
@@ -168,9 +169,7 @@ class KafkaJoiner:
         # interval, while a backlog still commits by interval or size.
         if self._transaction.open and (len(messages) < _BATCH or self._transaction.due()):
             self._commit()
-        now = time.monotonic()
-        if self._progress.due(now):
-            self._log_progress(now)
+        self._progress.maybe_report()
 
     def _process(self, messages: list[Message]) -> None:
         """Transform a batch inside the open transaction (begun here), committing midway when it is due."""
@@ -257,10 +256,6 @@ class KafkaJoiner:
 
     # -- reporting -------------------------------------------------------------------------------------
 
-    def _log_progress(self, now: float) -> None:
-        if self._partitions is not None:
-            self._progress.log(now, self._partitions.figures())
-
     def assigned(self) -> bool:
         """True once this instance owns partitions of both topics (after joining the group)."""
         return bool(self._partitions and self._partitions.joins and self._partitions.owned)
@@ -268,7 +263,3 @@ class KafkaJoiner:
     def forced(self) -> int:
         """Pending records forced out by the pending limit in the owned partitions' joins."""
         return self._partitions.forced() if self._partitions is not None else 0
-
-    def lag(self) -> int:
-        """Records not yet processed in the owned partitions, from the consumer's cached watermarks."""
-        return self._partitions.lag() if self._partitions is not None else 0

@@ -4,14 +4,14 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-from pipeline_core.settings import KafkaSettings, setting
+from pipeline_core.settings import KafkaSettings, ProgressSettings, setting
 from pipeline_core.topics import MACHINE_DATA, MACHINE_DLQ, MACHINE_OUT
 
 from local_stream_buffer.two_stream_join import DEFAULT_MAX_PENDING_PER_SIDE
 
 
 @dataclasses.dataclass(frozen=True)
-class KafkaJoinerSettings(KafkaSettings):
+class KafkaJoinerSettings(KafkaSettings, ProgressSettings):
     """Exactly-once join of machine.data into machine.out, state included, surviving crashes and rebalances."""
 
     input_topic: str = setting(MACHINE_DATA.name, "KAFKA_JOINER_INPUT_TOPIC", "topic of the measured records")
@@ -53,7 +53,6 @@ class KafkaJoinerSettings(KafkaSettings):
     align_ms: int = setting(500, "KAFKA_JOINER_ALIGN_MS",
                             "while catching up a backlog, input partitions more than this far ahead in append time "
                             "pause, so a key's two streams stay close")
-    log_interval_s: float = setting(5.0, "KAFKA_JOINER_LOG_INTERVAL_S", "seconds between progress log lines")
 
     def repartition_topic_name(self) -> str:
         return self.repartition_topic or f"{self.group_id}.{self.input_topic}.by-thing"

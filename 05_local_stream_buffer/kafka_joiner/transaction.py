@@ -75,7 +75,7 @@ class Transaction:
         if self.append_times:
             committed_ms = time.time() * 1000
             stats.latencies_ms.extend(committed_ms - append for append in self.append_times)
-            stats.joins_out += len(self.append_times)
+            stats.records_out += len(self.append_times)
             stats.last_commit_at = time.monotonic()
             self.append_times.clear()
         return True

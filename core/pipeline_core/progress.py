@@ -33,11 +33,22 @@ RATED_COUNTERS = ("records_in", "records_out", "dead_letters")
 
 @dataclass
 class StageCounters:
-    """Totals since the stage started. A stage subclasses it for counters of its own."""
+    """Totals since the stage started. A stage subclasses it for counters of its own: every int field is a
+    counter, reported with the rest; fields of other types (times, samples) are not."""
 
     records_in: int = 0
     records_out: int = 0
     dead_letters: int = 0
+
+
+def counter_totals(counters: StageCounters) -> dict[str, int]:
+    """The current total of every counter (int field) of `counters`."""
+    totals = {}
+    for field_ in dataclasses.fields(counters):
+        value = getattr(counters, field_.name)
+        if type(value) is int:
+            totals[field_.name] = value
+    return totals
 
 
 @dataclass(frozen=True)
@@ -119,7 +130,7 @@ class ProgressReporter:
         self._clock = clock
         self._last_at = clock()
         self._next_at = self._last_at + interval_s
-        self._last_totals = dataclasses.asdict(counters)
+        self._last_totals = counter_totals(counters)
 
     @classmethod
     def for_stage(cls, stage: str, counters: StageCounters, settings: ProgressSettings,
@@ -139,7 +150,7 @@ class ProgressReporter:
     def report(self, now: float | None = None) -> ProgressReport:
         now = self._clock() if now is None else now
         observation = self._observation()  # first: observing may update the counters
-        totals = dataclasses.asdict(self.counters)
+        totals = counter_totals(self.counters)
         report = progress_report(totals, self._last_totals, now - self._last_at, observation)
         self._last_at, self._next_at, self._last_totals = now, now + self.interval_s, totals
         self._logger.info("%s", report.describe(self._labels))
@@ -152,7 +163,7 @@ class ProgressReporter:
     def close(self) -> None:
         """The last report (unless nothing was counted since the one before), then the health metrics' last
         write (bounded: a down InfluxDB delays no exit)."""
-        if dataclasses.asdict(self.counters) != self._last_totals:
+        if counter_totals(self.counters) != self._last_totals:
             self.report()
         if self.health is not None:
             self.health.close()

@@ -53,7 +53,8 @@ def test_every_start_up_call_waits_out_a_just_formatted_broker(fresh_kafka: str)
         sink.close()
 
     joiner = KafkaJoiner(KafkaJoinerSettings(kafka_bootstrap_servers=bootstrap, instance_id=unique("lsb"),
-                                             group_id=unique("joiner"), input_partitioned_by_thing=True))
+                                             group_id=unique("joiner"), input_partitioned_by_thing=True,
+                                             health_metrics=False))
     joiner.start()
     joiner.close()
 

@@ -16,7 +16,7 @@ from conftest import EVENTS_FILE
 from connector_support import connector, expected_records, read_rows, run_simulator, topic_size  # noqa: F401
 from db_connector_support import (ConnectorProcess, PrivateInfluxDB, connector_args, count, distinct_series_times,
                                   free_port, key_of, raw_records, wait_for_count)
-from kafka_joiner_support import rows_as_records
+from kafka_joiner_support import JoinerProcess, delete_internal_topics, new_group, offline_join, rows_as_records
 from pipeline_core.settings import ConnectionSettings
 from spark_support import OUTPUT_DEADLINE_S, SparkJoinerProcess
 from support import produce_records, unique, wait_for
@@ -164,3 +164,35 @@ def test_an_unreachable_influxdb_never_stops_the_stream_connector(connector, boo
     assert f"127.0.0.1:{nowhere}/machinedata unreachable" in log and log.count("unreachable") == 1
     assert "stopped cleanly: rows 300," in log and "health points not written" in log
     assert topic_size(bootstrap, bridge.data_topic) == records
+
+
+def test_the_kafka_joiner_reports_its_lag_state_and_commit_latency(bootstrap, new_topics, database, tmp_path):
+    """A backlog produced before the joiner starts: its points show the lag, then every record joined."""
+    name, client = database
+    topics = new_topics()
+    records = rows_as_records(EVENTS_FILE, time_order=True)
+    expected, _ = offline_join(records)
+    produce_records(bootstrap, topics.data, records, key=key_of, by_thing=True)
+    joiner = JoinerProcess(bootstrap, topics, new_group(), tmp_path, None, "--input-partitioned-by-thing",
+                           "--health-metrics", "--influxdb-database", name)
+    try:
+        joiner.start()
+
+        def everything_joined() -> bool:
+            assert not joiner.failed(), joiner.log()
+            points = health_points(client, "kafka_joiner")
+            return (bool(points) and points[-1]["records_in"] == len(records) and points[-1]["lag"] == 0
+                    and points[-1]["records_out"] == len(expected))
+
+        wait_for(everything_joined, 120, "a health point with every record joined and no lag", interval_s=0.5)
+        points = health_points(client, "kafka_joiner")
+        assert all(point["lag"] is not None for point in points if point["records_in"])
+        joined = [point for point in points if point["records_out_per_s"]]
+        assert joined and all(point["commit_latency_p99_ms"] >= point["commit_latency_p50_ms"] >= 0
+                              for point in joined)
+        assert points[-1]["transactions"] > 0 and points[-1]["held_records"] >= 0
+        assert joiner.terminate() == 0, joiner.log()
+        assert "SIGTERM: finishing what is in flight" in joiner.log()
+    finally:
+        joiner.kill()
+        delete_internal_topics(bootstrap, [joiner.group_id])
