@@ -89,7 +89,7 @@ def test_a_kafka_outage_loses_nothing_and_dead_letters_nothing(private_stack: Co
         if delivery_timeout_ms:
             wait_for(lambda: "Message timed out" in bridge.log(), 60, "a delivery timeout during the outage")
         else:
-            wait_for(lambda: "awaiting Kafka 100," in bridge.log(), 60, "rows waiting for Kafka")
+            wait_for(lambda: ", lag 100;" in bridge.log(), 60, "rows waiting for Kafka")
         assert bridge.process.poll() is None, bridge.log()
         assert manager.up([Kafka()]) == ["kafka"]
 
