@@ -74,26 +74,31 @@ def test_restarts_count_from_the_latest_start_by_up(tmp_path: Path) -> None:
     assert read_restarts(tmp_path / "missing.jsonl") == {}
 
 
-RECENT = time.time()
+def status(state: str, restarts_ago_s: tuple[float, ...] = (), retrying: bool = False) -> ServiceStatus:
+    """A status whose restarts happened that many seconds before now (now: when the test runs, not
+    when it was collected, which in a long suite is many minutes earlier)."""
+    now = time.time()
+    return ServiceStatus("joiner", state, None, None, Restarts(tuple(now - ago for ago in restarts_ago_s), retrying),
+                         {}, False, Path("joiner.log"))
 
 
-def status(state: str, restart_times: tuple[float, ...] = (), retrying: bool = False) -> ServiceStatus:
-    return ServiceStatus("joiner", state, None, None, Restarts(restart_times, retrying), {}, False,
-                         Path("joiner.log"))
+LONG_AGO_S = time.time() - 1.0  # the epoch's first second
 
 
-@pytest.mark.parametrize("entry, trouble", [
-    (status("RUNNING"), None),
-    (status("STOPPED"), None),
-    (status("RUNNING", (RECENT,)), None),  # one restart, after a crash: supervised as it should be
-    (status("FATAL"), "FATAL"),
-    (status("BACKOFF"), "BACKOFF"),
-    (status("STARTING", (RECENT,), retrying=True), "restarted 1 time in the last"),
-    (status("RUNNING", (RECENT,) * RESTART_LOOP_COUNT), f"restarted {RESTART_LOOP_COUNT} times"),
-    (status("RUNNING", (1.0,) * RESTART_LOOP_COUNT), None),  # long ago
-    (status("STOPPED", (RECENT,) * RESTART_LOOP_COUNT), None),
+@pytest.mark.parametrize("state, restarts_ago_s, retrying, trouble", [
+    ("RUNNING", (), False, None),
+    ("STOPPED", (), False, None),
+    ("RUNNING", (1.0,), False, None),  # one restart, after a crash: supervised as it should be
+    ("FATAL", (), False, "FATAL"),
+    ("BACKOFF", (), False, "BACKOFF"),
+    ("STARTING", (1.0,), True, "restarted 1 time in the last"),
+    ("RUNNING", (1.0,) * RESTART_LOOP_COUNT, False, f"restarted {RESTART_LOOP_COUNT} times"),
+    ("RUNNING", (LONG_AGO_S,) * RESTART_LOOP_COUNT, False, None),
+    ("STOPPED", (1.0,) * RESTART_LOOP_COUNT, False, None),
 ])
-def test_status_names_what_keeps_failing(entry: ServiceStatus, trouble: str | None) -> None:
+def test_status_names_what_keeps_failing(state: str, restarts_ago_s: tuple[float, ...], retrying: bool,
+                                         trouble: str | None) -> None:
+    entry = status(state, restarts_ago_s, retrying)
     if trouble is None:
         assert entry.trouble is None
     else:
