@@ -22,6 +22,8 @@ SERVERS = ("mosquitto", "kafka", "influxdb")
 JOINER_SERVICE = {"spark": "spark-joiner", "lsb": "lsb-joiner"}
 # Spark's JVM, session and first batch on two shared cores; the servers before it.
 UP_DEADLINE_S = 600
+# How long after `make up` the last process started may take to leave supervisord's STARTING.
+SETTLE_DEADLINE_S = 60
 # Rows `make data` replays: enough for every machine's speed and torque to pair.
 REPLAYED_ROWS = 60
 
@@ -71,7 +73,18 @@ class PrivateStack:
         assert up.returncode == 0, f"make up JOINER={joiner} failed:\n{up.stdout}{up.stderr}"
         reported = re.search(r"stack up in ([0-9.]+) s", up.stdout)
         assert reported, up.stdout
-        return StartResult(joiner, seconds, float(reported.group(1)), self.states(joiner))
+        return StartResult(joiner, seconds, float(reported.group(1)), self.settled_states(joiner))
+
+    def settled_states(self, joiner: str, deadline_s: float = SETTLE_DEADLINE_S) -> dict[str, str]:
+        """`make status` once every process is healthy and past supervisord's STARTING (its startsecs, which the
+        last process started may still be in when `make up` returns), or as it is at the deadline."""
+        wanted = healthy_states(joiner)
+        end = time.monotonic() + deadline_s
+        while True:
+            states = self.states(joiner)
+            if {name: states.get(name) for name in wanted} == wanted or time.monotonic() > end:
+                return states
+            time.sleep(0.5)
 
     def states(self, joiner: str) -> dict[str, str]:
         """Each process's line of `make status`: `state health restarts`, e.g. 'RUNNING healthy 0'."""
@@ -118,13 +131,13 @@ def first_record(bootstrap: str, topic: str, deadline_s: float) -> Message:
     raise AssertionError(f"no record in {topic} within {deadline_s:.0f} s")
 
 
-def expected_services(joiner: str) -> set[str]:
-    return {*SERVERS, "stream-connector", JOINER_SERVICE[joiner], "db-connector"}
+def healthy_states(joiner: str) -> dict[str, str]:
+    """Every process of the stack running under supervisord, answering its health check, never restarted
+    (supervisord would restart a stage that failed after its start, hiding the failure)."""
+    return dict.fromkeys((*SERVERS, "stream-connector", JOINER_SERVICE[joiner], "db-connector"),
+                         "RUNNING healthy 0")
 
 
 def assert_all_healthy(result: StartResult) -> None:
-    """Every process of the stack runs under supervisord, answers its health check, and was never restarted
-    (supervisord would restart a stage that failed after its start, hiding the failure)."""
-    wanted = expected_services(result.joiner)
-    assert ({name: result.states.get(name) for name in wanted}
-            == dict.fromkeys(wanted, "RUNNING healthy 0")), result.states
+    wanted = healthy_states(result.joiner)
+    assert {name: result.states.get(name) for name in wanted} == wanted, result.states
