@@ -226,6 +226,8 @@ def test_two_instances_one_stopped_midway(bootstrap, new_topics, joiners, tmp_pa
             second = start_joiner(joiners, bootstrap, topics, group, tmp_path, by_thing=by_thing)
             wait_for(lambda: "assigned" in second.log(), 30, "the second instance to get partitions")
         elif first.alive():
+            # It has joined records before it goes: its progress line says so (it reports on an interval).
+            wait_for(lambda: records_in(first.log()) > 0, 60, "the first instance to report records in")
             assert first.terminate() == 0  # leaves the group: its partitions move to the second instance
 
     outputs = read_outputs(bootstrap, topics.out, len(expected))
