@@ -13,8 +13,11 @@ from startup_support import PrivateStack, StartResult, assert_all_healthy
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 STARTS = 10
+# Ten starts of the Spark joiner's stack, each up to a few minutes on two busy cores: past the suite's 900 s.
+TEN_STARTS_TIMEOUT_S = 3600
 
 
+@pytest.mark.timeout(TEN_STARTS_TIMEOUT_S)
 @pytest.mark.parametrize("joiner", ["spark", "lsb"])
 def test_ten_starts_from_nothing(joiner: str, tmp_path: Path, capsys) -> None:
     stack = PrivateStack(tmp_path / "state")
