@@ -373,7 +373,7 @@ def print_table(results: dict[str, dict[str, RunResult]], interleaving: str, arg
           f"an interval join within delta {references['interval']:,}; a backward as-of join "
           f"{references['asof']:,}")
     header = (f"{'':<31} {'records/s':>9} {'CPU µs/rec':>10} {'p50 ms':>7} {'p99 ms':>7} | {'pairs out':>9} "
-              f"{'found':>7} {'missing':>7} {'extra':>7} {'dup':>5} | {interleaving + ': same output?':<34}")
+              f"{'found':>7} {'missing':>7} {'extra':>7} {'dup':>5} | {interleaving}: same output?")
     print(header)
     print("-" * len(header))
     for name, runs in results.items():
@@ -421,7 +421,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--watermark-seconds", type=float, default=10.0,
                         help="(b): the watermark delay of both inputs, how late a record may arrive")
     parser.add_argument("--rate", type=float, default=2_000, help="records/s of the live run")
-    parser.add_argument("--live-seconds", type=float, default=15.0, help="length of the live run")
+    parser.add_argument("--live-seconds", type=float, default=10.0, help="length of the live run")
     parser.add_argument("--settle-seconds", type=float, default=2.0,
                         help="no new output for this long: the peer's output is complete")
     parser.add_argument("--peers", nargs="*", choices=PEERS, default=list(PEERS))
