@@ -95,7 +95,10 @@ class ServiceStatus:
         if self.state == "FATAL":
             return (f"FATAL: it kept exiting during start and supervisord gave up after "
                     f"{supervision.START_RETRIES} retries; `make up` starts it again")
-        if self.state == "BACKOFF" or (self.state == "STARTING" and self.restarts.retrying):
+        # One exit during start is a crash supervisord handles (say, a kill before startsecs
+        # passed); a second in a row is a stage that cannot start.
+        exits_during_start = self.restarts.failed_starts + (self.state == "BACKOFF")
+        if self.state in ("BACKOFF", "STARTING") and exits_during_start >= 2:
             return (f"{self.state}: it exited during start; supervisord retries it with growing "
                     f"delays" + (f" ({restarted})" if restarted else ""))
         if recent >= RESTART_LOOP_COUNT and self.state in supervision.ACTIVE_STATES:

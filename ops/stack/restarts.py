@@ -23,8 +23,8 @@ RESTARTED_FROM = frozenset({"EXITED", "BACKOFF"})
 class Restarts:
     """The restarts of one process since `up` last started it."""
     times: tuple[float, ...] = ()
-    # The latest start retries one that exited before its startsecs.
-    retrying: bool = False
+    # How many of the latest starts in a row retried one that exited before its startsecs.
+    failed_starts: int = 0
 
     @property
     def count(self) -> int:
@@ -53,15 +53,15 @@ def _starts(history: Path) -> Iterator[dict]:
 def read_restarts(history: Path) -> dict[str, Restarts]:
     """Each process's restarts by supervisord since its last start by `up`."""
     times: dict[str, list[float]] = {}
-    retrying: dict[str, bool] = {}
+    failed_starts: dict[str, int] = {}
     for start in _starts(history):
         name = start["process"]
         if start["from"] in RESTARTED_FROM:
             times.setdefault(name, []).append(float(start["time"]))
         else:
             times[name] = []
-        retrying[name] = start["from"] == "BACKOFF"
-    return {name: Restarts(tuple(at), retrying[name]) for name, at in times.items()}
+        failed_starts[name] = failed_starts.get(name, 0) + 1 if start["from"] == "BACKOFF" else 0
+    return {name: Restarts(tuple(at), failed_starts[name]) for name, at in times.items()}
 
 
 def listen(history: Path) -> None:

@@ -68,37 +68,39 @@ def test_restarts_count_from_the_latest_start_by_up(tmp_path: Path) -> None:
         (4, "joiner", "FATAL"),  # `up` started it again after supervisord gave up: a new count
         (5, "joiner", "EXITED"), (6, "joiner", "BACKOFF"), (7, "kafka", "EXITED"))
     restarts = read_restarts(history)
-    assert restarts["joiner"] == Restarts((5.0, 6.0), retrying=True)
-    assert restarts["kafka"] == Restarts((7.0,), retrying=False)
+    assert restarts["joiner"] == Restarts((5.0, 6.0), failed_starts=1)
+    assert restarts["kafka"] == Restarts((7.0,), failed_starts=0)
     assert restarts["joiner"].within(1.5, now=7.0) == 1
     assert read_restarts(tmp_path / "missing.jsonl") == {}
 
 
-def status(state: str, restarts_ago_s: tuple[float, ...] = (), retrying: bool = False) -> ServiceStatus:
+def status(state: str, restarts_ago_s: tuple[float, ...] = (), failed_starts: int = 0) -> ServiceStatus:
     """A status whose restarts happened that many seconds before now (now: when the test runs, not
     when it was collected, which in a long suite is many minutes earlier)."""
     now = time.time()
-    return ServiceStatus("joiner", state, None, None, Restarts(tuple(now - ago for ago in restarts_ago_s), retrying),
+    return ServiceStatus("joiner", state, None, None, Restarts(tuple(now - ago for ago in restarts_ago_s), failed_starts),
                          {}, False, Path("joiner.log"))
 
 
 LONG_AGO_S = time.time() - 1.0  # the epoch's first second
 
 
-@pytest.mark.parametrize("state, restarts_ago_s, retrying, trouble", [
-    ("RUNNING", (), False, None),
-    ("STOPPED", (), False, None),
-    ("RUNNING", (1.0,), False, None),  # one restart, after a crash: supervised as it should be
-    ("FATAL", (), False, "FATAL"),
-    ("BACKOFF", (), False, "BACKOFF"),
-    ("STARTING", (1.0,), True, "restarted 1 time in the last"),
-    ("RUNNING", (1.0,) * RESTART_LOOP_COUNT, False, f"restarted {RESTART_LOOP_COUNT} times"),
-    ("RUNNING", (LONG_AGO_S,) * RESTART_LOOP_COUNT, False, None),
-    ("STOPPED", (1.0,) * RESTART_LOOP_COUNT, False, None),
+@pytest.mark.parametrize("state, restarts_ago_s, failed_starts, trouble", [
+    ("RUNNING", (), 0, None),
+    ("STOPPED", (), 0, None),
+    ("RUNNING", (1.0,), 0, None),  # one restart, after a crash: supervised as it should be
+    ("FATAL", (), 0, "FATAL"),
+    ("BACKOFF", (), 0, None),  # exited once during start, say killed before startsecs passed
+    ("STARTING", (1.0,), 1, None),  # ... and being started again
+    ("BACKOFF", (1.0,), 1, "BACKOFF"),  # exited during start twice in a row
+    ("STARTING", (1.0, 2.0), 2, "restarted 2 times in the last"),
+    ("RUNNING", (1.0,) * RESTART_LOOP_COUNT, 0, f"restarted {RESTART_LOOP_COUNT} times"),
+    ("RUNNING", (LONG_AGO_S,) * RESTART_LOOP_COUNT, 0, None),
+    ("STOPPED", (1.0,) * RESTART_LOOP_COUNT, 0, None),
 ])
-def test_status_names_what_keeps_failing(state: str, restarts_ago_s: tuple[float, ...], retrying: bool,
+def test_status_names_what_keeps_failing(state: str, restarts_ago_s: tuple[float, ...], failed_starts: int,
                                          trouble: str | None) -> None:
-    entry = status(state, restarts_ago_s, retrying)
+    entry = status(state, restarts_ago_s, failed_starts)
     if trouble is None:
         assert entry.trouble is None
     else:
