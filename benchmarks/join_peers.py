@@ -387,6 +387,12 @@ def print_table(results: dict[str, dict[str, RunResult]], interleaving: str, arg
         print(f"{name:<31} {backlog.records_per_s:9,.0f} {backlog.cpu_us_per_record:10.1f} {live.p50_ms:7.0f} "
               f"{live.p99_ms:7.0f} | {check.outputs:9,} {check.found:7,} {check.missing:7,} {check.extra:7,} "
               f"{check.duplicates:5,} | {changed}")
+    spark_job = next((runs["time order"] for name, runs in results.items() if name.startswith("(a)")), None)
+    interval = next((runs["time order"] for name, runs in results.items() if name.startswith("(b)")), None)
+    if spark_job and interval:
+        print(f"(a) / (b): {spark_job.records_per_s / interval.records_per_s:.2f}x the records/s of Spark's interval "
+              f"join, {interval.cpu_us_per_record / spark_job.cpu_us_per_record:.2f}x less CPU per record, on the "
+              f"same input in the same run, computing the neighbour join")
     print()
     print(f"{'each run against the engine':<31} {'pairs out':>9} {'found':>7} {'missing':>7} {'extra':>7} {'dup':>5}")
     for name, runs in results.items():

@@ -10,6 +10,8 @@
 4. Spark's Kafka source alone on the first pre-loaded topic, in the JVM the job has warmed up: into Spark's
    no-op sink, directly and through a Python step that only counts rows. The share of the job's cost that
    is reading Kafka and crossing into Python; the rest is the join, its output records and the sink.
+5. With ``--baseline COMMIT``: run 1 on that commit's code and on the current code, alternately, each in a
+   fresh process, and their ratio: "faster than before" measured side by side.
 
 Topics are unique per run and deleted afterwards; checkpoints go to a temporary folder.
 """
@@ -37,6 +39,7 @@ from confluent_kafka import Consumer, Producer
 from pyspark.sql.streaming import StreamingQuery
 from pyspark.sql.types import LongType, StructField, StructType
 
+from benchmarks.baseline import REPOSITORY, BaselineUnavailable, exported_tree, run_module
 from pipeline_core.kafka_clients import admin_client, consumer_config, produce, producer_config
 from pipeline_core.logs import configure_logging
 from pipeline_core.partitioning import thing_partition
@@ -349,6 +352,33 @@ def run_standalone(bootstrap: str, topics: Topics, records: int, cleanup: list[s
     return {"joins": count, "seconds": seconds, "records_per_s": records / seconds, "joins_per_s": count / seconds}
 
 
+def throughput_row(output: str, machines: int) -> dict:
+    """records/s and CPU µs/record of the ``machines`` row of this benchmark's printed table."""
+    for line in output.splitlines():
+        fields = line.split()
+        if len(fields) > 8 and fields[0].replace(",", "") == str(machines):
+            return {"records_per_s": float(fields[3].replace(",", "")), "cpu_us_per_record": float(fields[7])}
+    raise ValueError(f"no row for {machines} machines in:\n{output}")
+
+
+def compare_with_baseline(revision: str, records: int, rounds: int, master: str) -> dict:
+    """The throughput run (100 machines) of ``revision``'s job and of the current job, alternately, each in a
+    fresh process: the same benchmark code path, on the same machine, minutes apart at most."""
+    machines = 100
+    args = ["--machines", str(machines), "--records", str(records), "--master", master, "--no-standalone",
+            "--no-latency", "--no-floor"]
+    runs: dict[str, list[dict]] = {"baseline": [], "current": []}
+    with exported_tree(revision) as tree:
+        for round_ in range(rounds):
+            for label, code in (("baseline", tree), ("current", REPOSITORY)):
+                figures = throughput_row(run_module(code, "benchmarks.spark_joiner", *args), machines)
+                log.info("round %d, %s code: %s", round_ + 1, label, figures)
+                runs[label].append(figures)
+    return {label: {"records_per_s": float(np.mean([run["records_per_s"] for run in figures])),
+                    "cpu_us_per_record": float(np.mean([run["cpu_us_per_record"] for run in figures]))}
+            for label, figures in runs.items()}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.spark_joiner", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -370,6 +400,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-latency", action="store_true", help="skip the latency run")
     parser.add_argument("--no-floor", action="store_true",
                         help="skip the runs of Spark's Kafka source alone (no join, no output)")
+    parser.add_argument("--baseline", metavar="COMMIT", help="also run the job of this earlier commit, beside")
+    parser.add_argument("--baseline-records", type=int, default=300_000)
+    parser.add_argument("--baseline-rounds", type=int, default=2)
     args = parser.parse_args(argv)
     configure_logging()
     logging.getLogger("py4j").setLevel(logging.WARNING)
@@ -400,6 +433,12 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         delete_topics(bootstrap, sorted(set(cleanup)))
         shutil.rmtree(workdir, ignore_errors=True)
+    comparison = None
+    if args.baseline:
+        try:
+            comparison = compare_with_baseline(args.baseline, args.baseline_records, args.baseline_rounds, args.master)
+        except BaselineUnavailable as error:
+            log.warning("no comparison with the earlier job: %s", error)
     print()
     print(f"Spark joiner ({args.master}), exactly once into machine.out")
     print(f"{'machines':>9} {'records':>9} {'joins':>9} {'rec/s':>9} {'joins/s':>9} {'steady rec/s':>13}"
@@ -423,6 +462,12 @@ def main(argv: list[str] | None = None) -> int:
               f"over {latency['joins']:,} joins (Kafka append of the later input -> visible to read_committed), "
               f"{latency['batches']} batches of {latency['mean_batch_s']:.2f} s on average, "
               f"load {latency['load_average']:.1f}")
+    if comparison:
+        before, now = comparison["baseline"], comparison["current"]
+        print(f"against the job of commit {args.baseline}, same run, {args.baseline_rounds} alternate rounds of "
+              f"{args.baseline_records:,} records (100 machines): {now['records_per_s']:,.0f} vs "
+              f"{before['records_per_s']:,.0f} rec/s = {now['records_per_s'] / before['records_per_s']:.2f}x; "
+              f"CPU µs/rec {now['cpu_us_per_record']:.1f} vs {before['cpu_us_per_record']:.1f}")
     print("CPU µs/rec: CPU time of the driver, its JVM and Python workers per input record, first batch included; "
           "load: 1-minute load average of the machine (2 cores) at the end of the run")
     return 0

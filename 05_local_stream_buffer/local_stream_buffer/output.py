@@ -10,9 +10,7 @@ An output record is a plain dict::
 Times are epoch ms; the output time is the mean of both input times (as the seed's join function did).
 Times that are whole numbers are ints, so a record is identical whether its times came as ints (Kafka
 JSON) or as float64 (Spark arrays). The id is a UUID5 over thing, output quantity and both input times,
-the same on every replay. The Spark job computes the same id column-wise in the JVM
-(``spark_joiner.encode``): its name's times are written by :func:`id_time_text`, which needs only integer
-arithmetic on the time in microseconds.
+the same on every replay.
 """
 
 from __future__ import annotations
@@ -42,16 +40,6 @@ def canonical_time(t: float) -> int | float:
     return int(t) if float(t).is_integer() else float(t)
 
 
-def id_time_text(t: float) -> str:
-    """An input time as the output id's name writes it: whole milliseconds as an integer, any other time
-    with three decimals (its microseconds, rounded half up)."""
-    if type(t) is int:
-        return str(t)
-    micros = math.floor(t * 1000 + 0.5)
-    millis, fraction = divmod(micros, 1000)
-    return f"{millis}.{fraction:03d}" if fraction else str(millis)
-
-
 def _uuid5(name: str) -> str:
     digest = _ID_HASH.copy()
     digest.update(name.encode())
@@ -62,7 +50,7 @@ def _uuid5(name: str) -> str:
 def output_id(thing: str, output_quantity: str, left_time: float, right_time: float) -> str:
     """The deterministic id of the output record of a pair: UUID5 in OUTPUT_ID_NAMESPACE of
     "thing/output quantity/left time/right time"."""
-    return _uuid5(f"{thing}/{output_quantity}/{id_time_text(left_time)}/{id_time_text(right_time)}")
+    return _uuid5(f"{thing}/{output_quantity}/{canonical_time(left_time)}/{canonical_time(right_time)}")
 
 
 OutputBuilder = Callable[[int, float, float, float, float], dict[str, Any]]
@@ -83,11 +71,10 @@ def output_builder(thing: str, binding: SpecBinding) -> OutputBuilder:
 
     def build(case: int, left_time: float, left_value: float, right_time: float,
               right_value: float) -> dict[str, Any]:
-        if type(left_time) is int and type(right_time) is int:  # the hot path: times from Kafka JSON
-            id_name = f"{id_prefix}{left_time}/{right_time}"
-        else:
-            id_name = f"{id_prefix}{id_time_text(left_time)}/{id_time_text(right_time)}"
-            left_time, right_time = canonical_time(left_time), canonical_time(right_time)
+        if type(left_time) is not int:
+            left_time = canonical_time(left_time)
+        if type(right_time) is not int:
+            right_time = canonical_time(right_time)
         mean = (left_time + right_time) / 2
         return {
             "thing": thing,
@@ -97,7 +84,7 @@ def output_builder(thing: str, binding: SpecBinding) -> OutputBuilder:
             "left": {"quantity": left_quantity, "phenomenonTime": left_time, "result": left_value},
             "right": {"quantity": right_quantity, "phenomenonTime": right_time, "result": right_value},
             "case": labels[case],
-            "id": _uuid5(id_name),
+            "id": _uuid5(f"{id_prefix}{left_time}/{right_time}"),
         }
 
     return build

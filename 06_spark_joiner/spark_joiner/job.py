@@ -1,10 +1,9 @@
-"""The streaming query: Kafka source -> route -> keyed join in Spark state -> records -> transactional sink."""
+"""The streaming query: Kafka source -> route -> keyed join in Spark state -> transactional sink."""
 from __future__ import annotations
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
-from .encode import kafka_records
 from .parse import KAFKA_COLUMNS, PACKED_SCHEMA, RecordRouter
 from .processor import OUTPUT_SCHEMA, BucketJoinProcessor
 from .settings import SparkJoinerSettings
@@ -34,7 +33,7 @@ def start_query(spark: SparkSession, settings: SparkJoinerSettings, sink: Transa
         timeMode="None",
     )
     return (
-        kafka_records(joined).writeStream.queryName(QUERY_NAME)
+        joined.writeStream.queryName(QUERY_NAME)
         .foreachBatch(sink)
         .option("checkpointLocation", str(settings.checkpoint_dir))
         .trigger(processingTime=f"{int(settings.trigger_seconds * 1000)} milliseconds")

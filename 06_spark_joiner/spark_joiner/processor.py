@@ -8,15 +8,14 @@ bucket, not per machine.
 The join itself is the engine's (``local_stream_buffer.keyed_batch``): it puts each stream back into Kafka
 offset order (the rows went through a shuffle), rejects what breaks a stream's order, and joins. Its
 result depends only on each stream's order, so it equals the standalone joiner's, pair for pair. This
-module only turns Spark's rows into the engine's arrays, and the engine's pairs into columns of output
-fields (their results computed column-wise by the spec's formula); the JVM writes them as Kafka records
-(`spark_joiner.encode`).
+module only turns Spark's rows into the engine's arrays, and the engine's pairs and verdicts into Kafka
+records.
 """
 from __future__ import annotations
 
 import json
 import pickle
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -25,15 +24,14 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql.streaming import StatefulProcessor, StatefulProcessorHandle
-from pyspark.sql.types import BinaryType, DoubleType, IntegerType, StringType, StructField, StructType
+from pyspark.sql.types import BinaryType, StructField, StructType
 
 from local_stream_buffer.batch import PairArrays
-from local_stream_buffer.cases import CASE_LABELS
 from local_stream_buffer.keyed_batch import JoinKey, KeyedPairs, KeyedRows, StateKey, join_keyed_batch
-from local_stream_buffer.output import output_records
+from local_stream_buffer.output import is_finite_result, output_records
 from local_stream_buffer.rejections import Rejection
-from local_stream_buffer.specs import SpecBinding, SpecResolver
-from pipeline_core.records import dead_letter
+from local_stream_buffer.specs import SpecResolver
+from pipeline_core.records import dead_letter, encode_record, record_key
 
 from .parse import resolver_for, unpack
 
@@ -43,26 +41,15 @@ STAGE = "spark_joiner"
 OUT = 0  # machine.out
 DLQ = 1  # machine.dlq
 
-# What the processor emits: one row per record. An output record leaves as its fields, column by column;
-# its id, Kafka key and JSON value are JVM expressions over them (`spark_joiner.encode`), so no Python
-# object is built per record. A dead letter (rare) leaves as its finished envelope.
-OUTPUT_SCHEMA = StructType([
-    StructField("kind", IntegerType(), False),  # OUT or DLQ
-    StructField("dead_letter", BinaryType()),  # the envelope of a DLQ row
-    StructField("thing", StringType()),
-    StructField("quantity", StringType()),  # the output quantity
-    StructField("left_quantity", StringType()),
-    StructField("right_quantity", StringType()),
-    StructField("case", StringType()),
-    StructField("left_time", DoubleType()),  # epoch ms
-    StructField("left_result", DoubleType()),
-    StructField("right_time", DoubleType()),
-    StructField("right_result", DoubleType()),
-    StructField("result", DoubleType()),
+# What the processor emits: per bucket and micro-batch one row, its encoded Kafka records for machine.out
+# and machine.dlq as an Arrow IPC record batch (EMITTED_ARROW_SCHEMA). One row per record would cost the
+# JVM a conversion per record twice (into Spark rows, and into Arrow again for the sink).
+OUTPUT_SCHEMA = StructType([StructField("records", BinaryType(), False)])
+EMITTED_ARROW_SCHEMA = pa.schema([
+    pa.field("kind", pa.int8(), nullable=False),  # OUT or DLQ
+    pa.field("key", pa.string()),
+    pa.field("value", pa.binary(), nullable=False),
 ])
-_PAIR_COLUMNS = ("thing", "quantity", "left_quantity", "right_quantity", "case", "left_time", "left_result",
-                 "right_time", "right_result", "result")
-_CASE_LABELS = np.array(CASE_LABELS, dtype=object)
 STATE_SCHEMA = StructType([StructField("joins", BinaryType(), False)])
 
 
@@ -147,18 +134,21 @@ def join_bucket(resolver: SpecResolver, data: pa.Table, states: dict[StateKey, b
 
 
 class Emitted:
-    """Output rows of one bucket, built column by column: numpy arrays per join key, no object per record."""
+    """Output rows of one bucket, built column by column."""
 
     def __init__(self) -> None:
-        self.columns: dict[str, list[np.ndarray]] = {name: [] for name in _PAIR_COLUMNS}
-        self.dead_letters: list[bytes] = []
+        self.dead_letter_rows: list[int] = []  # rows of kind DLQ; every other row is OUT
+        self.keys: list[str | None] = []
+        self.values: list[bytes] = []
 
     def __len__(self) -> int:
-        return sum(map(len, self.columns["result"])) + len(self.dead_letters)
+        return len(self.values)
 
     def dead_letter(self, reason: str, payload: bytes, topic: str, partition: int, offset: int) -> None:
-        self.dead_letters.append(dead_letter(reason, bytes(payload), STAGE, topic=topic, partition=int(partition),
-                                             offset=int(offset)))
+        self.dead_letter_rows.append(len(self.values))
+        self.keys.append(None)
+        self.values.append(dead_letter(reason, bytes(payload), STAGE, topic=topic, partition=int(partition),
+                                       offset=int(offset)))
 
     def joins(self, keys: Sequence[JoinKey], joined: KeyedPairs, input_topic: str) -> None:
         """The output records of the pairs (machine.out, per key in time order). A record whose result is not
@@ -168,36 +158,32 @@ class Emitted:
         bounds = np.flatnonzero(np.diff(joined.key, prepend=-1, append=len(keys))).tolist()
         for start, end in zip(bounds, bounds[1:]):
             thing, binding = keys[int(joined.key[start])]
-            pairs = PairArrays(*(column[start:end] for column in joined.pairs))
-            result = np.asarray(binding.combine(pairs.left_value, pairs.right_value), np.float64)
-            finite = np.isfinite(result)
-            if not finite.all():  # rare: a formula overflowed, or divided by zero
-                self._not_finite(thing, binding, PairArrays(*(column[~finite] for column in pairs)), input_topic)
-                pairs, result = PairArrays(*(column[finite] for column in pairs)), result[finite]
-            count = len(result)
-            for name, text in (("thing", thing), ("quantity", binding.output_quantity),
-                               ("left_quantity", binding.left_quantity), ("right_quantity", binding.right_quantity)):
-                self.columns[name].append(np.full(count, text, dtype=object))
-            self.columns["case"].append(_CASE_LABELS[pairs.case])
-            self.columns["left_time"].append(pairs.left_time)
-            self.columns["left_result"].append(pairs.left_value)
-            self.columns["right_time"].append(pairs.right_time)
-            self.columns["right_result"].append(pairs.right_value)
-            self.columns["result"].append(result)
-
-    def _not_finite(self, thing: str, binding: SpecBinding, pairs: PairArrays, input_topic: str) -> None:
-        for record in output_records(thing, binding, pairs):
-            self.dead_letters.append(dead_letter(Rejection.NOT_FINITE.reason(), None, STAGE, topic=input_topic,
-                                                 output=json.dumps(record, default=repr)))
+            records = output_records(thing, binding, PairArrays(*(column[start:end] for column in joined.pairs)))
+            key = record_key(thing, binding.output_quantity)
+            if all(map(is_finite_result, records)):
+                self.keys.extend([key] * len(records))
+                self.values.extend(map(encode_record, records))
+                continue
+            for record in records:  # rare: some result is not finite
+                if is_finite_result(record):
+                    self.keys.append(key)
+                    self.values.append(encode_record(record))
+                    continue
+                self.dead_letter_rows.append(len(self.values))
+                self.keys.append(None)
+                self.values.append(dead_letter(Rejection.NOT_FINITE.reason(), None, STAGE, topic=input_topic,
+                                               output=json.dumps(record, default=repr)))
 
     def frame(self) -> pd.DataFrame:
-        """The records as the processor's output rows: the output records, then the dead letters."""
-        outputs = sum(map(len, self.columns["result"]))
-        letters = len(self.dead_letters)
-        frame = {"kind": np.concatenate([np.full(outputs, OUT, np.int32), np.full(letters, DLQ, np.int32)]),
-                 "dead_letter": np.array([None] * outputs + self.dead_letters, dtype=object)}
-        for name, parts in self.columns.items():
-            filler = np.full(letters, None if parts and parts[0].dtype == object else np.nan,
-                             dtype=parts[0].dtype if parts else object)
-            frame[name] = np.concatenate([*parts, filler])
-        return pd.DataFrame(frame)
+        """The records as the processor's one output row."""
+        kinds = np.full(len(self.values), OUT, np.int8)
+        kinds[self.dead_letter_rows] = DLQ
+        records = pa.RecordBatch.from_arrays([pa.array(kinds), pa.array(self.keys, pa.string()),
+                                              pa.array(self.values, pa.binary())], schema=EMITTED_ARROW_SCHEMA)
+        return pd.DataFrame({"records": [records.serialize().to_pybytes()]})
+
+
+def unpack_emitted(blobs: Iterable[bytes]) -> pa.Table:
+    """The records of the processor's output rows, as one table of kind, key and value."""
+    return pa.Table.from_batches([pa.ipc.read_record_batch(pa.py_buffer(blob), EMITTED_ARROW_SCHEMA)
+                                  for blob in blobs], schema=EMITTED_ARROW_SCHEMA)

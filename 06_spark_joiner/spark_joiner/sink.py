@@ -21,7 +21,7 @@ from pyspark.sql import DataFrame
 from pipeline_core.kafka_clients import (DEFAULT_STARTUP_DEADLINE_S, consumer_config, produce,
                                          raise_partition_errors, retry_transient, transactional_producer_config)
 
-from .processor import DLQ
+from .processor import DLQ, unpack_emitted
 
 log = logging.getLogger(__name__)
 
@@ -41,8 +41,7 @@ class SinkCounters:
 
 
 class TransactionalBatchSink:
-    """``foreachBatch`` function writing the query's records (kind, key, value) to machine.out / machine.dlq
-    exactly once."""
+    """``foreachBatch`` function writing the processor's rows to machine.out / machine.dlq exactly once."""
 
     def __init__(self, bootstrap_servers: str, output_topic: str, dlq_topic: str, transactional_id: str,
                  startup_deadline_s: float = DEFAULT_STARTUP_DEADLINE_S) -> None:
@@ -80,7 +79,7 @@ class TransactionalBatchSink:
             log.info("batch %d was committed before the restart: skipped", batch_id)
             return
         began = time.monotonic()
-        rows = batch.toArrow()
+        rows = unpack_emitted(batch.toArrow().column("records").to_pylist())
         computed = time.monotonic()
         self.producer.begin_transaction()
         try:

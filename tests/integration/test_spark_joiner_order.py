@@ -1,46 +1,30 @@
-"""The Spark joiner's stateful step restores each stream's Kafka offset order within a micro-batch, and
-the JVM writes its output records as the engine does.
+"""The Spark joiner's stateful step restores each stream's Kafka offset order within a micro-batch.
 
 After Spark's shuffle the rows of a bucket arrive in no particular order. These tests hand the
 processor's join (the code Spark runs per bucket) rows in a shuffled order, split over several
-micro-batches and packed per bucket as the router packs them (their output encoded by the job's JVM
-expressions in a real Spark session and read back as the sink reads it), and require exactly the
-engine's result: the keyed joiner fed in offset order.
+micro-batches and packed per bucket as the router packs them (their output read back as the sink reads
+it), and require exactly the engine's result: the keyed joiner fed in offset order.
 """
 from __future__ import annotations
 
 import json
-import math
 import random
 
 import numpy as np
-import pandas as pd
 import pyarrow as pa
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
 
 from conftest import EVENTS_FILE
 from kafka_joiner_support import as_multiset, offline_join, rows_as_records
 from local_stream_buffer.batch import join_batch
-from local_stream_buffer.cases import JoinCase
 from local_stream_buffer.order import order_verdicts
-from local_stream_buffer.output import output_record
 from local_stream_buffer.specs import SpecResolver
-from pipeline_core.timestamps import EARLIEST_MS, LATEST_MS
 from spark_joiner.parse import pack, unpack
-from spark_joiner.encode import kafka_records
-from spark_joiner.processor import OUT, OUTPUT_SCHEMA, join_bucket
-from spark_joiner.session import spark_session
+from spark_joiner.processor import OUT, join_bucket, unpack_emitted
 from spark_support import routed_rows
 
 
-@pytest.fixture(scope="module")
-def spark():
-    return spark_session("local[1]", shuffle_partitions=1)
-
-
-def run_batches(spark, records, raw=(), batches=3, seed=0):
+def run_batches(records, raw=(), batches=3, seed=0):
     """Join the records' routed rows in `batches` micro-batches, each in shuffled row order, packed per
     bucket and unpacked as the stateful step does."""
     rows = routed_rows(records, raw=list(raw))
@@ -55,27 +39,27 @@ def run_batches(spark, records, raw=(), batches=3, seed=0):
         assert not batch.column("offset").to_pandas().is_monotonic_increasing  # really out of offset order
         for blob in pack(batch).column("rows").to_pylist():
             emitted = join_bucket(SpecResolver(), unpack([blob]), states, "machine.data", 10_000)
-            if emitted:  # through the processor's output rows and the job's JVM encoding, as the sink reads them
-                records = kafka_records(spark.createDataFrame(emitted.frame(), OUTPUT_SCHEMA)).toArrow().to_pydict()
+            if emitted:  # through the processor's packed output row, as the sink reads it
+                records = unpack_emitted(emitted.frame()["records"]).to_pydict()
                 for kind, value in zip(records["kind"], records["value"]):
                     (outputs if kind == OUT else dead_letters).append(value)
     return outputs, [json.loads(letter) for letter in dead_letters]
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
-def test_shuffled_rows_in_time_ordered_input_give_the_engine_result(spark, seed) -> None:
+def test_shuffled_rows_in_time_ordered_input_give_the_engine_result(seed) -> None:
     records = rows_as_records(EVENTS_FILE, time_order=True)[:3000]
     expected, rejected = offline_join(records)
-    outputs, dead_letters = run_batches(spark, records, seed=seed)
+    outputs, dead_letters = run_batches(records, seed=seed)
     assert expected and not rejected and not dead_letters
     assert as_multiset(outputs) == as_multiset(expected)
 
 
-def test_file_order_rejects_what_the_engine_rejects_and_joins_the_rest(spark) -> None:
+def test_file_order_rejects_what_the_engine_rejects_and_joins_the_rest() -> None:
     records = rows_as_records(EVENTS_FILE, time_order=False)[:3000]
     malformed = [b'{"thing": "R0815", "quantity": "actSpeed_C11"', b'{"thing":"R0815","quantity":"x","result":1}']
     expected, rejected = offline_join(records)
-    outputs, dead_letters = run_batches(spark, records, raw=malformed)
+    outputs, dead_letters = run_batches(records, raw=malformed)
     assert rejected, "the file-order slice must contain out-of-order records"
     assert as_multiset(outputs) == as_multiset(expected)
     out_of_order = [letter for letter in dead_letters if letter["reason"].startswith(("out_of_order", "conflict"))]
@@ -95,33 +79,3 @@ def test_order_verdicts_match_the_engine_counters() -> None:
     after, _ = join_batch(state, times[100:], values[100:], np.empty(0), np.empty(0))
     assert verdicts.rejected.sum() == after.rejected - state.rejected
     assert verdicts.duplicate.sum() == after.duplicates - state.duplicates
-
-
-# Names as the connector lets them through (printable, no backslash; a thing without a dot), times in the
-# valid range as whole or fractional ms, any finite values.
-NAMES = st.text(st.characters(blacklist_categories=("Cc", "Cs", "Zl", "Zp"), blacklist_characters="\\"),
-                min_size=1, max_size=12)
-TIMES = st.one_of(st.integers(EARLIEST_MS, LATEST_MS - 1),
-                  st.floats(EARLIEST_MS, LATEST_MS - 1, allow_nan=False, allow_infinity=False))
-VALUES = st.floats(allow_nan=False, allow_infinity=False)
-PAIRS = st.lists(st.tuples(st.sampled_from(list(JoinCase)), TIMES, VALUES, TIMES, VALUES), min_size=1, max_size=50)
-
-
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(thing=NAMES.filter(lambda name: "." not in name), axis=st.sampled_from(["C11", "X1"]), pairs=PAIRS)
-def test_the_jvm_writes_each_output_record_and_id_as_the_engine_does(spark, thing, axis, pairs) -> None:
-    binding = next(spec for spec in SpecResolver().specs if spec.formula == "power").bind(axis)
-    expected = [output_record(thing, binding, case, *pair) for case, *pair in pairs]
-    expected = [record for record in expected if math.isfinite(record["result"])]
-    rows = pd.DataFrame({
-        "kind": np.full(len(expected), OUT, np.int32), "dead_letter": np.full(len(expected), None, object),
-        "thing": thing, "quantity": binding.output_quantity, "left_quantity": binding.left_quantity,
-        "right_quantity": binding.right_quantity, "case": [record["case"] for record in expected],
-        **{f"{side}_{field}": np.array([record[side][name] for record in expected], np.float64)
-           for side in ("left", "right") for field, name in (("time", "phenomenonTime"), ("result", "result"))},
-        "result": np.array([record["result"] for record in expected], np.float64),
-    }, columns=OUTPUT_SCHEMA.fieldNames())
-    written = kafka_records(spark.createDataFrame(rows, OUTPUT_SCHEMA)).toArrow().to_pydict()
-    assert written["key"] == [f"{thing}.{binding.output_quantity}"] * len(expected)
-    # Equal as JSON documents, ints as ints: the same canonical text.
-    assert as_multiset(written["value"]) == as_multiset(expected)

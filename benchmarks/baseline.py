@@ -1,0 +1,66 @@
+"""A benchmark of an earlier commit beside the current code, in the same run.
+
+On these shared machines a figure moves by up to 2× from one minute to the next, so "faster than
+before" is only measured side by side: the earlier commit's tree is exported from git into a temporary
+folder and its own benchmark module runs there, as a subprocess, right next to the current one.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+import tomllib
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+REPOSITORY = Path(__file__).resolve().parent.parent
+
+
+class BaselineUnavailable(RuntimeError):
+    """The earlier commit cannot be exported (no git, or a clone without it)."""
+
+
+@contextmanager
+def exported_tree(revision: str) -> Iterator[Path]:
+    """The files of ``revision`` in a temporary folder, removed afterwards."""
+    folder = Path(tempfile.mkdtemp(prefix="bench-baseline-"))
+    try:
+        archive = folder / "tree.tar"
+        try:
+            subprocess.run(["git", "-C", str(REPOSITORY), "archive", "--output", str(archive), revision],
+                           check=True, capture_output=True, text=True)
+        except (OSError, subprocess.CalledProcessError) as error:
+            detail = getattr(error, "stderr", "") or error
+            raise BaselineUnavailable(f"cannot export commit {revision}: {str(detail).strip()}") from None
+        with tarfile.open(archive) as tar:
+            tar.extractall(folder / "tree", filter="data")
+        # Downloads (Kafka, Spark's connector jars) are shared, not fetched again for the earlier code.
+        if (REPOSITORY / ".cache").is_dir():
+            (folder / "tree" / ".cache").symlink_to(REPOSITORY / ".cache")
+        yield folder / "tree"
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def import_path(tree: Path) -> str:
+    """PYTHONPATH that makes ``tree``'s packages win over the installed (current) ones."""
+    with open(tree / "pyproject.toml", "rb") as project:
+        roots = tomllib.load(project)["tool"]["setuptools"]["packages"]["find"]["where"]
+    return os.pathsep.join([str(tree), *(str(tree / root) for root in roots)])
+
+
+def run_module(tree: Path, module: str, *args: str, timeout_s: float = 1800) -> str:
+    """Run ``python -m module args`` on ``tree``'s code; its standard output (its log goes to ours)."""
+    environment = {**os.environ, "PYTHONPATH": import_path(tree)}
+    done = subprocess.run([sys.executable, "-m", module, *args], cwd=tree, env=environment, stdout=subprocess.PIPE,
+                          text=True, timeout=timeout_s)
+    if done.returncode:
+        raise RuntimeError(f"{module} of {tree} exited with {done.returncode}:\n{done.stdout[-3000:]}")
+    return done.stdout
