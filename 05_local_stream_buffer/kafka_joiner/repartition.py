@@ -143,8 +143,12 @@ def encode_frame(records: list[FramedRecord]) -> bytes:
     return b"".join(parts)
 
 
+class CorruptFrame(ValueError):
+    """A message of the repartition topic that is not a frame `encode_frame` wrote."""
+
+
 def decode_frame(frame: bytes | None) -> list[FramedRecord]:
-    """The records of a frame, in the order they were framed."""
+    """The records of a frame, in the order they were framed; `CorruptFrame` if it is none."""
     if not frame:
         return []
     unpack = RECORD_HEADER.unpack_from
@@ -153,8 +157,13 @@ def decode_frame(frame: bytes | None) -> list[FramedRecord]:
     position = 0
     end = len(frame)
     while position < end:
+        if end - position < size:
+            raise CorruptFrame(f"{end - position} bytes left at byte {position}, a record header is {size}")
         partition, offset, append_time, key_length, value_length = unpack(frame, position)
         position += size
+        if max(key_length, 0) + max(value_length, 0) > end - position:
+            raise CorruptFrame(f"a record of {key_length} + {value_length} bytes at byte {position}, "
+                               f"{end - position} left")
         key = None
         if key_length >= 0:
             key = frame[position:position + key_length]
@@ -167,9 +176,20 @@ def decode_frame(frame: bytes | None) -> list[FramedRecord]:
     return records
 
 
+def frame_records(frame: bytes | None, partition: int, offset: int, key: bytes | None) -> list[FramedRecord]:
+    """The records of a message of the repartition topic. Only the joiner writes that topic, but whatever else
+    lands there must not stop it: a message that is no frame is handed on whole, as one record, which the
+    join dead-letters as the invalid record it is."""
+    try:
+        return decode_frame(frame)
+    except CorruptFrame:
+        return [FramedRecord(partition, offset, 0, key, frame)]
+
+
 def repartitioned_frames(messages: list[Message]) -> list[list[FramedRecord]]:
     """The records of each frame of the repartition topic."""
-    return [decode_frame(message.value()) for message in messages]
+    return [frame_records(message.value(), message.partition(), message.offset(), message.key())
+            for message in messages]
 
 
 class Forwarder:

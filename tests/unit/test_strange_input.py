@@ -18,6 +18,7 @@ import pyarrow as pa
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from kafka_joiner.repartition import FramedRecord, decode_frame, encode_frame, frame_records
 from db_connector.points import PowerLevels, body, deadletter_point, record_line
 from pipeline_core.partitioning import thing_partition
 from pipeline_core.records import InvalidRecord, dead_letter, decode_record, record_key
@@ -207,6 +208,25 @@ def test_whatever_the_connector_writes_every_later_stage_reads(payload: bytes) -
     for value, _key, _partition in kafka_messages(split.records, PARTITIONS):
         through_the_joiners_decode(value)
         assert record_line(value, "machinedata")
+
+
+FRAMED_RECORDS = st.lists(st.builds(
+    FramedRecord, st.integers(0, 2**31 - 1), st.integers(0, 2**63 - 1), st.integers(0, 2**63 - 1),
+    st.none() | st.binary(max_size=40), st.none() | st.binary(max_size=200)), max_size=20)
+
+
+@EXAMPLES
+@given(FRAMED_RECORDS)
+def test_a_frame_gives_back_the_records_framed(records: list[FramedRecord]) -> None:
+    assert decode_frame(encode_frame(records)) == records
+
+
+@EXAMPLES
+@given(st.binary(max_size=300) | FRAMED_RECORDS.map(encode_frame).map(lambda frame: frame[:-1]))
+def test_any_message_on_the_repartition_topic_is_read_or_dead_lettered(message: bytes) -> None:
+    for framed in frame_records(message, 3, 7, b"key"):
+        assert isinstance(framed, FramedRecord)
+        through_the_joiners_decode(framed.value)
 
 
 def test_known_poison_inputs() -> None:
