@@ -99,12 +99,13 @@ class FrameJoiner:
     """Joins frames of the co-partitioned topic into their partition's join; produces the outputs and dead
     letters of records processed for the first time into the open transaction.
 
-    :param frames_of: the records of each message of the co-partitioned topic (a frame, or one input record).
+    :param frame_of: the records of a message of the co-partitioned topic (a frame, or one input record). Read
+        as the join reaches the message: a batch the transaction interrupts is handed over again from there.
     :param partitions: partitions of the co-partitioned topic (a record lies in its thing's partition).
     """
 
     def __init__(self, producer: Producer, transaction: Transaction, stats: JoinerStats, input_topic: str,
-                 output_topic: str, dlq_topic: str, frames_of: Callable[[list[Message]], list[list[FramedRecord]]],
+                 output_topic: str, dlq_topic: str, frame_of: Callable[[Message], list[FramedRecord]],
                  partitions: int) -> None:
         self._producer = producer
         self._transaction = transaction
@@ -112,7 +113,7 @@ class FrameJoiner:
         self._input_topic = input_topic
         self._output_topic = output_topic
         self._dlq_topic = dlq_topic
-        self._frames_of = frames_of
+        self._frame_of = frame_of
         self._partitions = partitions
 
     def join(self, messages: list[Message], joins: dict[int, PartitionJoin]) -> int:
@@ -133,7 +134,9 @@ class FrameJoiner:
         join: PartitionJoin | None = None
         current = -1  # the partition `join` belongs to
         frame_offset = -1  # of the last frame joined into `join`, which advances past it on a change
-        for index, (message, frame) in enumerate(zip(messages, self._frames_of(messages))):
+        frame_of = self._frame_of
+        for index, message in enumerate(messages):
+            frame = frame_of(message)
             partition = message.partition()
             if partition != current:
                 if frame_offset >= 0:

@@ -78,23 +78,17 @@ class InputFrames:
         self._partition_of = router.partition
         self._stats = stats
 
-    def frames(self, messages: list[Message]) -> list[list[FramedRecord]]:
-        """Per message, its input record as a frame; empty when no join needs the record."""
-        partition_of = self._partition_of
-        frames = []
-        joinable = 0
-        for message in messages:
-            key = message.key()
-            if partition_of(key) is None:
-                frames.append([])
-                continue
-            append_time = message.timestamp()[1]
-            frames.append([_framed(FramedRecord, (message.partition(), message.offset(),
-                                                  append_time if append_time > 0 else 0, key, message.value()))])
-            joinable += 1
-        self._stats.records_in += len(messages)
-        self._stats.joinable += joinable
-        return frames
+    def frame(self, message: Message) -> list[FramedRecord]:
+        """A message's input record as a frame; empty when no join needs the record."""
+        stats = self._stats
+        stats.records_in += 1
+        key = message.key()
+        if self._partition_of(key) is None:
+            return []
+        stats.joinable += 1
+        append_time = message.timestamp()[1]
+        return [_framed(FramedRecord, (message.partition(), message.offset(), append_time if append_time > 0 else 0,
+                                       key, message.value()))]
 
 
 def misrouted(thing: str, partition: int, partitions: int) -> InvalidRecord:
@@ -186,10 +180,9 @@ def frame_records(frame: bytes | None, partition: int, offset: int, key: bytes |
         return [FramedRecord(partition, offset, 0, key, frame)]
 
 
-def repartitioned_frames(messages: list[Message]) -> list[list[FramedRecord]]:
-    """The records of each frame of the repartition topic."""
-    return [frame_records(message.value(), message.partition(), message.offset(), message.key())
-            for message in messages]
+def repartitioned_frame(message: Message) -> list[FramedRecord]:
+    """The records of a frame of the repartition topic."""
+    return frame_records(message.value(), message.partition(), message.offset(), message.key())
 
 
 class Forwarder:

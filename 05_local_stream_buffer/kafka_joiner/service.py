@@ -34,7 +34,7 @@ from .clients import joiner_consumer, joiner_producer
 from .partition_join import FrameJoiner
 from .progress import LABELS, JoinerObservation, JoinerStats
 from .rebalance import OwnedPartitions
-from .repartition import Forwarder, InputFrames, ThingRouter, repartitioned_frames
+from .repartition import Forwarder, InputFrames, ThingRouter, repartitioned_frame
 from .settings import KafkaJoinerSettings
 from .transaction import KAFKA_TIMEOUT_S, Transaction
 
@@ -98,9 +98,9 @@ class KafkaJoiner:
                              f"{join_partitions}: they must match (see --state-topic)")
         router = ThingRouter(self.resolver, join_partitions)
         if self._by_thing:
-            frames_of = InputFrames(router, self.stats).frames
+            frame_of = InputFrames(router, self.stats).frame
         else:
-            frames_of = repartitioned_frames
+            frame_of = repartitioned_frame
             self._forwarder = Forwarder(settings.input_topic, router, self.stats)
             self._alignment = InputAlignment(
                 self._consumer, settings.input_topic, settings.align_ms, self._forwarder.positions,
@@ -112,7 +112,7 @@ class KafkaJoiner:
                                            on_release=on_release),
             self._restorer, self.stats, self._forwarder, self._alignment)
         self._frames = FrameJoiner(self._producer, self._transaction, self.stats, settings.input_topic,
-                                   settings.output_topic, settings.dlq_topic, frames_of, join_partitions)
+                                   settings.output_topic, settings.dlq_topic, frame_of, join_partitions)
         # Before joining the group: aborts the open transaction of a crashed run with this transactional id,
         # whose pending offsets would otherwise hold up reading the committed ones. A just started broker
         # answers it with NOT_COORDINATOR while it creates __transaction_state.
