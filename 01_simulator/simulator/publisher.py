@@ -65,7 +65,8 @@ class Publisher:
         except OSError as error:
             raise PublishError(f"cannot reach the MQTT broker at {host}:{port}: {error}") from None
         if not self._await_connack(deadline_s):
-            raise PublishError(f"no answer from the MQTT broker at {host}:{port} within {deadline_s:.0f} s")
+            raise PublishError(f"no answer from the MQTT broker at {host}:{port}: it closed the connection "
+                               f"or sent no CONNACK within {deadline_s:.0f} s")
 
     def publish(self, topic: str, payload: bytes | str) -> None:
         """Publish one row at QoS 1, first waiting while the window is full."""
