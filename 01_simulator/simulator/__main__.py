@@ -43,7 +43,11 @@ def main(argv: list[str] | None = None) -> int:
 
     signal.signal(signal.SIGTERM, request_stop)
     signal.signal(signal.SIGINT, request_stop)
-    summary = publish_rows(publisher, settings, rows, total, should_stop=lambda: bool(stop_requested))
+    try:
+        summary = publish_rows(publisher, settings, rows, total, should_stop=lambda: bool(stop_requested))
+    except PublishError as error:  # the broker refused the reconnect (credentials changed meanwhile)
+        log.error("%s", error)
+        return 2
     publisher.close()
     print(summary)
     return 1 if summary.failures else 0
