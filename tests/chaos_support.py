@@ -126,9 +126,18 @@ class PrivateStack:
 
     def inject(self, fault: Fault) -> None:
         if fault.action == "kill":
-            os.killpg(self.pid(fault.target), signal.SIGKILL)  # the stage and its children (Spark's JVM)
+            # The stage and its children (Spark's JVM). A stage that exited by itself between reading its PID
+            # and the kill is killed once supervision has started it again.
+            wait_for(lambda: self._kill(fault.target), 300, f"{fault.target} killed", interval_s=0.5)
         else:
             self.supervisorctl(fault.action, fault.target)
+
+    def _kill(self, name: str) -> bool:
+        try:
+            os.killpg(self.pid(name), signal.SIGKILL)
+        except ProcessLookupError:
+            return False
+        return True
 
     def simulator(self, *args: str) -> subprocess.Popen:
         return subprocess.Popen([sys.executable, "-m", "simulator", "--no-progress", *args], env=self.env,

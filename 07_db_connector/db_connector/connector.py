@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 
 from pipeline_core.influx import influx_client
-from pipeline_core.kafka_clients import (ACCESS_ERRORS, admin_client, consumer_config, produce, producer_config,
-                                         refused_for_itself)
+from pipeline_core.kafka_clients import (ACCESS_ERRORS, admin_client, consumer_config, is_transient, produce,
+                                         producer_config, refused_for_itself)
 from pipeline_core.lifecycle import StopSignal
 from pipeline_core.logs import announce_ready
 from pipeline_core.progress import Observation, ProgressReporter, StageCounters
@@ -31,6 +31,11 @@ log = logging.getLogger(__name__)
 STAGE = "db_connector"
 # Largest number of messages taken from the consumer per call.
 _CONSUME_CHUNK = 10_000
+
+
+# The commit's answer when the group rebalanced meanwhile: the partitions go (or went) to their next owner.
+_GROUP_CHANGED = frozenset((KafkaError.REBALANCE_IN_PROGRESS, KafkaError.ILLEGAL_GENERATION,
+                            KafkaError.UNKNOWN_MEMBER_ID))
 
 
 @dataclass
@@ -195,15 +200,40 @@ class DbConnector:
         self.counters.records_out += len(batch.lines) - len(rejected)
         self.counters.dead_letters += len(dead_letters)
         self.counters.batches += 1
-        if self._assignment_changed:
-            # Partitions were revoked while InfluxDB was down: they are re-read from the last commit
-            # (re-writing the same points), so this batch's offsets must not be committed.
-            self._assignment_changed = False
-        else:
-            self._consumer.commit(offsets=[TopicPartition(topic, partition, offset) for (topic, partition), offset
-                                           in batch.next_offsets.items()], asynchronous=False)
+        self._commit([TopicPartition(topic, partition, offset) for (topic, partition), offset
+                      in batch.next_offsets.items()])
         self._batch = _Batch()
         self._resume()
+
+    def _commit(self, offsets: list[TopicPartition]) -> None:
+        """Commit a written batch's offsets. While Kafka restarts, its group coordinator answers with a
+        transient error for a while (loading the group's offsets): ask again, serving the group meanwhile.
+        Once partitions were revoked (while InfluxDB or Kafka was away) they are re-read from the last
+        commit, re-writing the same points, so this batch's offsets must not be committed."""
+        delay_s = 0.5
+        while not self._assignment_changed:
+            try:
+                self._consumer.commit(offsets=offsets, asynchronous=False)
+                return
+            except KafkaException as exception:
+                error: KafkaError = exception.args[0]
+                if error.code() in _GROUP_CHANGED:
+                    break
+                if not is_transient(error):
+                    raise
+                if self.stop.is_set():
+                    log.warning("stopping with a batch uncommitted (%s): it is read again on the next start",
+                                error.str())
+                    return
+                log.warning("committing offsets failed (%s); retrying in %.1f s", error.str(), delay_s)
+            self._flushing = True  # a revocation while waiting is noted
+            try:
+                self._wait_polling(delay_s)
+            finally:
+                self._flushing = False
+            delay_s = min(delay_s * 2, self.settings.retry_max_s)
+        self._assignment_changed = False
+        log.info("the group changed while the batch was written: its records are read again, not committed")
 
     def _produce_dead_letters(self, dead_letters: list[bytes]) -> None:
         """Deliver the batch's dead letters before its offsets are committed. While Kafka is away this
