@@ -22,6 +22,7 @@ Kafka client batches and sends in its own native threads.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import select
 import time
@@ -40,7 +41,7 @@ from pipeline_core.progress import Observation, ProgressReporter, StageCounters
 from pipeline_core.records import dead_letter, payload_omitted
 from pipeline_core.topics import MACHINE_DATA, MACHINE_DLQ, ensure_topics, partition_count
 
-from .redelivery import WrittenRecords, read_tail
+from .redelivery import WrittenRecords, dead_letter_key, read_tail, rejected_row_key
 from .rows import kafka_messages, split_row
 from .settings import ConnectorSettings
 
@@ -83,6 +84,7 @@ class ConnectorCounters(StageCounters):
     reconnects: int = 0
     kafka_restarts: int = 0
     redelivered_records: int = 0  # of rows sent again, records Kafka already held: not written twice
+    redelivered_dead_letters: int = 0  # of rows sent again, dead letters Kafka already held
 
 
 class Connector:
@@ -106,6 +108,7 @@ class Connector:
         self.data_partitions = MACHINE_DATA.partitions
         # Record values Kafka confirmed lately: filled from machine.data's tail on start.
         self.written = WrittenRecords(settings.redelivery_window_records)
+        self.dead_lettered = WrittenRecords(settings.redelivery_window_records)  # rows, by rejected_row_key
         # Record values handed to the producer and not yet confirmed or failed, each with the rows sent
         # again that wait for it too.
         self.in_flight: dict[bytes, list[PendingRow]] = {}
@@ -298,7 +301,12 @@ class Connector:
 
     def _dead_letter(self, pending: PendingRow, delivered, reason: str, payload: bytes, mqtt_topic: str,
                      **context) -> None:
+        row = rejected_row_key(mqtt_topic, payload)
+        if row in self.dead_lettered:  # a row sent again, whose dead letter Kafka holds already
+            self.counters.redelivered_dead_letters += 1
+            return
         letter = dead_letter(reason, payload, STAGE, mqttTopic=mqtt_topic, **context)
+        delivered = self._remembering(row, delivered)
         try:
             self._produce(self.settings.dlq_topic, letter, None, pending, delivered)
         except KafkaException as error:
@@ -311,6 +319,16 @@ class Connector:
                                  payloadBytes=len(payload), **context)
             self._produce(self.settings.dlq_topic, letter, None, pending, delivered)
         self.counters.dead_letters += 1
+
+    def _remembering(self, row: bytes, delivered):
+        """`delivered`, which also remembers the row once Kafka confirmed its dead letter."""
+
+        def remembering(error: KafkaError | None, message: Message) -> None:
+            if error is None:
+                self.dead_lettered.add(row)
+            delivered(error, message)
+
+        return remembering
 
     def _dead_letter_refused_record(self, pending: PendingRow, delivered, error: KafkaError,
                                     message: Message) -> None:
@@ -340,6 +358,10 @@ class Connector:
                 self.data_partitions = partition_count(admin, self.settings.data_topic, deadline_s)
                 self.written = read_tail(self.settings.kafka_bootstrap_servers, self.settings.data_topic,
                                          self.data_partitions, self.settings.redelivery_window_records)
+                self.dead_lettered = read_tail(self.settings.kafka_bootstrap_servers, self.settings.dlq_topic,
+                                               partition_count(admin, self.settings.dlq_topic, deadline_s),
+                                               self.settings.redelivery_window_records,
+                                               functools.partial(dead_letter_key, STAGE))
                 return
             except KafkaStartupError as error:
                 if not without_end:

@@ -8,12 +8,18 @@ joiner as a record older than the last of its series: rejected as out of order, 
 machine.dlq. So the connector remembers the records Kafka confirmed lately, starting from the tail
 of machine.data when it starts, and writes of each row only the records that are not there yet.
 
-A record is known by its encoded value: the same row always encodes to the same bytes.
+A record is known by its encoded value: the same row always encodes to the same bytes. A row with
+something to dead-letter is known by its MQTT topic and payload (`rejected_row_key`), and its dead letter,
+which Kafka confirmed already, is not written again either.
 """
 from __future__ import annotations
 
+import base64
+import hashlib
+import json
 import logging
 from collections import deque
+from collections.abc import Callable
 
 from confluent_kafka import Consumer, TopicPartition
 
@@ -47,8 +53,31 @@ class WrittenRecords:
         return len(self._order)
 
 
-def read_tail(bootstrap_servers: str, topic: str, partitions: int, capacity: int) -> WrittenRecords:
-    """The last records of every partition of `topic`, up to `capacity` in all per partition."""
+def rejected_row_key(mqtt_topic: str, payload: bytes) -> bytes:
+    """What identifies a row with something to dead-letter: its topic and payload (a digest, so the window
+    holds a few bytes per row however large the row)."""
+    return hashlib.sha1(mqtt_topic.encode("utf-8", "surrogatepass") + b"\0" + payload).digest()
+
+
+def dead_letter_key(stage: str, letter: bytes) -> bytes | None:
+    """`rejected_row_key` of the row a dead letter of `stage` in machine.dlq holds; None for other letters."""
+    try:
+        envelope = json.loads(letter)
+        if not isinstance(envelope, dict) or envelope.get("stage") != stage or "payloadBytes" in envelope:
+            return None  # another stage's, or a payload truncated for Kafka: not the row as it came
+        if "payloadBase64" in envelope:
+            payload = base64.b64decode(envelope["payloadBase64"])
+        else:
+            payload = envelope["payload"].encode("utf-8")
+        return rejected_row_key(envelope["mqttTopic"], payload)
+    except (ValueError, KeyError, TypeError, AttributeError, UnicodeEncodeError):
+        return None
+
+
+def read_tail(bootstrap_servers: str, topic: str, partitions: int, capacity: int,
+              key_of: Callable[[bytes], bytes | None] = bytes) -> WrittenRecords:
+    """The last records of every partition of `topic`, up to `capacity` in all per partition, each known by
+    `key_of(value)` (its value itself by default; None: not remembered)."""
     written = WrittenRecords(capacity * partitions)
     consumer = Consumer(consumer_config(bootstrap_servers, "stream-connector-tail", **{
         "enable.auto.commit": False, "enable.partition.eof": True}))
@@ -72,7 +101,9 @@ def read_tail(bootstrap_servers: str, topic: str, partitions: int, capacity: int
                 if message.error().code() == message.error()._PARTITION_EOF:
                     left.pop(message.partition(), None)
                 continue
-            written.add(message.value())
+            key = key_of(message.value() or b"")
+            if key is not None:
+                written.add(key)
             if message.offset() + 1 >= left.get(message.partition(), (0, 0))[1]:
                 left.pop(message.partition(), None)
     finally:
