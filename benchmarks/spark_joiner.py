@@ -1,8 +1,12 @@
-"""``python -m benchmarks.spark_joiner``: the Spark joiner's throughput and latency, the standalone joiner beside it.
+"""``python -m benchmarks.spark_joiner``: the Spark joiner's throughput and latency, against the previous code,
+the standalone joiner beside it.
 
 1. Throughput: pre-load N synthetic records (speed and torque of axis C11, per machine) into a fresh
    topic, then run the join query with large micro-batches; records/s and joins/s from Spark's own
-   batch durations (the sink's Kafka transaction included), for 100 and for 10,000 machines.
+   batch durations (the sink's Kafka transaction included), for 100 and for 10,000 machines. Each
+   machine count runs twice on the same topic, each run in a fresh process (its own JVM, cold as a job
+   starts): the previous code (``benchmarks.spark_joiner_baseline``: the router and the output records
+   in Python per record) and the job; the ratio of the two is printed.
 2. Latency: a steady input rate (default 10k records/s) with a sub-second trigger; for every join, the
    time from the Kafka append of the later of its two inputs to the moment a read_committed consumer
    sees it; p50/p99.
@@ -48,6 +52,8 @@ from spark_joiner.job import kafka_source, start_query
 from spark_joiner.session import spark_session
 from spark_joiner.settings import SparkJoinerSettings
 from spark_joiner.sink import TransactionalBatchSink
+
+from benchmarks.spark_joiner_baseline import start_baseline_query
 
 log = logging.getLogger("benchmarks.spark_joiner")
 
@@ -147,28 +153,39 @@ def settings_for(bootstrap: str, topics: Topics, checkpoint: Path, **overrides) 
                                dlq_topic=topics.dlq, checkpoint_dir=checkpoint, **overrides)
 
 
-def run_throughput(spark, bootstrap: str, machines: int, records: int, workdir: Path, batch: int,
-                   cleanup: list[str]) -> tuple[Topics, dict]:
+# The job against the code before it, each started by the same settings and sink.
+JOBS = {"previous": start_baseline_query, "job": start_query}
+
+
+def run_throughput(spark, bootstrap: str, topics: Topics, records: int, workdir: Path, batch: int,
+                   job: str) -> dict:
+    """One job on the pre-loaded ``topics.data``, into output topics of its own, until it has read ``records``."""
+    out = make_topics(bootstrap, f"out.{job}")
+    settings = dataclasses.replace(settings_for(bootstrap, topics, workdir / f"checkpoint-{job}", trigger_seconds=0.0,
+                                                max_offsets_per_trigger=batch), output_topic=out.out, dlq_topic=out.dlq)
+    sink = TransactionalBatchSink(bootstrap, out.out, out.dlq, f"bench.{uuid.uuid4().hex[:8]}")
+    cpu_before = tree_cpu_seconds()
+    query = JOBS[job](spark, settings, sink)
+    try:
+        figures = run_to_end(query, records, cpu_before)
+    finally:
+        stop_between_batches(query)
+        sink.close()
+    figures.update(joins=sink.counters.joins, joins_per_s=sink.counters.joins / figures["seconds"],
+                   sink_compute_s=round(sink.counters.compute_seconds, 2),
+                   sink_produce_s=round(sink.counters.produce_seconds, 2), topics=dataclasses.astuple(out))
+    return figures
+
+
+def preload_machines(bootstrap: str, machines: int, records: int, cleanup: list[str]) -> tuple[Topics, int]:
+    """A fresh input topic with ``records`` synthetic records of ``machines`` machines; returns it and the count."""
     topics = make_topics(bootstrap, f"m{machines}")
     cleanup.extend(dataclasses.astuple(topics))
     payloads = synthetic_records(machines, records)
     began = time.monotonic()
     preload(bootstrap, topics.data, payloads, keys_of(machines, len(payloads)))
     log.info("pre-loaded %d records for %d machines in %.1f s", len(payloads), machines, time.monotonic() - began)
-    settings = settings_for(bootstrap, topics, workdir / f"checkpoint-m{machines}", trigger_seconds=0.0,
-                            max_offsets_per_trigger=batch)
-    sink = TransactionalBatchSink(bootstrap, topics.out, topics.dlq, f"bench.{uuid.uuid4().hex[:8]}")
-    cpu_before = tree_cpu_seconds()
-    query = start_query(spark, settings, sink)
-    try:
-        figures = run_to_end(query, len(payloads), cpu_before)
-    finally:
-        stop_between_batches(query)
-        sink.close()
-    figures.update(joins=sink.counters.joins, joins_per_s=sink.counters.joins / figures["seconds"],
-                   sink_compute_s=round(sink.counters.compute_seconds, 2),
-                   sink_produce_s=round(sink.counters.produce_seconds, 2))
-    return topics, figures
+    return topics, len(payloads)
 
 
 def run_to_end(query: StreamingQuery, records: int, cpu_before: float) -> dict:
@@ -349,6 +366,42 @@ def run_standalone(bootstrap: str, topics: Topics, records: int, cleanup: list[s
     return {"joins": count, "seconds": seconds, "records_per_s": records / seconds, "joins_per_s": count / seconds}
 
 
+_FIGURES = "FIGURES "  # the child's answer on its stdout, where Spark's Python workers may print too
+
+
+def in_fresh_process(task: dict) -> dict:
+    """Run one measurement (``run_task``) in a new Python process, so each job starts with a cold JVM as it
+    does in production, and no run inherits the JIT work of another."""
+    done = subprocess.run([sys.executable, "-m", "benchmarks.spark_joiner", "--task", json.dumps(task)],
+                          stdout=subprocess.PIPE, text=True, check=True)
+    figures = [line for line in done.stdout.splitlines() if line.startswith(_FIGURES)]
+    return json.loads(figures[-1][len(_FIGURES):])
+
+
+def run_task(task: dict) -> dict:
+    """The child's side of ``in_fresh_process``: its own Spark session, one job run (or the latency run)."""
+    spark = spark_session(task["master"], shuffle_partitions=task["shuffle_partitions"], driver_memory="2g",
+                          quick_jit=not task["full_jit"])
+    tune_gc_for_streaming()  # as `python -m spark_joiner` runs
+    workdir = Path(task["workdir"])
+    cleanup: list[str] = []
+    try:
+        if task["kind"] == "latency":
+            return run_latency(spark, task["bootstrap"], 100, task["rate"], task["latency_seconds"],
+                               task["trigger_seconds"], workdir, cleanup)
+        topics = Topics(*task["topics"])
+        figures = run_throughput(spark, task["bootstrap"], topics, task["records"], workdir, task["batch"], task["job"])
+        if task["floor"]:
+            figures["floors"] = [(label, run_source_floor(spark, task["bootstrap"], topics, task["records"],
+                                                          task["batch"], python_step, workdir))
+                                 for label, python_step in (("source -> no-op sink", False),
+                                                            ("source -> Python step -> no-op sink", True))]
+        return figures
+    finally:
+        spark.stop()
+        delete_topics(task["bootstrap"], cleanup)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.spark_joiner", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -366,51 +419,73 @@ def main(argv: list[str] | None = None) -> int:
                         help="state partitions of the job (the joiner's default unless given)")
     parser.add_argument("--full-jit", action="store_true",
                         help="let the JVM use its optimising compiler too (the job runs with C1 only)")
+    parser.add_argument("--no-previous", action="store_true", help="skip the previous code's runs")
     parser.add_argument("--no-standalone", action="store_true", help="skip the standalone joiner's figures")
     parser.add_argument("--no-latency", action="store_true", help="skip the latency run")
     parser.add_argument("--no-floor", action="store_true",
                         help="skip the runs of Spark's Kafka source alone (no join, no output)")
+    parser.add_argument("--task", help=argparse.SUPPRESS)  # one measurement, run by in_fresh_process
     args = parser.parse_args(argv)
     configure_logging()
     logging.getLogger("py4j").setLevel(logging.WARNING)
+    if args.task:
+        print(_FIGURES + json.dumps(run_task(json.loads(args.task))), flush=True)
+        return 0
     bootstrap = args.kafka_bootstrap_servers
     workdir = Path(tempfile.mkdtemp(prefix="spark-joiner-bench-"))
     cleanup: list[str] = []
-    results: list[tuple[int, dict, dict | None]] = []
+    results: list[tuple[int, dict[str, dict], dict | None]] = []
     floors: list[tuple[str, dict]] = []  # Spark's Kafka source alone, on the first machine count's input
     floor_machines = 0
+    common = {"bootstrap": bootstrap, "master": args.master, "shuffle_partitions": args.shuffle_partitions,
+              "full_jit": args.full_jit}
+    jobs = [job for job in JOBS if job != "previous" or not args.no_previous]
     try:
-        spark = spark_session(args.master, shuffle_partitions=args.shuffle_partitions, driver_memory="2g",
-                              quick_jit=not args.full_jit)
-        tune_gc_for_streaming()  # as `python -m spark_joiner` runs
         for machines in args.machines:
-            topics, figures = run_throughput(spark, bootstrap, machines, args.records, workdir, args.batch, cleanup)
-            log.info("spark, %d machines: %s", machines, figures)
-            standalone = None if args.no_standalone else run_standalone(bootstrap, topics, figures["records"], cleanup)
-            results.append((machines, figures, standalone))
-            if not args.no_floor and not floors:
-                floors = [(label, run_source_floor(spark, bootstrap, topics, figures["records"], args.batch,
-                                                   python_step, workdir))
-                          for label, python_step in (("source -> no-op sink", False),
-                                                     ("source -> Python step -> no-op sink", True))]
-                floor_machines = machines
-        latency = None if args.no_latency else run_latency(spark, bootstrap, 100, args.rate, args.latency_seconds,
-                                                           args.trigger_seconds, workdir, cleanup)
-        spark.stop()
+            topics, records = preload_machines(bootstrap, machines, args.records, cleanup)
+            runs = {}
+            for job in jobs:
+                floor = job == "job" and not args.no_floor and not floors
+                figures = in_fresh_process({**common, "kind": "throughput", "job": job, "floor": floor,
+                                            "topics": dataclasses.astuple(topics), "records": records,
+                                            "batch": args.batch, "workdir": str(workdir / f"m{machines}-{job}")})
+                cleanup.extend(figures.pop("topics"))
+                if floor:
+                    floors, floor_machines = figures.pop("floors"), machines
+                log.info("spark, %d machines, %s: %s", machines, job, figures)
+                runs[job] = figures
+            standalone = None if args.no_standalone else run_standalone(bootstrap, topics, records, cleanup)
+            results.append((machines, runs, standalone))
+        latency = None if args.no_latency else in_fresh_process({
+            **common, "kind": "latency", "rate": args.rate, "latency_seconds": args.latency_seconds,
+            "trigger_seconds": args.trigger_seconds, "workdir": str(workdir / "latency")})
     finally:
         delete_topics(bootstrap, sorted(set(cleanup)))
         shutil.rmtree(workdir, ignore_errors=True)
+    print_figures(args, results, floors, floor_machines, latency)
+    return 0
+
+
+def print_figures(args: argparse.Namespace, results: list[tuple[int, dict[str, dict], dict | None]],
+                  floors: list[tuple[str, dict]], floor_machines: int, latency: dict | None) -> None:
     print()
-    print(f"Spark joiner ({args.master}), exactly once into machine.out")
-    print(f"{'machines':>9} {'records':>9} {'joins':>9} {'rec/s':>9} {'joins/s':>9} {'steady rec/s':>13}"
+    print(f"Spark joiner ({args.master}), exactly once into machine.out; each run in a fresh process (JVM start"
+          " included); 'previous': the same job with its router and output records in Python per record")
+    print(f"{'machines':>9} {'code':>8} {'records':>9} {'joins':>9} {'rec/s':>9} {'joins/s':>9} {'steady rec/s':>13}"
           f" {'1st batch s':>11} {'CPU µs/rec':>10} {'load':>5} | {'standalone rec/s':>16} {'joins/s':>9}")
-    for machines, figures, standalone in results:
-        other = (f"{standalone['records_per_s']:16,.0f} {standalone['joins_per_s']:9,.0f}" if standalone
-                 else f"{'-':>16} {'-':>9}")
-        print(f"{machines:9,d} {figures['records']:9,d} {figures['joins']:9,d} {figures['records_per_s']:9,.0f}"
-              f" {figures['joins_per_s']:9,.0f} {figures['steady_records_per_s']:13,.0f}"
-              f" {figures['first_batch_s']:11.1f} {figures['cpu_us_per_record']:10.1f} {figures['load_average']:5.1f}"
-              f" | {other}")
+    for machines, runs, standalone in results:
+        for job, figures in runs.items():
+            other = (f"{standalone['records_per_s']:16,.0f} {standalone['joins_per_s']:9,.0f}"
+                     if standalone and job == "job" else f"{'-':>16} {'-':>9}")
+            print(f"{machines:9,d} {job:>8} {figures['records']:9,d} {figures['joins']:9,d}"
+                  f" {figures['records_per_s']:9,.0f} {figures['joins_per_s']:9,.0f}"
+                  f" {figures['steady_records_per_s']:13,.0f} {figures['first_batch_s']:11.1f}"
+                  f" {figures['cpu_us_per_record']:10.1f} {figures['load_average']:5.1f} | {other}")
+        if "previous" in runs:
+            job, previous = runs["job"], runs["previous"]
+            print(f"{machines:9,d}  job / previous: {job['records_per_s'] / previous['records_per_s']:.2f}x records/s, "
+                  f"{job['steady_records_per_s'] / previous['steady_records_per_s']:.2f}x after the first batch, "
+                  f"{job['cpu_us_per_record'] / previous['cpu_us_per_record']:.2f}x the CPU per record")
     if floors:
         print(f"Spark's Kafka source alone on the same input ({floor_machines:,} machines, same batches, JVM warmed up "
               "by the job), no join and no output: what the job pays before its own work")
@@ -425,7 +500,6 @@ def main(argv: list[str] | None = None) -> int:
               f"load {latency['load_average']:.1f}")
     print("CPU µs/rec: CPU time of the driver, its JVM and Python workers per input record, first batch included; "
           "load: 1-minute load average of the machine (2 cores) at the end of the run")
-    return 0
 
 
 if __name__ == "__main__":
