@@ -67,6 +67,7 @@ def output_id(thing: str, output_quantity: str, left_time: float, right_time: fl
 
 # The column path's times: whole epoch ms below this magnitude are exact in float64, and so are their sums.
 _PLAIN_TIME_LIMIT = 2.0 ** 52
+_DIGEST = type(_ID_HASH).digest
 _HEX_DIGITS = np.frombuffer(b"0123456789abcdef", dtype=np.uint8)
 _ID_DASHES = [8, 13, 18, 23]
 _ID_HEX_POSITIONS = [position for position in range(36) if position not in _ID_DASHES]
@@ -83,14 +84,14 @@ def plain_times(left_time: np.ndarray, right_time: np.ndarray) -> np.ndarray:
 def output_ids(id_prefixes: Sequence[str], key: np.ndarray, left_time: np.ndarray, right_time: np.ndarray) -> np.ndarray:
     """:func:`output_id` of many pairs with :func:`plain_times`, as an (n, 36) array of ASCII bytes.
 
-    ``key`` indexes ``id_prefixes`` (see :func:`id_prefix`) per pair. The SHA-1 of each name is one C call
-    per pair (neither numpy nor Arrow has SHA-1); the names are formatted in the same comprehension, and
-    the UUID text is laid out column by column.
+    ``key`` indexes ``id_prefixes`` (see :func:`id_prefix`) per pair. The names are formatted in one
+    comprehension and hashed by one C call each (neither numpy nor Arrow has SHA-1); the UUID text is
+    laid out column by column.
     """
     named = [OUTPUT_ID_NAMESPACE.bytes + prefix.encode() for prefix in id_prefixes]
-    sha1 = hashlib.sha1
-    digests = b"".join([sha1(b"%s%d/%d" % (named[k], left, right)).digest() for k, left, right in
-                        zip(key.tolist(), left_time.astype(np.int64).tolist(), right_time.astype(np.int64).tolist())])
+    names = [b"%s%d/%d" % name for name in zip(map(named.__getitem__, key.tolist()), left_time.astype(np.int64).tolist(),
+                                                right_time.astype(np.int64).tolist())]
+    digests = b"".join(map(_DIGEST, map(hashlib.sha1, names)))
     octets = np.frombuffer(digests, dtype=np.uint8).reshape(-1, 20)[:, :16].copy()
     octets[:, 6] = (octets[:, 6] & 0x0F) | 0x50  # version 5
     octets[:, 8] = (octets[:, 8] & 0x3F) | 0x80  # RFC 4122 variant
