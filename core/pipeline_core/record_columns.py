@@ -2,10 +2,11 @@
 
 Gives, for every payload, what `pipeline_core.records.decode_record` gives: the record's fields, or the
 reason it is invalid. Arrow parses the payloads that look like one compact JSON object per line in one
-call; whatever it cannot vouch for (a null or empty field, a non-finite or huge number, a payload on
-several lines, one Arrow refuses) goes through `decode_record` itself, so the rules and the reasons stay
-defined once. The fast path only ever accepts what `decode_record` accepts, with the same values. One
-rule is added: text that UTF-8 cannot encode (a lone surrogate) is invalid, since no column holds it.
+call, and the rules of `pipeline_core.validation` are applied as columns (names once per distinct
+value); whatever it cannot vouch for (a missing or invalid field, a time out of range, a non-finite or
+huge result, a payload on several lines, one Arrow refuses) goes through `decode_record` itself, so the
+rules and the reasons stay defined once. The fast path only ever accepts what `decode_record` accepts,
+with the same values.
 """
 from __future__ import annotations
 
@@ -13,10 +14,11 @@ from typing import NamedTuple
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.json as pa_json
 
 from .records import InvalidRecord, decode_record
+from .timestamps import EARLIEST_MS, LATEST_MS
+from .validation import name_problem, thing_problem
 
 _FIELDS = pa.schema([
     pa.field("thing", pa.string()),
@@ -26,8 +28,8 @@ _FIELDS = pa.schema([
 ])
 _PARSE_OPTIONS = pa_json.ParseOptions(explicit_schema=_FIELDS, unexpected_field_behavior="ignore",
                                       newlines_in_values=False)
-# Numbers at or beyond this magnitude take decode_record's path: below it, float64 holds every integer
-# exactly, so Arrow's value and Python's float() of the same JSON number agree.
+# Results at or beyond this magnitude take decode_record's path: below it, float64 holds every integer
+# exactly, so Arrow's value and Python's float() of the same JSON number agree. (Valid times lie far below.)
 _EXACT_LIMIT = 2.0 ** 53
 _OPEN_BRACE, _NEWLINE, _RETURN = ord("{"), ord("\n"), ord("\r")
 
@@ -98,17 +100,21 @@ def _parse(payloads: pa.Array) -> pa.Table | None:
 
 
 def _plainly_valid(parsed: pa.Table) -> np.ndarray:
-    """bool per parsed row: every field present and non-empty, both numbers finite and exactly as Python
-    reads them; a negative zero is left to decode_record (JSON's -0 is the int 0 there, -0.0 in Arrow)."""
+    """bool per parsed row: thing and quantity valid names (`pipeline_core.validation`, judged once per
+    distinct value), the time in the valid range, the result finite and exactly as Python reads it; a
+    negative zero is left to decode_record (JSON's -0 is the int 0 there, -0.0 in Arrow)."""
     valid = np.ones(parsed.num_rows, dtype=bool)
-    for name in ("thing", "quantity"):
-        column = parsed.column(name)
-        valid &= pc.fill_null(pc.greater(pc.binary_length(column), 0), False).to_numpy(zero_copy_only=False)
-    for name in ("phenomenonTime", "result"):
-        values = parsed.column(name).to_numpy(zero_copy_only=False)  # NaN where null
-        with np.errstate(invalid="ignore"):
-            valid &= np.abs(values) < _EXACT_LIMIT
-        valid &= ~((values == 0) & np.signbit(values))
+    for name, problem in (("thing", thing_problem), ("quantity", name_problem)):
+        encoded = parsed.column(name).combine_chunks().dictionary_encode()
+        good = np.array([problem(value) is None for value in encoded.dictionary.to_pylist()] + [False])
+        codes = encoded.indices.fill_null(len(encoded.dictionary)).to_numpy(zero_copy_only=False)
+        valid &= good[codes]
+    times = parsed.column("phenomenonTime").to_numpy(zero_copy_only=False)  # NaN where null
+    results = parsed.column("result").to_numpy(zero_copy_only=False)
+    with np.errstate(invalid="ignore"):
+        valid &= (times >= EARLIEST_MS) & (times < LATEST_MS)
+        valid &= np.abs(results) < _EXACT_LIMIT
+    valid &= ~((results == 0) & np.signbit(results))
     return valid
 
 
@@ -130,7 +136,6 @@ def _decode_one_by_one(payloads: pa.Array, rows: np.ndarray) -> RecordColumns:
     for row in rows.tolist():
         try:
             record = decode_record(payloads[row].as_py())
-            _require_utf8(record)
         except InvalidRecord as error:
             rejected.append(row)
             reasons.append(str(error))
@@ -144,16 +149,6 @@ def _decode_one_by_one(payloads: pa.Array, rows: np.ndarray) -> RecordColumns:
         np.array([record["phenomenonTime"] for record in records], dtype=np.float64),
         np.array([record["result"] for record in records], dtype=np.float64),
         np.array(rejected, dtype=np.int64), reasons)
-
-
-def _require_utf8(record: dict) -> None:
-    """Text that UTF-8 cannot encode (a lone surrogate, written as an escape such as \\ud800, which
-    decode_record's lenient parser lets through) can be neither a column nor a Kafka key: invalid here."""
-    for name in ("thing", "quantity"):
-        try:
-            record[name].encode()
-        except UnicodeEncodeError:
-            raise InvalidRecord(f"{name} must be valid Unicode text, got {record[name]!r}") from None
 
 
 def _merge(fast: RecordColumns, slow: RecordColumns) -> RecordColumns:
