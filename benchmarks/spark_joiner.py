@@ -123,29 +123,38 @@ def keys_of(machines: int, count: int) -> list[bytes]:
     return (flat * (count // len(flat) + 1))[:count]
 
 
-def tree_cpu_seconds(root: int | None = None) -> float:
-    """CPU seconds used so far by this process and every descendant (the JVM, its Python workers), from
-    /proc: figures that other load on the machine does not inflate, unlike wall-clock rates."""
+CPU_KINDS = ("driver", "JVM", "Python workers")
+
+
+def cpu_seconds_by_kind(root: int | None = None) -> dict[str, float]:
+    """CPU seconds used so far by this process (the driver), its JVM and the JVM's Python workers, from /proc:
+    figures that other load on the machine does not inflate, unlike wall-clock rates."""
     tick = os.sysconf("SC_CLK_TCK")
     children: dict[int, list[int]] = {}
     times: dict[int, float] = {}
+    names: dict[int, str] = {}
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
         try:
-            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            stat = (entry / "stat").read_text()
         except OSError:
             continue  # exited meanwhile
+        name, fields = stat.split("(", 1)[1].rsplit(")", 1)[0], stat.rsplit(")", 1)[1].split()
         pid = int(entry.name)
         children.setdefault(int(fields[1]), []).append(pid)
+        names[pid] = name
         # utime, stime, and those of its children already waited for (the workers a daemon forked)
         times[pid] = sum(int(value) for value in fields[11:15]) / tick
-    total, pending = 0.0, [root or os.getpid()]
+    root = root or os.getpid()
+    by_kind = dict.fromkeys(CPU_KINDS, 0.0)
+    pending = [root]
     while pending:
         pid = pending.pop()
-        total += times.get(pid, 0.0)
+        kind = "driver" if pid == root else "JVM" if names.get(pid) == "java" else "Python workers"
+        by_kind[kind] += times.get(pid, 0.0)
         pending.extend(children.get(pid, ()))
-    return total
+    return by_kind
 
 
 def settings_for(bootstrap: str, topics: Topics, checkpoint: Path, **overrides) -> SparkJoinerSettings:
@@ -164,7 +173,7 @@ def run_throughput(spark, bootstrap: str, topics: Topics, records: int, workdir:
     settings = dataclasses.replace(settings_for(bootstrap, topics, workdir / f"checkpoint-{job}", trigger_seconds=0.0,
                                                 max_offsets_per_trigger=batch), output_topic=out.out, dlq_topic=out.dlq)
     sink = TransactionalBatchSink(bootstrap, out.out, out.dlq, f"bench.{uuid.uuid4().hex[:8]}")
-    cpu_before = tree_cpu_seconds()
+    cpu_before = cpu_seconds_by_kind()
     query = JOBS[job](spark, settings, sink)
     try:
         figures = run_to_end(query, records, cpu_before)
@@ -188,22 +197,27 @@ def preload_machines(bootstrap: str, machines: int, records: int, cleanup: list[
     return topics, len(payloads)
 
 
-def run_to_end(query: StreamingQuery, records: int, cpu_before: float) -> dict:
+def run_to_end(query: StreamingQuery, records: int, cpu_before: dict[str, float]) -> dict:
     """Wait until ``query`` has read ``records`` input rows; its rates from Spark's own batch durations, and the
-    CPU this process tree spent since ``cpu_before``."""
+    CPU this process tree spent since ``cpu_before``, in all and, after the first batch, per kind of process."""
+    after_first: dict[str, float] | None = None
     while sum(p["numInputRows"] for p in query.recentProgress) < records:
         if query.exception() is not None:
             raise RuntimeError(f"query failed: {query.exception()}")
         query.awaitTermination(0.5)
+        if after_first is None and any(p["numInputRows"] for p in query.recentProgress):
+            after_first = cpu_seconds_by_kind()
     progress = [p for p in query.recentProgress if p["numInputRows"]]
-    cpu_seconds = tree_cpu_seconds() - cpu_before
+    cpu_after = cpu_seconds_by_kind()
     seconds = [p["durationMs"]["triggerExecution"] / 1000 for p in progress]
     rows = [p["numInputRows"] for p in progress]
     steady_rows, steady_seconds = (sum(rows[1:]), sum(seconds[1:])) if len(rows) > 1 else (rows[0], seconds[0])
+    steady_cpu = {kind: (cpu_after[kind] - (after_first or cpu_before)[kind]) / steady_rows * 1e6 for kind in CPU_KINDS}
     return {"records": records, "batches": len(rows), "seconds": sum(seconds), "records_per_s": sum(rows) / sum(seconds),
             "steady_records_per_s": steady_rows / steady_seconds, "first_batch_s": seconds[0],
             "batch_seconds": [round(second, 2) for second in seconds],
-            "cpu_us_per_record": cpu_seconds / records * 1e6, "load_average": os.getloadavg()[0]}
+            "cpu_us_per_record": (sum(cpu_after.values()) - sum(cpu_before.values())) / records * 1e6,
+            "steady_cpu_us_per_record": steady_cpu, "load_average": os.getloadavg()[0]}
 
 
 # What the source-only runs' Python step returns: the size of each Arrow batch it was handed.
@@ -226,7 +240,7 @@ def run_source_floor(spark, bootstrap: str, topics: Topics, records: int, batch:
     rows = kafka_source(spark, settings)
     if python_step:
         rows = rows.mapInArrow(count_rows, COUNT_SCHEMA)
-    cpu_before = tree_cpu_seconds()
+    cpu_before = cpu_seconds_by_kind()
     query = (rows.writeStream.format("noop").option("checkpointLocation", str(settings.checkpoint_dir))
              .trigger(processingTime="0 seconds").start())
     try:
@@ -486,6 +500,13 @@ def print_figures(args: argparse.Namespace, results: list[tuple[int, dict[str, d
             print(f"{machines:9,d}  job / previous: {job['records_per_s'] / previous['records_per_s']:.2f}x records/s, "
                   f"{job['steady_records_per_s'] / previous['steady_records_per_s']:.2f}x after the first batch, "
                   f"{job['cpu_us_per_record'] / previous['cpu_us_per_record']:.2f}x the CPU per record")
+    print("CPU µs per record after the first batch, by process: where the job's time goes")
+    print(f"{'machines':>9} {'code':>8} " + " ".join(f"{kind:>14}" for kind in CPU_KINDS) + f" {'all':>8}")
+    for machines, runs, _ in results:
+        for job, figures in runs.items():
+            split = figures["steady_cpu_us_per_record"]
+            print(f"{machines:9,d} {job:>8} " + " ".join(f"{split[kind]:14.1f}" for kind in CPU_KINDS)
+                  + f" {sum(split.values()):8.1f}")
     if floors:
         print(f"Spark's Kafka source alone on the same input ({floor_machines:,} machines, same batches, JVM warmed up "
               "by the job), no join and no output: what the job pays before its own work")
