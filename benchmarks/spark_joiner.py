@@ -7,11 +7,11 @@ the standalone joiner beside it.
    machine count runs twice on the same topic, each run in a fresh process (its own JVM, cold as a job
    starts): the previous code (``benchmarks.spark_joiner_baseline``: the router and the output records
    in Python per record) and the job; the ratio of the two is printed.
-2. Latency: a steady input rate (default 10k records/s) with a sub-second trigger; for every join, the
-   time from the Kafka append of the later of its two inputs to the moment a read_committed consumer
-   sees it; p50/p99.
+2. Latency, in the JVM the job's first run has warmed up (as a job that has run for a while): a steady
+   input rate (default 10k records/s) with a sub-second trigger; for every join, the time from the Kafka
+   append of the later of its two inputs to the moment a read_committed consumer sees it; p50/p99.
 3. The standalone joiner (``kafka_joiner``) on the same pre-loaded topics.
-4. Spark's Kafka source alone on the first pre-loaded topic, in the JVM the job has warmed up: into Spark's
+4. Spark's Kafka source alone on the first pre-loaded topic, in that warmed-up JVM too: into Spark's
    no-op sink, directly and through a Python step that only counts rows. The share of the job's cost that
    is reading Kafka and crossing into Python; the rest is the join, its output records and the sink.
 
@@ -393,23 +393,25 @@ def in_fresh_process(task: dict) -> dict:
 
 
 def run_task(task: dict) -> dict:
-    """The child's side of ``in_fresh_process``: its own Spark session, one job run (or the latency run)."""
+    """The child's side of ``in_fresh_process``: its own Spark session, one job run, and after it, if asked,
+    the source-only runs and the latency run."""
     spark = spark_session(task["master"], shuffle_partitions=task["shuffle_partitions"], driver_memory="2g",
                           quick_jit=not task["full_jit"])
     tune_gc_for_streaming()  # as `python -m spark_joiner` runs
     workdir = Path(task["workdir"])
     cleanup: list[str] = []
     try:
-        if task["kind"] == "latency":
-            return run_latency(spark, task["bootstrap"], 100, task["rate"], task["latency_seconds"],
-                               task["trigger_seconds"], workdir, cleanup)
         topics = Topics(*task["topics"])
         figures = run_throughput(spark, task["bootstrap"], topics, task["records"], workdir, task["batch"], task["job"])
+        # In the JVM the job has warmed up, as a job that has run for a while: the source alone, and latency.
         if task["floor"]:
             figures["floors"] = [(label, run_source_floor(spark, task["bootstrap"], topics, task["records"],
                                                           task["batch"], python_step, workdir))
                                  for label, python_step in (("source -> no-op sink", False),
                                                             ("source -> Python step -> no-op sink", True))]
+        if task["latency"]:
+            figures["latency"] = run_latency(spark, task["bootstrap"], 100, task["rate"], task["latency_seconds"],
+                                             task["trigger_seconds"], workdir, cleanup)
         return figures
     finally:
         spark.stop()
@@ -421,8 +423,9 @@ def main(argv: list[str] | None = None) -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--kafka-bootstrap-servers", default=os.environ.get("KAFKA_BOOTSTRAP_SERVERS", "127.0.0.1:9092"))
     parser.add_argument("--records", type=int, default=1_000_000, help="pre-loaded records per machine count")
-    parser.add_argument("--machines", type=int, nargs="*", default=[100, 10_000],
-                        help="machine counts of the throughput runs (none: the latency run only)")
+    parser.add_argument("--machines", type=int, nargs="+", default=[100, 10_000],
+                        help="machine counts of the throughput runs (the first one's job run is followed by the "
+                             "source-only runs and the latency run)")
     parser.add_argument("--batch", type=int, default=250_000,
                         help="maxOffsetsPerTrigger of the throughput runs (the first batch, with the warm-up, is reported apart)")
     parser.add_argument("--rate", type=int, default=10_000, help="records/s of the latency run")
@@ -454,25 +457,26 @@ def main(argv: list[str] | None = None) -> int:
     common = {"bootstrap": bootstrap, "master": args.master, "shuffle_partitions": args.shuffle_partitions,
               "full_jit": args.full_jit}
     jobs = [job for job in JOBS if job != "previous" or not args.no_previous]
+    latency: dict | None = None
     try:
-        for machines in args.machines:
+        for index, machines in enumerate(args.machines):
             topics, records = preload_machines(bootstrap, machines, args.records, cleanup)
             runs = {}
             for job in jobs:
-                floor = job == "job" and not args.no_floor and not floors
-                figures = in_fresh_process({**common, "kind": "throughput", "job": job, "floor": floor,
-                                            "topics": dataclasses.astuple(topics), "records": records,
-                                            "batch": args.batch, "workdir": str(workdir / f"m{machines}-{job}")})
+                first_job_run = job == "job" and index == 0
+                figures = in_fresh_process({
+                    **common, "job": job, "topics": dataclasses.astuple(topics), "records": records,
+                    "batch": args.batch, "workdir": str(workdir / f"m{machines}-{job}"),
+                    "floor": first_job_run and not args.no_floor, "latency": first_job_run and not args.no_latency,
+                    "rate": args.rate, "latency_seconds": args.latency_seconds, "trigger_seconds": args.trigger_seconds})
                 cleanup.extend(figures.pop("topics"))
-                if floor:
+                if "floors" in figures:
                     floors, floor_machines = figures.pop("floors"), machines
+                latency = figures.pop("latency", latency)
                 log.info("spark, %d machines, %s: %s", machines, job, figures)
                 runs[job] = figures
             standalone = None if args.no_standalone else run_standalone(bootstrap, topics, records, cleanup)
             results.append((machines, runs, standalone))
-        latency = None if args.no_latency else in_fresh_process({
-            **common, "kind": "latency", "rate": args.rate, "latency_seconds": args.latency_seconds,
-            "trigger_seconds": args.trigger_seconds, "workdir": str(workdir / "latency")})
     finally:
         delete_topics(bootstrap, sorted(set(cleanup)))
         shutil.rmtree(workdir, ignore_errors=True)
