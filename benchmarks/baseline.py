@@ -1,12 +1,15 @@
-"""A benchmark of an earlier commit beside the current code, in the same run.
+"""``python -m benchmarks.baseline COMMIT MODULE [ARGS...]``: a benchmark of an earlier commit beside the
+current code, in the same run.
 
 On these shared machines a figure moves by up to 2× from one minute to the next, so "faster than
 before" is only measured side by side: the earlier commit's tree is exported from git into a temporary
-folder and its own benchmark module runs there, as a subprocess, right next to the current one.
+folder and its own benchmark module runs there, as a subprocess, alternately with the current one
+(``--rounds``), and both print their figures. ``--baseline-module`` names the module in the earlier
+commit where it had another name (e.g. ``local_stream_buffer.bench`` before ``benchmarks.join_engine``).
 """
 from __future__ import annotations
 
-import logging
+import argparse
 import os
 import shutil
 import subprocess
@@ -18,7 +21,6 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-log = logging.getLogger(__name__)
 
 REPOSITORY = Path(__file__).resolve().parent.parent
 
@@ -64,3 +66,29 @@ def run_module(tree: Path, module: str, *args: str, timeout_s: float = 1800) -> 
     if done.returncode:
         raise RuntimeError(f"{module} of {tree} exited with {done.returncode}:\n{done.stdout[-3000:]}")
     return done.stdout
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.baseline", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("commit", help="the earlier commit, as git names it")
+    parser.add_argument("module", help="the benchmark module to run, e.g. benchmarks.kafka_joiner")
+    parser.add_argument("args", nargs=argparse.REMAINDER, help="its arguments, the same for both codes")
+    parser.add_argument("--baseline-module", help="the module's name in the earlier commit, if another")
+    parser.add_argument("--rounds", type=int, default=2, help="alternate runs of each code")
+    options = parser.parse_args(argv)
+    try:
+        with exported_tree(options.commit) as tree:
+            for round_ in range(1, options.rounds + 1):
+                for label, code, module in ((f"commit {options.commit}", tree,
+                                             options.baseline_module or options.module),
+                                            ("current code", REPOSITORY, options.module)):
+                    print(f"=== round {round_}, {label}: python -m {module} {' '.join(options.args)}", flush=True)
+                    print(run_module(code, module, *options.args), flush=True)
+    except BaselineUnavailable as error:
+        raise SystemExit(str(error)) from None
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

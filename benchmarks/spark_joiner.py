@@ -1,17 +1,19 @@
-"""``python -m benchmarks.spark_joiner``: the Spark joiner's throughput and latency, the standalone joiner beside it.
+"""``python -m benchmarks.spark_joiner``: the Spark joiner's throughput and latency, against the previous code,
+the standalone joiner beside it.
 
 1. Throughput: pre-load N synthetic records (speed and torque of axis C11, per machine) into a fresh
    topic, then run the join query with large micro-batches; records/s and joins/s from Spark's own
-   batch durations (the sink's Kafka transaction included), for 100 and for 10,000 machines.
-2. Latency: a steady input rate (default 10k records/s) with a sub-second trigger; for every join, the
-   time from the Kafka append of the later of its two inputs to the moment a read_committed consumer
-   sees it; p50/p99.
+   batch durations (the sink's Kafka transaction included), for 100 and for 10,000 machines. Each
+   machine count runs twice on the same topic, each run in a fresh process (its own JVM, cold as a job
+   starts): the previous code (``benchmarks.spark_joiner_baseline``: the router and the output records
+   in Python per record) and the job; the ratio of the two is printed.
+2. Latency, in the JVM the job's first run has warmed up (as a job that has run for a while): a steady
+   input rate (default 10k records/s) with a sub-second trigger; for every join, the time from the Kafka
+   append of the later of its two inputs to the moment a read_committed consumer sees it; p50/p99.
 3. The standalone joiner (``kafka_joiner``) on the same pre-loaded topics.
-4. Spark's Kafka source alone on the first pre-loaded topic, in the JVM the job has warmed up: into Spark's
+4. Spark's Kafka source alone on the first pre-loaded topic, in that warmed-up JVM too: into Spark's
    no-op sink, directly and through a Python step that only counts rows. The share of the job's cost that
    is reading Kafka and crossing into Python; the rest is the join, its output records and the sink.
-5. With ``--baseline COMMIT``: run 1 on that commit's code and on the current code, alternately, each in a
-   fresh process, and their ratio: "faster than before" measured side by side.
 
 Topics are unique per run and deleted afterwards; checkpoints go to a temporary folder.
 """
@@ -39,7 +41,6 @@ from confluent_kafka import Consumer, Producer
 from pyspark.sql.streaming import StreamingQuery
 from pyspark.sql.types import LongType, StructField, StructType
 
-from benchmarks.baseline import REPOSITORY, BaselineUnavailable, exported_tree, run_module
 from pipeline_core.kafka_clients import admin_client, consumer_config, produce, producer_config
 from pipeline_core.logs import configure_logging
 from pipeline_core.partitioning import thing_partition
@@ -51,6 +52,8 @@ from spark_joiner.job import kafka_source, start_query
 from spark_joiner.session import spark_session
 from spark_joiner.settings import SparkJoinerSettings
 from spark_joiner.sink import TransactionalBatchSink
+
+from benchmarks.spark_joiner_baseline import start_baseline_query
 
 log = logging.getLogger("benchmarks.spark_joiner")
 
@@ -120,29 +123,38 @@ def keys_of(machines: int, count: int) -> list[bytes]:
     return (flat * (count // len(flat) + 1))[:count]
 
 
-def tree_cpu_seconds(root: int | None = None) -> float:
-    """CPU seconds used so far by this process and every descendant (the JVM, its Python workers), from
-    /proc: figures that other load on the machine does not inflate, unlike wall-clock rates."""
+CPU_KINDS = ("driver", "JVM", "Python workers")
+
+
+def cpu_seconds_by_kind(root: int | None = None) -> dict[str, float]:
+    """CPU seconds used so far by this process (the driver), its JVM and the JVM's Python workers, from /proc:
+    figures that other load on the machine does not inflate, unlike wall-clock rates."""
     tick = os.sysconf("SC_CLK_TCK")
     children: dict[int, list[int]] = {}
     times: dict[int, float] = {}
+    names: dict[int, str] = {}
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
         try:
-            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            stat = (entry / "stat").read_text()
         except OSError:
             continue  # exited meanwhile
+        name, fields = stat.split("(", 1)[1].rsplit(")", 1)[0], stat.rsplit(")", 1)[1].split()
         pid = int(entry.name)
         children.setdefault(int(fields[1]), []).append(pid)
+        names[pid] = name
         # utime, stime, and those of its children already waited for (the workers a daemon forked)
         times[pid] = sum(int(value) for value in fields[11:15]) / tick
-    total, pending = 0.0, [root or os.getpid()]
+    root = root or os.getpid()
+    by_kind = dict.fromkeys(CPU_KINDS, 0.0)
+    pending = [root]
     while pending:
         pid = pending.pop()
-        total += times.get(pid, 0.0)
+        kind = "driver" if pid == root else "JVM" if names.get(pid) == "java" else "Python workers"
+        by_kind[kind] += times.get(pid, 0.0)
         pending.extend(children.get(pid, ()))
-    return total
+    return by_kind
 
 
 def settings_for(bootstrap: str, topics: Topics, checkpoint: Path, **overrides) -> SparkJoinerSettings:
@@ -150,46 +162,62 @@ def settings_for(bootstrap: str, topics: Topics, checkpoint: Path, **overrides) 
                                dlq_topic=topics.dlq, checkpoint_dir=checkpoint, **overrides)
 
 
-def run_throughput(spark, bootstrap: str, machines: int, records: int, workdir: Path, batch: int,
-                   cleanup: list[str]) -> tuple[Topics, dict]:
+# The job against the code before it, each started by the same settings and sink.
+JOBS = {"previous": start_baseline_query, "job": start_query}
+
+
+def run_throughput(spark, bootstrap: str, topics: Topics, records: int, workdir: Path, batch: int,
+                   job: str) -> dict:
+    """One job on the pre-loaded ``topics.data``, into output topics of its own, until it has read ``records``."""
+    out = make_topics(bootstrap, f"out.{job}")
+    settings = dataclasses.replace(settings_for(bootstrap, topics, workdir / f"checkpoint-{job}", trigger_seconds=0.0,
+                                                max_offsets_per_trigger=batch), output_topic=out.out, dlq_topic=out.dlq)
+    sink = TransactionalBatchSink(bootstrap, out.out, out.dlq, f"bench.{uuid.uuid4().hex[:8]}")
+    cpu_before = cpu_seconds_by_kind()
+    query = JOBS[job](spark, settings, sink)
+    try:
+        figures = run_to_end(query, records, cpu_before)
+    finally:
+        stop_between_batches(query)
+        sink.close()
+    figures.update(joins=sink.counters.joins, joins_per_s=sink.counters.joins / figures["seconds"],
+                   sink_compute_s=round(sink.counters.compute_seconds, 2),
+                   sink_produce_s=round(sink.counters.produce_seconds, 2), topics=dataclasses.astuple(out))
+    return figures
+
+
+def preload_machines(bootstrap: str, machines: int, records: int, cleanup: list[str]) -> tuple[Topics, int]:
+    """A fresh input topic with ``records`` synthetic records of ``machines`` machines; returns it and the count."""
     topics = make_topics(bootstrap, f"m{machines}")
     cleanup.extend(dataclasses.astuple(topics))
     payloads = synthetic_records(machines, records)
     began = time.monotonic()
     preload(bootstrap, topics.data, payloads, keys_of(machines, len(payloads)))
     log.info("pre-loaded %d records for %d machines in %.1f s", len(payloads), machines, time.monotonic() - began)
-    settings = settings_for(bootstrap, topics, workdir / f"checkpoint-m{machines}", trigger_seconds=0.0,
-                            max_offsets_per_trigger=batch)
-    sink = TransactionalBatchSink(bootstrap, topics.out, topics.dlq, f"bench.{uuid.uuid4().hex[:8]}")
-    cpu_before = tree_cpu_seconds()
-    query = start_query(spark, settings, sink)
-    try:
-        figures = run_to_end(query, len(payloads), cpu_before)
-    finally:
-        stop_between_batches(query)
-        sink.close()
-    figures.update(joins=sink.counters.joins, joins_per_s=sink.counters.joins / figures["seconds"],
-                   sink_compute_s=round(sink.counters.compute_seconds, 2),
-                   sink_produce_s=round(sink.counters.produce_seconds, 2))
-    return topics, figures
+    return topics, len(payloads)
 
 
-def run_to_end(query: StreamingQuery, records: int, cpu_before: float) -> dict:
+def run_to_end(query: StreamingQuery, records: int, cpu_before: dict[str, float]) -> dict:
     """Wait until ``query`` has read ``records`` input rows; its rates from Spark's own batch durations, and the
-    CPU this process tree spent since ``cpu_before``."""
+    CPU this process tree spent since ``cpu_before``, in all and, after the first batch, per kind of process."""
+    after_first: dict[str, float] | None = None
     while sum(p["numInputRows"] for p in query.recentProgress) < records:
         if query.exception() is not None:
             raise RuntimeError(f"query failed: {query.exception()}")
         query.awaitTermination(0.5)
+        if after_first is None and any(p["numInputRows"] for p in query.recentProgress):
+            after_first = cpu_seconds_by_kind()
     progress = [p for p in query.recentProgress if p["numInputRows"]]
-    cpu_seconds = tree_cpu_seconds() - cpu_before
+    cpu_after = cpu_seconds_by_kind()
     seconds = [p["durationMs"]["triggerExecution"] / 1000 for p in progress]
     rows = [p["numInputRows"] for p in progress]
     steady_rows, steady_seconds = (sum(rows[1:]), sum(seconds[1:])) if len(rows) > 1 else (rows[0], seconds[0])
+    steady_cpu = {kind: (cpu_after[kind] - (after_first or cpu_before)[kind]) / steady_rows * 1e6 for kind in CPU_KINDS}
     return {"records": records, "batches": len(rows), "seconds": sum(seconds), "records_per_s": sum(rows) / sum(seconds),
             "steady_records_per_s": steady_rows / steady_seconds, "first_batch_s": seconds[0],
             "batch_seconds": [round(second, 2) for second in seconds],
-            "cpu_us_per_record": cpu_seconds / records * 1e6, "load_average": os.getloadavg()[0]}
+            "cpu_us_per_record": (sum(cpu_after.values()) - sum(cpu_before.values())) / records * 1e6,
+            "steady_cpu_us_per_record": steady_cpu, "load_average": os.getloadavg()[0]}
 
 
 # What the source-only runs' Python step returns: the size of each Arrow batch it was handed.
@@ -212,7 +240,7 @@ def run_source_floor(spark, bootstrap: str, topics: Topics, records: int, batch:
     rows = kafka_source(spark, settings)
     if python_step:
         rows = rows.mapInArrow(count_rows, COUNT_SCHEMA)
-    cpu_before = tree_cpu_seconds()
+    cpu_before = cpu_seconds_by_kind()
     query = (rows.writeStream.format("noop").option("checkpointLocation", str(settings.checkpoint_dir))
              .trigger(processingTime="0 seconds").start())
     try:
@@ -352,31 +380,42 @@ def run_standalone(bootstrap: str, topics: Topics, records: int, cleanup: list[s
     return {"joins": count, "seconds": seconds, "records_per_s": records / seconds, "joins_per_s": count / seconds}
 
 
-def throughput_row(output: str, machines: int) -> dict:
-    """records/s and CPU µs/record of the ``machines`` row of this benchmark's printed table."""
-    for line in output.splitlines():
-        fields = line.split()
-        if len(fields) > 8 and fields[0].replace(",", "") == str(machines):
-            return {"records_per_s": float(fields[3].replace(",", "")), "cpu_us_per_record": float(fields[7])}
-    raise ValueError(f"no row for {machines} machines in:\n{output}")
+_FIGURES = "FIGURES "  # the child's answer on its stdout, where Spark's Python workers may print too
 
 
-def compare_with_baseline(revision: str, records: int, rounds: int, master: str) -> dict:
-    """The throughput run (100 machines) of ``revision``'s job and of the current job, alternately, each in a
-    fresh process: the same benchmark code path, on the same machine, minutes apart at most."""
-    machines = 100
-    args = ["--machines", str(machines), "--records", str(records), "--master", master, "--no-standalone",
-            "--no-latency", "--no-floor"]
-    runs: dict[str, list[dict]] = {"baseline": [], "current": []}
-    with exported_tree(revision) as tree:
-        for round_ in range(rounds):
-            for label, code in (("baseline", tree), ("current", REPOSITORY)):
-                figures = throughput_row(run_module(code, "benchmarks.spark_joiner", *args), machines)
-                log.info("round %d, %s code: %s", round_ + 1, label, figures)
-                runs[label].append(figures)
-    return {label: {"records_per_s": float(np.mean([run["records_per_s"] for run in figures])),
-                    "cpu_us_per_record": float(np.mean([run["cpu_us_per_record"] for run in figures]))}
-            for label, figures in runs.items()}
+def in_fresh_process(task: dict) -> dict:
+    """Run one measurement (``run_task``) in a new Python process, so each job starts with a cold JVM as it
+    does in production, and no run inherits the JIT work of another."""
+    done = subprocess.run([sys.executable, "-m", "benchmarks.spark_joiner", "--task", json.dumps(task)],
+                          stdout=subprocess.PIPE, text=True, check=True)
+    figures = [line for line in done.stdout.splitlines() if line.startswith(_FIGURES)]
+    return json.loads(figures[-1][len(_FIGURES):])
+
+
+def run_task(task: dict) -> dict:
+    """The child's side of ``in_fresh_process``: its own Spark session, one job run, and after it, if asked,
+    the source-only runs and the latency run."""
+    spark = spark_session(task["master"], shuffle_partitions=task["shuffle_partitions"], driver_memory="2g",
+                          quick_jit=not task["full_jit"])
+    tune_gc_for_streaming()  # as `python -m spark_joiner` runs
+    workdir = Path(task["workdir"])
+    cleanup: list[str] = []
+    try:
+        topics = Topics(*task["topics"])
+        figures = run_throughput(spark, task["bootstrap"], topics, task["records"], workdir, task["batch"], task["job"])
+        # In the JVM the job has warmed up, as a job that has run for a while: the source alone, and latency.
+        if task["floor"]:
+            figures["floors"] = [(label, run_source_floor(spark, task["bootstrap"], topics, task["records"],
+                                                          task["batch"], python_step, workdir))
+                                 for label, python_step in (("source -> no-op sink", False),
+                                                            ("source -> Python step -> no-op sink", True))]
+        if task["latency"]:
+            figures["latency"] = run_latency(spark, task["bootstrap"], 100, task["rate"], task["latency_seconds"],
+                                             task["trigger_seconds"], workdir, cleanup)
+        return figures
+    finally:
+        spark.stop()
+        delete_topics(task["bootstrap"], cleanup)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -384,8 +423,9 @@ def main(argv: list[str] | None = None) -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--kafka-bootstrap-servers", default=os.environ.get("KAFKA_BOOTSTRAP_SERVERS", "127.0.0.1:9092"))
     parser.add_argument("--records", type=int, default=1_000_000, help="pre-loaded records per machine count")
-    parser.add_argument("--machines", type=int, nargs="*", default=[100, 10_000],
-                        help="machine counts of the throughput runs (none: the latency run only)")
+    parser.add_argument("--machines", type=int, nargs="+", default=[100, 10_000],
+                        help="machine counts of the throughput runs (the first one's job run is followed by the "
+                             "source-only runs and the latency run)")
     parser.add_argument("--batch", type=int, default=250_000,
                         help="maxOffsetsPerTrigger of the throughput runs (the first batch, with the warm-up, is reported apart)")
     parser.add_argument("--rate", type=int, default=10_000, help="records/s of the latency run")
@@ -396,60 +436,81 @@ def main(argv: list[str] | None = None) -> int:
                         help="state partitions of the job (the joiner's default unless given)")
     parser.add_argument("--full-jit", action="store_true",
                         help="let the JVM use its optimising compiler too (the job runs with C1 only)")
+    parser.add_argument("--no-previous", action="store_true", help="skip the previous code's runs")
     parser.add_argument("--no-standalone", action="store_true", help="skip the standalone joiner's figures")
     parser.add_argument("--no-latency", action="store_true", help="skip the latency run")
     parser.add_argument("--no-floor", action="store_true",
                         help="skip the runs of Spark's Kafka source alone (no join, no output)")
-    parser.add_argument("--baseline", metavar="COMMIT", help="also run the job of this earlier commit, beside")
-    parser.add_argument("--baseline-records", type=int, default=300_000)
-    parser.add_argument("--baseline-rounds", type=int, default=2)
+    parser.add_argument("--task", help=argparse.SUPPRESS)  # one measurement, run by in_fresh_process
     args = parser.parse_args(argv)
     configure_logging()
     logging.getLogger("py4j").setLevel(logging.WARNING)
+    if args.task:
+        print(_FIGURES + json.dumps(run_task(json.loads(args.task))), flush=True)
+        return 0
     bootstrap = args.kafka_bootstrap_servers
     workdir = Path(tempfile.mkdtemp(prefix="spark-joiner-bench-"))
     cleanup: list[str] = []
-    results: list[tuple[int, dict, dict | None]] = []
+    results: list[tuple[int, dict[str, dict], dict | None]] = []
     floors: list[tuple[str, dict]] = []  # Spark's Kafka source alone, on the first machine count's input
     floor_machines = 0
+    common = {"bootstrap": bootstrap, "master": args.master, "shuffle_partitions": args.shuffle_partitions,
+              "full_jit": args.full_jit}
+    jobs = [job for job in JOBS if job != "previous" or not args.no_previous]
+    latency: dict | None = None
     try:
-        spark = spark_session(args.master, shuffle_partitions=args.shuffle_partitions, driver_memory="2g",
-                              quick_jit=not args.full_jit)
-        tune_gc_for_streaming()  # as `python -m spark_joiner` runs
-        for machines in args.machines:
-            topics, figures = run_throughput(spark, bootstrap, machines, args.records, workdir, args.batch, cleanup)
-            log.info("spark, %d machines: %s", machines, figures)
-            standalone = None if args.no_standalone else run_standalone(bootstrap, topics, figures["records"], cleanup)
-            results.append((machines, figures, standalone))
-            if not args.no_floor and not floors:
-                floors = [(label, run_source_floor(spark, bootstrap, topics, figures["records"], args.batch,
-                                                   python_step, workdir))
-                          for label, python_step in (("source -> no-op sink", False),
-                                                     ("source -> Python step -> no-op sink", True))]
-                floor_machines = machines
-        latency = None if args.no_latency else run_latency(spark, bootstrap, 100, args.rate, args.latency_seconds,
-                                                           args.trigger_seconds, workdir, cleanup)
-        spark.stop()
+        for index, machines in enumerate(args.machines):
+            topics, records = preload_machines(bootstrap, machines, args.records, cleanup)
+            runs = {}
+            for job in jobs:
+                first_job_run = job == "job" and index == 0
+                figures = in_fresh_process({
+                    **common, "job": job, "topics": dataclasses.astuple(topics), "records": records,
+                    "batch": args.batch, "workdir": str(workdir / f"m{machines}-{job}"),
+                    "floor": first_job_run and not args.no_floor, "latency": first_job_run and not args.no_latency,
+                    "rate": args.rate, "latency_seconds": args.latency_seconds, "trigger_seconds": args.trigger_seconds})
+                cleanup.extend(figures.pop("topics"))
+                if "floors" in figures:
+                    floors, floor_machines = figures.pop("floors"), machines
+                latency = figures.pop("latency", latency)
+                log.info("spark, %d machines, %s: %s", machines, job, figures)
+                runs[job] = figures
+            standalone = None if args.no_standalone else run_standalone(bootstrap, topics, records, cleanup)
+            results.append((machines, runs, standalone))
     finally:
         delete_topics(bootstrap, sorted(set(cleanup)))
         shutil.rmtree(workdir, ignore_errors=True)
-    comparison = None
-    if args.baseline:
-        try:
-            comparison = compare_with_baseline(args.baseline, args.baseline_records, args.baseline_rounds, args.master)
-        except BaselineUnavailable as error:
-            log.warning("no comparison with the earlier job: %s", error)
+    print_figures(args, results, floors, floor_machines, latency)
+    return 0
+
+
+def print_figures(args: argparse.Namespace, results: list[tuple[int, dict[str, dict], dict | None]],
+                  floors: list[tuple[str, dict]], floor_machines: int, latency: dict | None) -> None:
     print()
-    print(f"Spark joiner ({args.master}), exactly once into machine.out")
-    print(f"{'machines':>9} {'records':>9} {'joins':>9} {'rec/s':>9} {'joins/s':>9} {'steady rec/s':>13}"
+    print(f"Spark joiner ({args.master}), exactly once into machine.out; each run in a fresh process (JVM start"
+          " included); 'previous': the same job with its router and output records in Python per record")
+    print(f"{'machines':>9} {'code':>8} {'records':>9} {'joins':>9} {'rec/s':>9} {'joins/s':>9} {'steady rec/s':>13}"
           f" {'1st batch s':>11} {'CPU µs/rec':>10} {'load':>5} | {'standalone rec/s':>16} {'joins/s':>9}")
-    for machines, figures, standalone in results:
-        other = (f"{standalone['records_per_s']:16,.0f} {standalone['joins_per_s']:9,.0f}" if standalone
-                 else f"{'-':>16} {'-':>9}")
-        print(f"{machines:9,d} {figures['records']:9,d} {figures['joins']:9,d} {figures['records_per_s']:9,.0f}"
-              f" {figures['joins_per_s']:9,.0f} {figures['steady_records_per_s']:13,.0f}"
-              f" {figures['first_batch_s']:11.1f} {figures['cpu_us_per_record']:10.1f} {figures['load_average']:5.1f}"
-              f" | {other}")
+    for machines, runs, standalone in results:
+        for job, figures in runs.items():
+            other = (f"{standalone['records_per_s']:16,.0f} {standalone['joins_per_s']:9,.0f}"
+                     if standalone and job == "job" else f"{'-':>16} {'-':>9}")
+            print(f"{machines:9,d} {job:>8} {figures['records']:9,d} {figures['joins']:9,d}"
+                  f" {figures['records_per_s']:9,.0f} {figures['joins_per_s']:9,.0f}"
+                  f" {figures['steady_records_per_s']:13,.0f} {figures['first_batch_s']:11.1f}"
+                  f" {figures['cpu_us_per_record']:10.1f} {figures['load_average']:5.1f} | {other}")
+        if "previous" in runs:
+            job, previous = runs["job"], runs["previous"]
+            print(f"{machines:9,d}  job / previous: {job['records_per_s'] / previous['records_per_s']:.2f}x records/s, "
+                  f"{job['steady_records_per_s'] / previous['steady_records_per_s']:.2f}x after the first batch, "
+                  f"{job['cpu_us_per_record'] / previous['cpu_us_per_record']:.2f}x the CPU per record")
+    print("CPU µs per record after the first batch, by process: where the job's time goes")
+    print(f"{'machines':>9} {'code':>8} " + " ".join(f"{kind:>14}" for kind in CPU_KINDS) + f" {'all':>8}")
+    for machines, runs, _ in results:
+        for job, figures in runs.items():
+            split = figures["steady_cpu_us_per_record"]
+            print(f"{machines:9,d} {job:>8} " + " ".join(f"{split[kind]:14.1f}" for kind in CPU_KINDS)
+                  + f" {sum(split.values()):8.1f}")
     if floors:
         print(f"Spark's Kafka source alone on the same input ({floor_machines:,} machines, same batches, JVM warmed up "
               "by the job), no join and no output: what the job pays before its own work")
@@ -462,15 +523,8 @@ def main(argv: list[str] | None = None) -> int:
               f"over {latency['joins']:,} joins (Kafka append of the later input -> visible to read_committed), "
               f"{latency['batches']} batches of {latency['mean_batch_s']:.2f} s on average, "
               f"load {latency['load_average']:.1f}")
-    if comparison:
-        before, now = comparison["baseline"], comparison["current"]
-        print(f"against the job of commit {args.baseline}, same run, {args.baseline_rounds} alternate rounds of "
-              f"{args.baseline_records:,} records (100 machines): {now['records_per_s']:,.0f} vs "
-              f"{before['records_per_s']:,.0f} rec/s = {now['records_per_s'] / before['records_per_s']:.2f}x; "
-              f"CPU µs/rec {now['cpu_us_per_record']:.1f} vs {before['cpu_us_per_record']:.1f}")
     print("CPU µs/rec: CPU time of the driver, its JVM and Python workers per input record, first batch included; "
           "load: 1-minute load average of the machine (2 cores) at the end of the run")
-    return 0
 
 
 if __name__ == "__main__":

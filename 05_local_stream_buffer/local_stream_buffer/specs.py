@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, NamedTuple
 
-from .formulas import FORMULAS, Formula
+from .formulas import COLUMN_FORMULAS, FORMULAS, ColumnFormula, Formula
 from .two_stream_join import LEFT, RIGHT
 
 AXIS_PLACEHOLDER = "{axis}"
@@ -54,6 +54,7 @@ class JoinSpec:
             right_quantity=self.right.replace(AXIS_PLACEHOLDER, axis),
             output_quantity=self.output.replace(AXIS_PLACEHOLDER, axis),
             combine=FORMULAS[self.formula],
+            combine_columns=COLUMN_FORMULAS[self.formula],
         )
 
     def compile(self, pattern: str) -> re.Pattern[str]:
@@ -72,6 +73,7 @@ class SpecBinding:
     right_quantity: str
     output_quantity: str
     combine: Formula = field(compare=False, repr=False)
+    combine_columns: ColumnFormula = field(compare=False, repr=False)  # the same formula on numpy arrays
 
     @property
     def delta_time_ms(self) -> float | None:

@@ -1,5 +1,6 @@
 """Kafka rows -> routed input rows, packed per bucket: validate each record, route it to the join keys
-it feeds, and hand the stateful step a few large blobs instead of many rows.
+it feeds, and hand the stateful step a few large blobs instead of many rows. Column by column, with no
+Python per record.
 
 Runs inside Spark (``mapInArrow``) on the executors. A valid record becomes one routed row per
 (thing, spec binding) it feeds, tagged with its thing's bucket; a record that fails validation becomes
@@ -14,7 +15,7 @@ per-record cost, and the processor unpacks the columns straight into numpy (:fun
 """
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 import numpy as np
@@ -23,7 +24,7 @@ from pyspark.sql.types import BinaryType, IntegerType, StructField, StructType
 
 from local_stream_buffer.specs import SpecResolver, load_join_specs
 from pipeline_core.partitioning import thing_partition
-from pipeline_core.records import InvalidRecord, decode_record
+from pipeline_core.record_columns import decode_record_columns
 
 # Columns the job selects from Spark's Kafka source.
 KAFKA_COLUMNS = ("value", "partition", "offset")
@@ -50,11 +51,6 @@ PACKED_SCHEMA = StructType([
 ])
 PACKED_ARROW_SCHEMA = pa.schema([pa.field("bucket", pa.int32(), nullable=False),
                                  pa.field("rows", pa.binary(), nullable=False)])
-
-# Distinct (thing, quantity) pairs whose routes the router remembers before it starts afresh.
-_TARGET_CACHE_SIZE = 200_000
-# The routes of this process's routers, per (spec file, bucket count): see RecordRouter.
-_WORKER_TARGETS: dict[tuple[Path | None, int], "_TargetCache"] = {}
 
 
 def resolver_for(join_specs: Path | None) -> SpecResolver:
@@ -83,9 +79,9 @@ def unpack(blobs: Iterable[bytes]) -> pa.Table:
 class RecordRouter:
     """The ``mapInArrow`` function: Kafka (value, partition, offset) batches -> packed routed rows.
 
-    Picklable (holds only the spec path and bucket count). Spark unpickles it for every task; the routes it
-    has looked up stay with the Python worker process, which Spark reuses across tasks and micro-batches
-    (at 10,000 machines every task would otherwise look up 20,000 routes again).
+    Picklable (holds only the spec path and bucket count). Column by column: payloads are decoded by
+    ``pipeline_core.record_columns`` (Arrow's JSON reader, ``decode_record`` for what it cannot vouch for),
+    and routes and buckets are looked up once per distinct quantity and thing of the batch, not per record.
     """
 
     def __init__(self, join_specs: Path | None, buckets: int) -> None:
@@ -93,12 +89,9 @@ class RecordRouter:
         self.buckets = buckets
         self.reject_bucket = buckets  # one extra bucket, never holding join state
         self._resolver: SpecResolver | None = None
-        if (join_specs, buckets) not in _WORKER_TARGETS:
-            _WORKER_TARGETS[(join_specs, buckets)] = _TargetCache(self.targets)
-        self._targets = _WORKER_TARGETS[(join_specs, buckets)]
 
     def __getstate__(self) -> dict:
-        return {"join_specs": self.join_specs, "buckets": self.buckets, "reject_bucket": self.reject_bucket}
+        return {"join_specs": self.join_specs, "buckets": self.buckets}
 
     def __setstate__(self, state: dict) -> None:
         self.__init__(state["join_specs"], state["buckets"])
@@ -108,73 +101,55 @@ class RecordRouter:
             if batch.num_rows:
                 yield pack(self.route(batch))
 
-    def targets(self, thing: str, quantity: str) -> tuple[tuple[int, int, int], ...]:
-        """(bucket, route index, side) of every join key a record of ``thing`` and ``quantity`` feeds."""
+    @property
+    def resolver(self) -> SpecResolver:
         if self._resolver is None:
             self._resolver = resolver_for(self.join_specs)
-        # A thing's keys share its bucket: its partition among `buckets` by the pipeline's one partitioning
-        # rule, which is also how the input is partitioned.
-        bucket = thing_partition(thing, self.buckets)
-        return tuple((bucket, index, side) for index, (_, side) in enumerate(self._resolver.routes(quantity)))
+        return self._resolver
 
     def route(self, batch: pa.RecordBatch) -> pa.RecordBatch:
         """One routed row per (record, join key it feeds), then one per rejected record."""
-        cache = self._targets
-        if len(cache) > _TARGET_CACHE_SIZE:
-            cache.clear()
-        # Per record only what needs Python: parse and validate, then look up its join keys; one pass each,
-        # as comprehensions. The rest is columnar.
-        records: list[dict] = []
-        rejected: list[int] = []
-        reasons: list[str] = []
-        keep = records.append
-        for row, payload in enumerate(batch.column("value").to_pylist()):
-            try:
-                keep(decode_record(payload))
-            except InvalidRecord as error:
-                rejected.append(row)
-                reasons.append(str(error))
-        things = [record["thing"] for record in records]
-        quantities = [record["quantity"] for record in records]
-        targets = [cache[key] for key in zip(things, quantities)]
-        flat = [target for record_targets in targets for target in record_targets]
-        valid_rows = np.delete(np.arange(batch.num_rows), rejected) if rejected else np.arange(batch.num_rows)
-        times = np.array([record["phenomenonTime"] for record in records], np.float64)  # epoch ms as they are
-        results = np.array([record["result"] for record in records], np.float64)
-        thing_column, quantity_column = pa.array(things, pa.string()), pa.array(quantities, pa.string())
-        if len(flat) != len(records) or () in targets:  # else every record feeds exactly one key
-            # Records feeding no join key, or several: one routed row per (record, join key).
-            source = np.repeat(np.arange(len(records)), np.fromiter(map(len, targets), np.int64, len(targets)))
-            valid_rows, times, results = valid_rows[source], times[source], results[source]
-            taken = pa.array(source, pa.int64())
-            thing_column, quantity_column = thing_column.take(taken), quantity_column.take(taken)
-        bucket, route, side = np.array(flat, np.int32).reshape(-1, 3).T
-        valid, invalid = len(flat), len(rejected)
-        nan = np.full(invalid, np.nan)
-        rows = pa.array(np.concatenate([valid_rows, np.array(rejected, np.int64)]), pa.int64())
+        records = decode_record_columns(batch.column("value"))
+        quantity_codes, quantities = _codes(records.quantity)
+        thing_codes, things = _codes(records.thing)
+        # Per distinct quantity: how many join keys it feeds, and on which side of each.
+        routes = [self.resolver.routes(quantity) for quantity in quantities]
+        route_counts = np.array([len(quantity_routes) for quantity_routes in routes], dtype=np.int64)
+        width = max(1, int(route_counts.max(initial=0)))
+        sides = np.zeros((len(routes), width), dtype=np.int32)
+        for code, quantity_routes in enumerate(routes):
+            sides[code, :len(quantity_routes)] = [side for _, side in quantity_routes]
+        # A thing's keys share its bucket: its partition among `buckets` by the pipeline's one partitioning
+        # rule, which is also how the input is partitioned.
+        bucket_of_thing = np.array([thing_partition(thing, self.buckets) for thing in things], dtype=np.int32)
+        # One routed row per (record, key it feeds): records feeding no key are dropped, as the keyed joiner
+        # drops them (unrouted).
+        counts = route_counts[quantity_codes] if len(quantity_codes) else np.zeros(0, dtype=np.int64)
+        source = np.repeat(np.arange(len(counts)), counts)
+        route = (np.arange(len(source)) - np.repeat(np.cumsum(counts) - counts, counts)).astype(np.int32)
+        side = sides[quantity_codes[source], route]
+        taken = pa.array(source, pa.int64())
+        rejected = len(records.rejected)
+        rows = pa.array(np.concatenate([records.rows[source], records.rejected]), pa.int64())
+        nan = np.full(rejected, np.nan)
         columns = [
-            pa.array(np.concatenate([bucket, np.full(invalid, self.reject_bucket, np.int32)]), pa.int32()),
-            pa.concat_arrays([thing_column, pa.nulls(invalid, pa.string())]),
-            pa.concat_arrays([quantity_column, pa.nulls(invalid, pa.string())]),
-            pa.array(np.concatenate([route, np.full(invalid, -1, np.int32)]), pa.int32()),
-            pa.array(np.concatenate([side, np.full(invalid, -1, np.int32)]), pa.int32()),
-            pa.array(np.concatenate([times, nan])),
-            pa.array(np.concatenate([results, nan])),
+            pa.array(np.concatenate([bucket_of_thing[thing_codes[source]], np.full(rejected, self.reject_bucket, np.int32)]),
+                     pa.int32()),
+            pa.concat_arrays([records.thing.take(taken), pa.nulls(rejected, pa.string())]),
+            pa.concat_arrays([records.quantity.take(taken), pa.nulls(rejected, pa.string())]),
+            pa.array(np.concatenate([route, np.full(rejected, -1, np.int32)]), pa.int32()),
+            pa.array(np.concatenate([side, np.full(rejected, -1, np.int32)]), pa.int32()),
+            pa.array(np.concatenate([records.time[source], nan])),
+            pa.array(np.concatenate([records.result[source], nan])),
             batch.column("partition").take(rows).cast(pa.int32()),
             batch.column("offset").take(rows).cast(pa.int64()),
             batch.column("value").take(rows).cast(pa.binary()),
-            pa.array([None] * valid + reasons, pa.string()),
+            pa.concat_arrays([pa.nulls(len(source), pa.string()), pa.array(records.reasons, pa.string())]),
         ]
         return pa.RecordBatch.from_arrays(columns, schema=ROUTED_ARROW_SCHEMA)
 
 
-class _TargetCache(dict):
-    """(thing, quantity) -> its routing targets, computed on first use (one dict lookup per record)."""
-
-    def __init__(self, targets: Callable[[str, str], tuple[tuple[int, int, int], ...]]) -> None:
-        super().__init__()
-        self._compute = targets
-
-    def __missing__(self, key: tuple[str, str]) -> tuple[tuple[int, int, int], ...]:
-        value = self[key] = self._compute(*key)
-        return value
+def _codes(column: pa.Array) -> tuple[np.ndarray, list[str]]:
+    """Dictionary codes of a string column and the distinct values they index."""
+    encoded = column.dictionary_encode()
+    return encoded.indices.to_numpy(zero_copy_only=False).astype(np.int64), encoded.dictionary.to_pylist()

@@ -1,4 +1,4 @@
-"""The join inside Spark's keyed state: one group per hash bucket, the engine's keyed batch join within it.
+"""The join inside Spark's keyed state: one group per bucket, the engine's keyed batch join within it.
 
 Spark calls the processor once per bucket that has input in a micro-batch (``transformWithStateInPandas``
 keyed by bucket). The bucket's state is a single value: every join key's engine state as bytes. Grouping
@@ -13,9 +13,8 @@ records.
 """
 from __future__ import annotations
 
-import json
 import pickle
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -26,16 +25,13 @@ import pyarrow.compute as pc
 from pyspark.sql.streaming import StatefulProcessor, StatefulProcessorHandle
 from pyspark.sql.types import BinaryType, StructField, StructType
 
-from local_stream_buffer.batch import PairArrays
 from local_stream_buffer.keyed_batch import JoinKey, KeyedPairs, KeyedRows, StateKey, join_keyed_batch
-from local_stream_buffer.output import is_finite_result, output_records
-from local_stream_buffer.rejections import Rejection
 from local_stream_buffer.specs import SpecResolver
-from pipeline_core.records import dead_letter, encode_record, record_key
+from pipeline_core.records import dead_letter
 
+from .encode import STAGE, EncodedOutputs, encode_outputs
 from .parse import resolver_for, unpack
 
-STAGE = "spark_joiner"
 # The topic of an emitted record: a small int column, which Arrow builds from numpy without a Python
 # object per record.
 OUT = 0  # machine.out
@@ -54,7 +50,7 @@ STATE_SCHEMA = StructType([StructField("joins", BinaryType(), False)])
 
 
 class BucketJoinProcessor(StatefulProcessor):
-    """Joins every key of one hash bucket with the engine's vectorised batch path."""
+    """Joins every key of one bucket with the engine's keyed batch join."""
 
     def __init__(self, join_specs: Path | None, input_topic: str, max_pending_per_side: int) -> None:
         self.join_specs = join_specs
@@ -71,7 +67,7 @@ class BucketJoinProcessor(StatefulProcessor):
         states = self._load_states() if has_data else {}
         emitted = join_bucket(self.resolver, data, states, self.input_topic, self.max_pending_per_side)
         if has_data:
-            self.joins.update((pickle.dumps(states, protocol=pickle.HIGHEST_PROTOCOL),))
+            self._store_states(states)
         if emitted:
             yield emitted.frame()
 
@@ -81,6 +77,9 @@ class BucketJoinProcessor(StatefulProcessor):
     def _load_states(self) -> dict[StateKey, bytes]:
         stored = self.joins.get()  # None for a bucket without state: one call to the state server, not two
         return pickle.loads(stored[0]) if stored is not None else {}
+
+    def _store_states(self, states: dict[StateKey, bytes]) -> None:
+        self.joins.update((pickle.dumps(states, protocol=pickle.HIGHEST_PROTOCOL),))
 
 
 def _codes(column: pa.ChunkedArray) -> tuple[np.ndarray, list]:
@@ -107,12 +106,16 @@ def keyed_rows(resolver: SpecResolver, data: pa.Table) -> KeyedRows:
                      data.column("result").to_numpy())
 
 
+Encoder = Callable[[Sequence[JoinKey], KeyedPairs, str], EncodedOutputs]
+
+
 def join_bucket(resolver: SpecResolver, data: pa.Table, states: dict[StateKey, bytes], input_topic: str,
-                max_pending_per_side: int) -> Emitted:
+                max_pending_per_side: int, encode: Encoder = encode_outputs) -> Emitted:
     """Join a bucket's routed rows (in any row order) into ``states`` with the engine; the records to emit.
 
     ``states`` maps each join key to its engine state as bytes and is updated in place. Rows the router
-    rejected, and rows the engine finds out of order, become dead letters with their reasons.
+    rejected, and rows the engine finds out of order, become dead letters with their reasons; ``encode``
+    turns the pairs into records.
     """
     emitted = Emitted()
     invalid = pc.is_valid(data.column("reason"))
@@ -129,57 +132,39 @@ def join_bucket(resolver: SpecResolver, data: pa.Table, states: dict[StateKey, b
     payloads = data.column("payload")
     for row, reason in zip(joined.rejected.tolist(), joined.reasons):
         emitted.dead_letter(reason, payloads[row].as_py(), input_topic, rows.partition[row], rows.offset[row])
-    emitted.joins(rows.keys, joined, input_topic)
+    if joined.count:
+        emitted.outputs(encode(rows.keys, joined, input_topic))
     return emitted
 
 
 class Emitted:
-    """Output rows of one bucket, built column by column."""
+    """The records of one bucket and micro-batch: dead letters (few) and output records (as arrays)."""
 
     def __init__(self) -> None:
-        self.dead_letter_rows: list[int] = []  # rows of kind DLQ; every other row is OUT
-        self.keys: list[str | None] = []
-        self.values: list[bytes] = []
+        self.dead_letters: list[bytes] = []
+        self.keys: list[pa.Array] = []
+        self.values: list[pa.Array] = []
 
     def __len__(self) -> int:
-        return len(self.values)
+        return len(self.dead_letters) + sum(map(len, self.values))
 
     def dead_letter(self, reason: str, payload: bytes, topic: str, partition: int, offset: int) -> None:
-        self.dead_letter_rows.append(len(self.values))
-        self.keys.append(None)
-        self.values.append(dead_letter(reason, bytes(payload), STAGE, topic=topic, partition=int(partition),
-                                       offset=int(offset)))
+        self.dead_letters.append(dead_letter(reason, bytes(payload), STAGE, topic=topic, partition=int(partition),
+                                             offset=int(offset)))
 
-    def joins(self, keys: Sequence[JoinKey], joined: KeyedPairs, input_topic: str) -> None:
-        """The output records of the pairs (machine.out, per key in time order). A record whose result is not
-        finite is dead-lettered, as the standalone joiner does."""
-        if not joined.count:
-            return
-        bounds = np.flatnonzero(np.diff(joined.key, prepend=-1, append=len(keys))).tolist()
-        for start, end in zip(bounds, bounds[1:]):
-            thing, binding = keys[int(joined.key[start])]
-            records = output_records(thing, binding, PairArrays(*(column[start:end] for column in joined.pairs)))
-            key = record_key(thing, binding.output_quantity)
-            if all(map(is_finite_result, records)):
-                self.keys.extend([key] * len(records))
-                self.values.extend(map(encode_record, records))
-                continue
-            for record in records:  # rare: some result is not finite
-                if is_finite_result(record):
-                    self.keys.append(key)
-                    self.values.append(encode_record(record))
-                    continue
-                self.dead_letter_rows.append(len(self.values))
-                self.keys.append(None)
-                self.values.append(dead_letter(Rejection.NOT_FINITE.reason(), None, STAGE, topic=input_topic,
-                                               output=json.dumps(record, default=repr)))
+    def outputs(self, encoded: EncodedOutputs) -> None:
+        self.keys.append(encoded.keys)
+        self.values.append(encoded.values)
+        self.dead_letters.extend(encoded.dead_letters)
 
     def frame(self) -> pd.DataFrame:
-        """The records as the processor's one output row."""
-        kinds = np.full(len(self.values), OUT, np.int8)
-        kinds[self.dead_letter_rows] = DLQ
-        records = pa.RecordBatch.from_arrays([pa.array(kinds), pa.array(self.keys, pa.string()),
-                                              pa.array(self.values, pa.binary())], schema=EMITTED_ARROW_SCHEMA)
+        """The records as the processor's one output row: machine.dlq's, then machine.out's."""
+        outputs = sum(map(len, self.values))
+        kinds = np.full(len(self.dead_letters) + outputs, OUT, np.int8)
+        kinds[:len(self.dead_letters)] = DLQ
+        keys = pa.concat_arrays([pa.nulls(len(self.dead_letters), pa.string()), *self.keys])
+        values = pa.concat_arrays([pa.array(self.dead_letters, pa.binary()), *self.values])
+        records = pa.RecordBatch.from_arrays([pa.array(kinds), keys, values], schema=EMITTED_ARROW_SCHEMA)
         return pd.DataFrame({"records": [records.serialize().to_pybytes()]})
 
 

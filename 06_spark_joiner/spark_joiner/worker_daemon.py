@@ -7,11 +7,11 @@ task here. Where pyspark and py4j are installed in the environment anyway (as in
 are dropped from the path and the daemon runs as usual. Set as ``spark.python.daemon.module``.
 
 The daemon forks every worker. It imports what the job's workers need (pandas, pyarrow, the engine, this
-package) once before forking, so a new worker does not, and it keeps the garbage collector off the
-per-record path (``pipeline_core.runtime.tune_gc_for_streaming``, as the pipeline's other record loops): the
-router and the join allocate several objects per record (parsed records, output records), which with
-CPython's default threshold cost about a tenth of a worker's CPU in collections. What the daemon
-imported is frozen before the fork, and the higher threshold is inherited by every worker.
+package) once before forking, so a new worker does not, and it keeps the garbage collector's young
+collections rare (``pipeline_core.runtime.tune_gc_for_streaming``, as the pipeline's other record loops): the
+workers allocate in proportion to their input, and CPython's default threshold would collect every few
+hundred allocations. What the daemon imported is frozen before the fork, and the higher threshold is
+inherited by every worker.
 """
 from __future__ import annotations
 
