@@ -17,7 +17,7 @@ from pipeline_core.settings import load_settings
 from pipeline_core.topics import partition_count
 
 from .job import has_started, start_query
-from .progress import LABELS, QueryProgress, SparkJoinerCounters
+from .progress import LABELS, BrokerOffsets, QueryProgress, SparkJoinerCounters
 from .session import spark_session
 from .settings import SparkJoinerSettings
 from .sink import TransactionalBatchSink
@@ -46,7 +46,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         spark = spark_session(settings.master, shuffle_partitions=settings.shuffle_partitions,
                               driver_memory=settings.driver_memory)
         sink = sink_started.result()
-    query_progress = QueryProgress(SparkJoinerCounters(), sink.counters)
+    query_progress = QueryProgress(SparkJoinerCounters(), sink.counters,
+                                   BrokerOffsets(settings.kafka_bootstrap_servers))
     query = query_progress.query = start_query(spark, settings, sink)
     tune_gc_for_streaming()  # the sink unpacks and produces every output record in this process
     progress = ProgressReporter.for_stage("spark_joiner", query_progress.counters, settings,

@@ -87,9 +87,18 @@ def draw_panel(ax: plt.Axes, panel: Panel, series: list[Series], time_range: Tim
             times, values = _with_gaps(entry, max(GAP_MS, 3 * panel_interval_ms(panel, time_range)))
             ax.plot(times, values, linewidth=0.8, label=entry.label,
                     marker="o" if len(entry.values) < 20 else None, markersize=3)
-        ax.set_xlim(datetime.fromtimestamp(time_range.start_ms / 1000, tz=timezone.utc),
+        start_ms = time_range.start_ms
+        if panel.time_from:
+            # A panel over the last hour (or week) of a stack started within it: the axis starts at its first
+            # point, where Grafana would leave the time before it empty.
+            first_ms = min((entry.times_ms[0] for entry in series if entry.times_ms), default=start_ms)
+            start_ms = max(start_ms, first_ms - (time_range.end_ms - first_ms) // 20)
+        ax.set_xlim(datetime.fromtimestamp(start_ms / 1000, tz=timezone.utc),
                     datetime.fromtimestamp(time_range.end_ms / 1000, tz=timezone.utc))
-        ax.xaxis.set_major_formatter(mdates.DateFormatter("%m-%d %H:%M"))
+        within_a_day = time_range.end_ms - start_ms <= 86_400_000
+        ax.xaxis.set_major_formatter(mdates.DateFormatter("%H:%M" if within_a_day else "%m-%d %H:%M"))
+        # As many time labels as the panel's width holds without running into each other.
+        ax.xaxis.set_major_locator(mdates.AutoDateLocator(maxticks=max(4, panel.grid["w"] // 2)))
         ax.tick_params(labelsize=7)
         ax.set_ylabel(_unit(panel), fontsize=8)
         if panel.config.get("min") is not None:
@@ -97,6 +106,8 @@ def draw_panel(ax: plt.Axes, panel: Panel, series: list[Series], time_range: Tim
         if panel.config.get("unit") == "bytes":
             ax.yaxis.set_major_formatter(FuncFormatter(lambda value, _position: _bytes(value)))
             ax.set_ylabel("")
+        elif panel.config.get("unit") == "short":
+            ax.yaxis.set_major_formatter(FuncFormatter(lambda value, _position: _short(value)))
         ax.grid(alpha=0.3)
         if len(series) <= 12:
             # Headroom above the data for the legend, so it covers no line.
@@ -152,6 +163,14 @@ def draw_panel(ax: plt.Axes, panel: Panel, series: list[Series], time_range: Tim
         ax.text(0.5, 0.5, f"panel type {panel.type!r} is not rendered", ha="center", va="center",
                 transform=ax.transAxes)
         ax.set_axis_off()
+
+
+def _short(value: float) -> str:
+    """A count as Grafana's `short` unit shows it: 250k, 1.5M."""
+    for size, suffix in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if abs(value) >= size:
+            return f"{value / size:g}{suffix}"
+    return f"{value:g}"
 
 
 def _bytes(value: float) -> str:

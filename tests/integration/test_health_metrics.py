@@ -18,6 +18,7 @@ from db_connector_support import (ConnectorProcess, PrivateInfluxDB, connector_a
                                   free_port, key_of, raw_records, wait_for_count)
 from kafka_joiner_support import JoinerProcess, delete_internal_topics, new_group, offline_join, rows_as_records
 from pipeline_core.settings import ConnectionSettings
+from spark_joiner.progress import BrokerOffsets
 from spark_support import OUTPUT_DEADLINE_S, SparkJoinerProcess
 from support import produce_records, unique, wait_for
 
@@ -101,6 +102,17 @@ def test_the_db_connector_reports_its_lag_through_an_influxdb_outage(bootstrap, 
         assert count(client, "machinedata") == distinct_series_times(raw)
     finally:
         influxd.stop()
+
+
+def test_the_spark_joiner_s_input_lag_asks_the_broker_for_the_latest_offsets(bootstrap, new_topics):
+    topics = new_topics()
+    records = rows_as_records(EVENTS_FILE, time_order=True)[:1000]
+    produce_records(bootstrap, topics.data, records, key=key_of, by_thing=True)
+    partitions = [(topics.data, partition) for partition in range(5)]
+    latest = BrokerOffsets(bootstrap)(partitions)
+    assert latest is not None and set(latest) == set(partitions) and sum(latest.values()) == len(records)
+    # No broker there: the lag is unknown, after the report's timeout rather than never.
+    assert BrokerOffsets(f"127.0.0.1:{free_port()}", timeout_s=1.0)(partitions) is None
 
 
 @pytest.mark.spark

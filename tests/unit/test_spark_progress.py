@@ -5,7 +5,8 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from spark_joiner.progress import QueryProgress, SparkJoinerCounters, batch_seconds, input_lag, state_size
+from spark_joiner.progress import (Partition, QueryProgress, SparkJoinerCounters, batch_seconds, end_offsets,
+                                   input_lag, state_size)
 from spark_joiner.sink import SinkCounters
 
 TOPIC = "machine.data.sparkdump"
@@ -33,15 +34,21 @@ IDLE = update(1, "2026-11-24T23:14:17.650Z", 0, 3, {"0": 947, "1": 354, "2": 344
               state=None)
 
 
-def test_input_lag_is_latest_minus_end_offset_over_the_partitions() -> None:
-    assert input_lag(FIRST) == (1422 - 474) + (532 - 177) + (518 - 172) + 0 + (528 - 176)
-    assert input_lag(SECOND) == 475 + 178 + 174 + 0 + 177
+BROKER_LATEST = {(TOPIC, partition): offset for partition, offset in enumerate((1500, 532, 600, 0, 528))}
 
 
-def test_an_update_without_offsets_has_no_lag() -> None:
+def test_the_end_offsets_of_a_batch_per_partition() -> None:
+    assert end_offsets(SECOND) == {(TOPIC, 0): 947, (TOPIC, 1): 354, (TOPIC, 2): 344, (TOPIC, 3): 0, (TOPIC, 4): 351}
     before_first_batch = copy.deepcopy(FIRST)
     before_first_batch["sources"][0]["endOffset"] = None
-    assert input_lag(before_first_batch) is None and input_lag({"sources": []}) is None
+    assert end_offsets(before_first_batch) is None and end_offsets({"sources": []}) is None
+
+
+def test_input_lag_is_the_broker_s_latest_minus_the_committed_end_offset() -> None:
+    ends = end_offsets(SECOND)
+    assert input_lag(ends, BROKER_LATEST) == (1500 - 947) + (532 - 354) + (600 - 344) + 0 + (528 - 351)
+    # Partitions the broker gave no answer for do not count; none answered: unknown.
+    assert input_lag(ends, {(TOPIC, 0): 950}) == 3 and input_lag(ends, {}) is None
 
 
 def test_state_size_and_batch_duration() -> None:
@@ -49,9 +56,21 @@ def test_state_size_and_batch_duration() -> None:
     assert batch_seconds(SECOND) == 2.495
 
 
-def _progress() -> tuple[QueryProgress, SinkCounters]:
+class _Broker:
+    """Stands in for the broker's latest offsets; records what was asked."""
+
+    def __init__(self, latest: dict[Partition, int] | None) -> None:
+        self.latest = latest
+        self.asked: list[set[Partition]] = []
+
+    def __call__(self, partitions) -> dict[Partition, int] | None:
+        self.asked.append(set(partitions))
+        return self.latest
+
+
+def _progress(broker: _Broker | None = None) -> tuple[QueryProgress, SinkCounters]:
     sink = SinkCounters(batches=2, joins=416, dead_letters=3, skipped_batches=1)
-    return QueryProgress(SparkJoinerCounters(), sink), sink
+    return QueryProgress(SparkJoinerCounters(), sink, broker or _Broker(BROKER_LATEST)), sink
 
 
 def test_only_updates_after_the_last_report_count() -> None:
@@ -65,17 +84,27 @@ def test_only_updates_after_the_last_report_count() -> None:
     assert progress.new_updates([restarted]) == [restarted]
 
 
-def test_the_observation_sums_rows_keeps_the_longest_batch_and_the_latest_lag_and_state() -> None:
-    progress, sink = _progress()
+def test_the_observation_sums_rows_keeps_the_longest_batch_and_the_latest_state() -> None:
+    broker = _Broker(BROKER_LATEST)
+    progress, sink = _progress(broker)
+    assert progress.observation([]).lag is None and broker.asked == []  # no batch yet: no end offsets
     observed = progress.observation([FIRST, SECOND, IDLE])
     counters = progress.counters
     assert counters.records_in == 999 + 997
     assert (counters.records_out, counters.dead_letters, counters.batches, counters.skipped_batches) == (416, 3, 2, 1)
-    assert observed.lag == 1004  # the idle update repeats the second batch's offsets
+    assert observed.lag == 553 + 178 + 256 + 0 + 177  # beyond the second batch, which the idle update repeats
+    assert broker.asked[-1] == set(BROKER_LATEST)
     assert observed.values["batch_seconds"] == 48.681  # the first batch, the longest
     assert (observed.values["state_rows"], observed.values["state_bytes"]) == (1, 7060)
-    # Nothing new: the lag and state stand as last seen, no batch ran.
+    # Nothing new: the state stands as last seen, no batch ran, the lag is asked again (input keeps coming).
     sink.joins = 500
+    broker.latest = {**BROKER_LATEST, (TOPIC, 3): 40}
     again = progress.observation([])
-    assert again.lag == 1004 and again.values["batch_seconds"] is None and again.values["state_bytes"] == 7060
+    assert again.lag == observed.lag + 40 and again.values["batch_seconds"] is None
+    assert again.values["state_bytes"] == 7060
     assert counters.records_out == 500 and counters.records_in == 1996
+
+
+def test_without_the_broker_s_answer_the_lag_is_unknown() -> None:
+    progress, _ = _progress(_Broker(None))
+    assert progress.observation([FIRST]).lag is None
