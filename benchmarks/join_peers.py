@@ -67,8 +67,8 @@ from benchmarks.peers.pairs import (PairComparison, PairKey, asof_pairs, compare
                                     neighbour_pairs, output_difference, pair_key, same_output, series_of)
 from benchmarks.peers.quix_asof import QuixAsofProgress, QuixAsofSettings, run_app
 from benchmarks.peers.spark_interval import start_interval_join
-from benchmarks.spark_joiner import Topics, delete_topics, make_topics, settings_for, stop_between_batches, \
-    tree_cpu_seconds
+from benchmarks.spark_joiner import (Topics, cpu_seconds_by_kind, delete_topics, make_topics, settings_for,
+                                     stop_between_batches)
 
 log = logging.getLogger("benchmarks.join_peers")
 
@@ -121,7 +121,7 @@ class SparkPeer:
 
     def start(self, topics: Topics, run: RunInput, live: bool) -> None:
         self.input_topic, self.input_end = topics.data, None
-        self.cpu_before = tree_cpu_seconds()
+        self.cpu_before = sum(cpu_seconds_by_kind().values())
         self.query = self.start_query(self.settings(topics, live))
 
     def start_query(self, settings: SparkJoinerSettings):
@@ -146,7 +146,7 @@ class SparkPeer:
 
     def stop(self) -> float:
         stop_between_batches(self.query)
-        cpu = tree_cpu_seconds() - self.cpu_before
+        cpu = sum(cpu_seconds_by_kind().values()) - self.cpu_before
         batches = [json.loads(progress.json) for progress in self.query.recentProgress if progress["numInputRows"]]
         states = [operator for batch in batches for operator in batch.get("stateOperators", ())]
         log.info("%s: %d batches of %.1f s on average; state rows at the end %s; input rows dropped as late %s",
