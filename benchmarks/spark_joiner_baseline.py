@@ -27,12 +27,11 @@ from local_stream_buffer.batch import PairArrays
 from local_stream_buffer.keyed_batch import JoinKey, KeyedPairs
 from local_stream_buffer.output import is_finite_result, output_records
 from local_stream_buffer.rejections import Rejection
-from local_stream_buffer.specs import SpecResolver
 from pipeline_core.partitioning import thing_partition
 from pipeline_core.records import InvalidRecord, dead_letter, decode_record, encode_record, record_key
 from spark_joiner.encode import STAGE, EncodedOutputs
 from spark_joiner.job import CHECKPOINT_FILE_MANAGER, FILE_SYSTEM_CHECKPOINTS, QUERY_NAME, is_local_path, kafka_source
-from spark_joiner.parse import PACKED_SCHEMA, ROUTED_ARROW_SCHEMA, pack, resolver_for, unpack
+from spark_joiner.parse import PACKED_SCHEMA, RecordRouter, routed_rows, unpack
 from spark_joiner.processor import OUTPUT_SCHEMA, BucketJoinProcessor, join_bucket
 from spark_joiner.settings import SparkJoinerSettings
 from spark_joiner.sink import TransactionalBatchSink
@@ -43,35 +42,19 @@ _TARGET_CACHE_SIZE = 200_000
 _WORKER_TARGETS: dict[tuple[Path | None, int], "_TargetCache"] = {}
 
 
-class PerRecordRouter:
+class PerRecordRouter(RecordRouter):
     """The previous ``mapInArrow`` router: per record, decode, validate and look up its join keys."""
 
     def __init__(self, join_specs: Path | None, buckets: int) -> None:
-        self.join_specs = join_specs
-        self.buckets = buckets
-        self.reject_bucket = buckets
-        self._resolver: SpecResolver | None = None
+        super().__init__(join_specs, buckets)
         if (join_specs, buckets) not in _WORKER_TARGETS:
             _WORKER_TARGETS[(join_specs, buckets)] = _TargetCache(self.targets)
         self._targets = _WORKER_TARGETS[(join_specs, buckets)]
 
-    def __getstate__(self) -> dict:
-        return {"join_specs": self.join_specs, "buckets": self.buckets}
-
-    def __setstate__(self, state: dict) -> None:
-        self.__init__(state["join_specs"], state["buckets"])
-
-    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        for batch in batches:
-            if batch.num_rows:
-                yield pack(self.route(batch))
-
     def targets(self, thing: str, quantity: str) -> tuple[tuple[int, int, int], ...]:
         """(bucket, route index, side) of every join key a record of ``thing`` and ``quantity`` feeds."""
-        if self._resolver is None:
-            self._resolver = resolver_for(self.join_specs)
         bucket = thing_partition(thing, self.buckets)
-        return tuple((bucket, index, side) for index, (_, side) in enumerate(self._resolver.routes(quantity)))
+        return tuple((bucket, index, side) for index, (_, side) in enumerate(self.resolver.routes(quantity)))
 
     def route(self, batch: pa.RecordBatch) -> pa.RecordBatch:
         """One routed row per (record, join key it feeds), then one per rejected record."""
@@ -102,23 +85,8 @@ class PerRecordRouter:
             taken = pa.array(source, pa.int64())
             thing_column, quantity_column = thing_column.take(taken), quantity_column.take(taken)
         bucket, route, side = np.array(flat, np.int32).reshape(-1, 3).T
-        valid, invalid = len(flat), len(rejected)
-        nan = np.full(invalid, np.nan)
-        rows = pa.array(np.concatenate([valid_rows, np.array(rejected, np.int64)]), pa.int64())
-        columns = [
-            pa.array(np.concatenate([bucket, np.full(invalid, self.reject_bucket, np.int32)]), pa.int32()),
-            pa.concat_arrays([thing_column, pa.nulls(invalid, pa.string())]),
-            pa.concat_arrays([quantity_column, pa.nulls(invalid, pa.string())]),
-            pa.array(np.concatenate([route, np.full(invalid, -1, np.int32)]), pa.int32()),
-            pa.array(np.concatenate([side, np.full(invalid, -1, np.int32)]), pa.int32()),
-            pa.array(np.concatenate([times, nan])),
-            pa.array(np.concatenate([results, nan])),
-            batch.column("partition").take(rows).cast(pa.int32()),
-            batch.column("offset").take(rows).cast(pa.int64()),
-            batch.column("value").take(rows).cast(pa.binary()),
-            pa.array([None] * valid + reasons, pa.string()),
-        ]
-        return pa.RecordBatch.from_arrays(columns, schema=ROUTED_ARROW_SCHEMA)
+        return routed_rows(batch, self.reject_bucket, bucket, thing_column, quantity_column, route, side, times,
+                           results, valid_rows, np.array(rejected, np.int64), reasons)
 
 
 class _TargetCache(dict):

@@ -129,24 +129,33 @@ class RecordRouter:
         route = (np.arange(len(source)) - np.repeat(np.cumsum(counts) - counts, counts)).astype(np.int32)
         side = sides[quantity_codes[source], route]
         taken = pa.array(source, pa.int64())
-        rejected = len(records.rejected)
-        rows = pa.array(np.concatenate([records.rows[source], records.rejected]), pa.int64())
-        nan = np.full(rejected, np.nan)
-        columns = [
-            pa.array(np.concatenate([bucket_of_thing[thing_codes[source]], np.full(rejected, self.reject_bucket, np.int32)]),
-                     pa.int32()),
-            pa.concat_arrays([records.thing.take(taken), pa.nulls(rejected, pa.string())]),
-            pa.concat_arrays([records.quantity.take(taken), pa.nulls(rejected, pa.string())]),
-            pa.array(np.concatenate([route, np.full(rejected, -1, np.int32)]), pa.int32()),
-            pa.array(np.concatenate([side, np.full(rejected, -1, np.int32)]), pa.int32()),
-            pa.array(np.concatenate([records.time[source], nan])),
-            pa.array(np.concatenate([records.result[source], nan])),
-            batch.column("partition").take(rows).cast(pa.int32()),
-            batch.column("offset").take(rows).cast(pa.int64()),
-            batch.column("value").take(rows).cast(pa.binary()),
-            pa.concat_arrays([pa.nulls(len(source), pa.string()), pa.array(records.reasons, pa.string())]),
-        ]
-        return pa.RecordBatch.from_arrays(columns, schema=ROUTED_ARROW_SCHEMA)
+        return routed_rows(batch, self.reject_bucket, bucket_of_thing[thing_codes[source]], records.thing.take(taken),
+                           records.quantity.take(taken), route, side, records.time[source], records.result[source],
+                           records.rows[source], records.rejected, records.reasons)
+
+
+def routed_rows(batch: pa.RecordBatch, reject_bucket: int, bucket: np.ndarray, thing: pa.Array, quantity: pa.Array,
+                route: np.ndarray, side: np.ndarray, time: np.ndarray, result: np.ndarray, rows: np.ndarray,
+                rejected: np.ndarray, reasons: list[str]) -> pa.RecordBatch:
+    """The routed rows of `batch`: one per (record, join key it feeds), given column by column with each one's
+    row in the batch (`rows`), then one per rejected row (`rejected`) in the reject bucket with its reason."""
+    invalid = len(rejected)
+    nan = np.full(invalid, np.nan)
+    taken = pa.array(np.concatenate([rows, np.asarray(rejected, np.int64)]), pa.int64())
+    columns = [
+        pa.array(np.concatenate([bucket, np.full(invalid, reject_bucket, np.int32)]), pa.int32()),
+        pa.concat_arrays([thing, pa.nulls(invalid, pa.string())]),
+        pa.concat_arrays([quantity, pa.nulls(invalid, pa.string())]),
+        pa.array(np.concatenate([route, np.full(invalid, -1, np.int32)]), pa.int32()),
+        pa.array(np.concatenate([side, np.full(invalid, -1, np.int32)]), pa.int32()),
+        pa.array(np.concatenate([time, nan])),
+        pa.array(np.concatenate([result, nan])),
+        batch.column("partition").take(taken).cast(pa.int32()),
+        batch.column("offset").take(taken).cast(pa.int64()),
+        batch.column("value").take(taken).cast(pa.binary()),
+        pa.concat_arrays([pa.nulls(len(rows), pa.string()), pa.array(reasons, pa.string())]),
+    ]
+    return pa.RecordBatch.from_arrays(columns, schema=ROUTED_ARROW_SCHEMA)
 
 
 def _codes(column: pa.Array) -> tuple[np.ndarray, list[str]]:
