@@ -18,7 +18,8 @@ from connector_support import ConnectorProcess, run_simulator
 from kafka_joiner_support import (JoinerProcess, as_multiset, delete_internal_topics, key_of, new_group,
                                   offline_join, read_outputs, records_in, restart_after_a_quiet_machine,
                                   rows_as_records)
-from pipeline_core.kafka_clients import producer_config
+from kafka_joiner.settings import KafkaJoinerSettings
+from pipeline_core.kafka_clients import admin_client, producer_config
 from pipeline_core.partitioning import thing_partition
 from pipeline_core.records import encode_record
 from pipeline_core.topics import MACHINE_DATA
@@ -251,3 +252,36 @@ def test_a_restart_re_reads_a_bounded_amount_however_long_a_quiet_machine_holds_
     # The changelog holds what changed per commit, compacted after a minute: less than the input, and with
     # input partitioned by thing, whose backlog commits every 100 ms, a few records per key and commit.
     assert run.changelog_read < (run.busy_records // 10 if by_thing else 2 * run.busy_records)
+
+
+def test_a_deleted_state_topic_is_rebuilt_from_the_input_without_a_repeat(bootstrap, new_topics, joiners, tmp_path,
+                                                                          by_thing) -> None:
+    """Half the replay, the joiner stopped and its state topic deleted, the other half: the restarted joiner
+    finds the changelog short of its committed offsets, rebuilds the state from the input with its outputs
+    suppressed, and the output is the offline join exactly, dead letters once each."""
+    topics = new_topics()
+    records = rows_as_records(EVENTS_FILE, time_order=False)[:3000]  # file order: dead letters too
+    expected, rejected = offline_join(records)
+    first_half = records[:len(records) // 2]
+    expected_first, rejected_first = offline_join(first_half)
+    assert 0 < len(expected_first) < len(expected) and rejected_first
+    joiner = start_joiner(joiners, bootstrap, topics, new_group(), tmp_path, by_thing=by_thing)
+    produce_records(bootstrap, topics.data, first_half, key=key_of, by_thing=by_thing)
+    read_outputs(bootstrap, topics.out, len(expected_first))
+    read_topic(bootstrap, topics.dlq, expected=len(rejected_first))
+    assert joiner.terminate() == 0
+
+    state_topic = KafkaJoinerSettings(group_id=joiner.group_id, input_topic=topics.data,
+                                      input_partitioned_by_thing=by_thing).state_topic_name()
+    admin = admin_client(bootstrap)
+    admin.delete_topics([state_topic], operation_timeout=30)[state_topic].result(30)
+    wait_for(lambda: state_topic not in admin.list_topics(timeout=10).topics, 60, "the state topic to be gone")
+    produce_records(bootstrap, topics.data, records[len(first_half):], key=key_of, by_thing=by_thing)
+    joiner.start()
+
+    outputs = read_outputs(bootstrap, topics.out, len(expected))
+    assert as_multiset([m.value for m in outputs]) == as_multiset(expected)
+    letters = [json.loads(m.value) for m in read_topic(bootstrap, topics.dlq, idle_s=1.0)]
+    assert as_multiset([letter["payload"].encode() for letter in letters]) == as_multiset(rejected)
+    assert "rebuilding the join state" in joiner.log()
+    assert joiner.terminate() == 0
