@@ -96,7 +96,19 @@ class TransactionalBatchSink:
             raise KafkaException(metadata.error)
         partitions = [TopicPartition(self.input_topic, partition) for partition in sorted(metadata.partitions)]
         committed = raise_partition_errors(self._group.committed(partitions, timeout=self._request_timeout))
-        return {position.partition: position.offset for position in committed if position.offset >= 0}
+        positions = {}
+        for position in committed:
+            if position.offset < 0:
+                continue
+            _low, high = self._group.get_watermark_offsets(position, timeout=self._request_timeout)
+            if position.offset > high:
+                # Offsets never shrink: the topic was deleted and created again, and its outputs begin anew.
+                log.warning("%s [%d] ends at %d, before the outputs' committed input offset %d: the topic was "
+                            "recreated; its records are joined as new", self.input_topic, position.partition, high,
+                            position.offset)
+                continue
+            positions[position.partition] = position.offset
+        return positions
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
         began = time.monotonic()

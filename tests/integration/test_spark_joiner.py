@@ -130,10 +130,10 @@ def more_outputs(bootstrap: str, topic: str, than: int, joiner: SparkJoinerProce
 
 def test_a_deleted_checkpoint_and_new_bucket_counts_give_the_one_shot_output(bootstrap, new_topics, spark_joiners,
                                                                              tmp_path) -> None:
-    """Half the replay, the checkpoint deleted (as an operator changing --buckets does), the other half with
-    other bucket and state partition counts: the output is the offline join exactly, nothing skipped or
-    written twice, dead letters included. The second run rebuilds its state from the input's beginning and
-    drops what the first had committed."""
+    """Half the replay; the checkpoint deleted and the other half, with other bucket and state partition counts
+    (what changing them does, `spark_joiner.checkpoint`). The output is the offline join exactly, nothing
+    skipped or written twice, dead letters included: the new checkpoint rebuilds the state from the input's
+    beginning and drops what the first run had committed."""
     topics = new_topics()
     # File order: its out-of-order records are dead-lettered, which must not come twice either.
     records = rows_as_records(EVENTS_FILE, time_order=False)[:3000]
@@ -144,7 +144,8 @@ def test_a_deleted_checkpoint_and_new_bucket_counts_give_the_one_shot_output(boo
     joiner = spark_joiner(spark_joiners, bootstrap, topics, tmp_path)
     produce_records(bootstrap, topics.data, first_half, key=key_of)
     joiner.start()
-    committed_outputs(bootstrap, topics.out, len(expected_first), joiner)
+    outputs = committed_outputs(bootstrap, topics.out, len(expected_first), joiner)
+    assert as_multiset([m.value for m in outputs]) == as_multiset(expected_first)
     assert joiner.terminate() == 0
     shutil.rmtree(tmp_path / "checkpoint")
 

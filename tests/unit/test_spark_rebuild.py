@@ -1,5 +1,7 @@
-"""The Spark processor after a lost checkpoint: a new processor that reads the whole input again, told where
-the committed outputs end, emits exactly what the first one had not yet emitted, whatever the batching."""
+"""The Spark joiner after a lost or replaced checkpoint: a new processor that reads the whole input again, told
+where the committed outputs end, emits exactly what the first one had not yet emitted, whatever the batching;
+a checkpoint made with other bucket or state partition counts is set aside for a new one; the sink finds a
+batch's input end in the offset log."""
 from __future__ import annotations
 
 import json
@@ -14,8 +16,10 @@ import pytest
 from conftest import EVENTS_FILE
 from kafka_joiner_support import rows_as_records
 from pipeline_core.records import encode_record
+from spark_joiner.checkpoint import LAYOUT_FILE, has_checkpoint, prepare_checkpoint
 from spark_joiner.parse import RecordRouter, pack
 from spark_joiner.processor import DLQ, BucketJoinProcessor, committed_rows, unpack_emitted
+from spark_joiner.sink import batch_ends
 
 BUCKETS = 4
 
@@ -109,3 +113,31 @@ def test_committed_rows_are_those_before_their_partitions_offset() -> None:
     assert committed_rows(table, {0: 5, 1: 1}).tolist() == [True, False, True, False, False]
     assert committed_rows(table, {0: 4}) is None
     assert committed_rows(table, {}) is None
+
+
+def test_a_checkpoint_made_with_other_counts_is_set_aside_and_a_new_one_begins(tmp_path) -> None:
+    checkpoint = tmp_path / "checkpoint"
+    assert prepare_checkpoint(checkpoint, 64, 4) is None  # nothing there yet
+    (checkpoint / "offsets").mkdir()
+    (checkpoint / "offsets" / "0").write_text("v1\n{}\n{}\n")
+    assert prepare_checkpoint(checkpoint, 64, 4) is None  # the same counts: resumed
+    assert has_checkpoint(checkpoint)
+
+    moved = prepare_checkpoint(checkpoint, 64, 8)
+    assert moved is not None and has_checkpoint(moved) and not has_checkpoint(checkpoint)
+    assert json.loads((checkpoint / LAYOUT_FILE).read_text()) == {"buckets": 64, "shuffle_partitions": 8}
+
+
+def test_a_checkpoint_from_before_layouts_were_recorded_is_resumed(tmp_path) -> None:
+    checkpoint = tmp_path / "checkpoint"
+    (checkpoint / "offsets").mkdir(parents=True)
+    (checkpoint / "offsets" / "0").write_text("v1\n{}\n{}\n")
+    assert prepare_checkpoint(checkpoint, 32, 2) is None and has_checkpoint(checkpoint)
+
+
+def test_the_batch_ends_are_read_from_an_offset_log_entry() -> None:
+    entry = ('v1\n{"batchWatermarkMs":0,"batchTimestampMs":1,"conf":{}}\n'
+             '{"machine.data":{"1":7,"0":12}}\n')
+    assert batch_ends(entry, "machine.data") == {0: 12, 1: 7}
+    with pytest.raises(ValueError):
+        batch_ends(entry, "other")
