@@ -114,7 +114,7 @@ class TransactionalBatchSink:
         began = time.monotonic()
         ends = self._batch_ends(batch.sparkSession, batch_id)
         if batch_id == 0 and self.committed:
-            self._count_rebuild_loss()
+            self._rebuilding()
         # Always run the batch: it is what stores the join state, also where all its outputs are dropped.
         rows = unpack_emitted(batch.toArrow().column("records").to_pylist())
         computed = time.monotonic()
@@ -159,9 +159,12 @@ class TransactionalBatchSink:
             stream.close()
         return batch_ends(text, self.input_topic)
 
-    def _count_rebuild_loss(self) -> None:
+    def _rebuilding(self) -> None:
         """A query's first batch after committed outputs: it rebuilds the join state from the input's
         beginning. Records retention deleted before the committed position are missing from the rebuild."""
+        log.warning("a new checkpoint after committed outputs: rebuilding the join state from the beginning of %s, "
+                    "outputs up to offsets %s dropped as committed", self.input_topic,
+                    dict(sorted(self.committed.items())))
         lost = 0
         for partition, committed in self.committed.items():
             low, _high = self._group.get_watermark_offsets(TopicPartition(self.input_topic, partition),
