@@ -143,6 +143,7 @@ class PerRecordProcessor(BucketJoinProcessor):
 def start_baseline_query(spark: SparkSession, settings: SparkJoinerSettings,
                          sink: TransactionalBatchSink) -> StreamingQuery:
     """``spark_joiner.job.start_query`` with the previous router and output step."""
+    sink.resume(settings.input_topic, str(settings.checkpoint_dir))  # fresh topics: nothing committed to skip
     if is_local_path(str(settings.checkpoint_dir)):
         spark.conf.set(CHECKPOINT_FILE_MANAGER, FILE_SYSTEM_CHECKPOINTS)
     routed = kafka_source(spark, settings).mapInArrow(PerRecordRouter(settings.join_specs, settings.buckets),

@@ -12,6 +12,10 @@ re-ingests the held records in their original order: without forcing, the join's
 the records it holds (the lagging stream's last record, the leading stream's anchor and pending records),
 so it comes back as it was at the commit. A put whose tombstone compaction removed while a restore read
 the log only adds a record older than its stream's held ones, which the join lets go again at once.
+
+Each commit also writes, per partition, the position its held records cover (`COVERAGE_KEY`): the
+committed offset itself. A changelog that covers less than the committed offset (the state topic deleted
+or recreated empty) has lost the state; the partition then rebuilds it from its input (`partition_join`).
 """
 from __future__ import annotations
 
@@ -34,6 +38,11 @@ STATE_TOPIC_CONFIG = {"cleanup.policy": "compact", "segment.ms": "60000", "delet
 _FRAME_SLOTS = 1 << 16
 _RESTORE_BATCH = 10_000
 _RESTORE_WARN_S = 15.0
+
+
+# The key of the record saying up to which offset of its partition the held records are complete (value: the
+# offset in ASCII digits). Never a record's position, which is eight bytes.
+COVERAGE_KEY = b"covered"
 
 
 def record_position(frame_offset: int, index: int) -> int:
@@ -78,13 +87,15 @@ class Restorer:
 
     def __init__(self, bootstrap_servers: str, group_id: str, topic: str) -> None:
         self._topic = topic
+        self.covered: dict[int, int | None] = {}  # of the partitions last restored: the offset their records cover
         self._consumer = Consumer(consumer_config(bootstrap_servers, f"{group_id}.restore", **{
             "enable.partition.eof": True}))
 
     def restore(self, partitions: list[int]) -> tuple[dict[int, list[tuple[int, bytes]]], int]:
         """Per partition its held records, (position, input value) in their original order; and how many
-        changelog records were read."""
+        changelog records were read. The offset each partition's records cover is left in `covered`."""
         latest: dict[int, dict[bytes, bytes]] = {partition: {} for partition in partitions}
+        self.covered = {}
         if not partitions:
             return {}, 0
         consumer = self._consumer
@@ -105,6 +116,9 @@ class Restorer:
                         log.warning("restoring %s: %s", self._topic, error)
                         continue
                     read += 1
+                    if message.key() == COVERAGE_KEY:
+                        self.covered[message.partition()] = _covered_offset(message.value())
+                        continue
                     values = latest[message.partition()]
                     if message.value() is None:
                         values.pop(message.key(), None)
@@ -124,3 +138,12 @@ class Restorer:
 
     def close(self) -> None:
         self._consumer.close()
+
+
+def coverage_value(offset: int) -> bytes:
+    return str(offset).encode()
+
+
+def _covered_offset(value: bytes | None) -> int | None:
+    """The offset a coverage record names; None when it names none (a tombstone, or not digits)."""
+    return int(value) if value is not None and value.isdigit() else None

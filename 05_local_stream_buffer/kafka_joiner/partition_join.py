@@ -5,6 +5,11 @@ Per partition the joiner commits, in the transaction of its outputs, the process
 frame to process) as the partition's offset, and writes what changed in the records its join holds to the
 changelog (see `changelog`). A restart restores the held records from the changelog and reads on from the
 processed position: what it re-reads is bounded by one transaction, however long a record stays held.
+
+A changelog that does not cover the committed offset has lost the state (its topic was deleted or
+recreated): the partition is then read again from its beginning, its records up to the committed offset
+rebuilding the state silently (their outputs and dead letters were committed before), and joined on from
+there; the commit stays where it was until the rebuild is through.
 """
 from __future__ import annotations
 
@@ -46,7 +51,8 @@ class PartitionJoin:
     :param metadata: the committed offset's metadata.
     """
 
-    __slots__ = ("topic", "partition", "joiner", "changes", "committed", "position", "replay_below")
+    __slots__ = ("topic", "partition", "joiner", "changes", "committed", "position", "replay_below", "rebuilding",
+                 "covered")
 
     def __init__(self, topic: str, partition: int, new_joiner: Callable[[Callable[[int], None]], KeyedJoiner],
                  committed: int | None, metadata: str | None) -> None:
@@ -60,6 +66,22 @@ class PartitionJoin:
         # silently, once; they go to the changelog like any other held record.
         processed = _earlier_processed(metadata)
         self.replay_below = processed if processed is not None and committed is not None else -1
+        self.rebuilding = False  # reading the partition from its beginning to rebuild a lost state
+        self.covered = committed  # the position the changelog says the held records cover
+
+    def state_lost(self, covered: int | None, held: list[tuple[int, bytes]]) -> bool:
+        """Whether the changelog misses state the committed offset counts on: it covers less than the committed
+        offset, or (a changelog from before coverage records) it names no coverage and holds nothing."""
+        if not self.committed or self.replay_below >= 0:
+            return False  # nothing committed, or an upgrade from the earlier format, which rebuilds from its input
+        return covered < self.committed if covered is not None else not held
+
+    def rebuild(self, held: list[tuple[int, bytes]]) -> None:
+        """Rebuild the lost state from the partition's beginning, silently up to the committed offset. Whatever
+        the changelog still holds describes another state: it goes, by tombstones at the next commit."""
+        self.changes.deletes.extend(position for position, _ in held)
+        self.replay_below = self.committed
+        self.rebuilding = True
 
     def restore(self, held: list[tuple[int, bytes]]) -> int:
         """Re-ingest the held records of the changelog, in their original order, silently; returns how many."""
@@ -73,13 +95,23 @@ class PartitionJoin:
 
     @property
     def replaying(self) -> bool:
-        return (self.position if self.position is not None else self.committed or 0) < self.replay_below
+        start = 0 if self.rebuilding else self.committed or 0
+        return (self.position if self.position is not None else start) < self.replay_below
+
+    def coverage(self) -> int | None:
+        """The offset the changelog's records cover once this commit is through, if it moved since the last."""
+        if self.position is None or self.replaying or self.position == self.covered:
+            return None
+        self.covered = self.position
+        return self.position
 
     def commit_position(self) -> TopicPartition | None:
         """The processed position to commit, if anything was processed."""
         if self.position is None:
             return None
         if self.replaying:
+            if self.rebuilding:  # no coverage is written meanwhile: a restart rebuilds from the beginning again
+                return TopicPartition(self.topic, self.partition, self.committed)
             # Mid-replay after an upgrade: a restart must replay the same frames, so the commit stays as it was.
             return TopicPartition(self.topic, self.partition, self.committed,
                                   metadata=f"{_EARLIER_FORMAT}{self.replay_below}")

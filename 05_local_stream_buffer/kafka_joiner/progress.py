@@ -24,6 +24,7 @@ class JoinerStats(StageCounters):
     joined_in: int = 0  # records ingested by the join (rebuild excluded)
     rebuilt: int = 0  # records re-ingested silently: held records restored from the changelog (or replayed)
     state_records_read: int = 0  # changelog records read to restore them
+    rebuild_records_lost: int = 0  # records a rebuild of lost state needed that retention had deleted
     transactions: int = 0
     aborted: int = 0
     first_record_at: float | None = None  # time.monotonic() of the first consumed record

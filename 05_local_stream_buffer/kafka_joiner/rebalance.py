@@ -15,7 +15,7 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaExcepti
 
 from local_stream_buffer.keyed import KeyedJoiner
 from .alignment import InputAlignment
-from .changelog import Restorer
+from .changelog import COVERAGE_KEY, Restorer, coverage_value
 from .partition_join import PartitionJoin
 from .progress import JoinerStats, StateFigures
 from .repartition import Forwarder
@@ -89,10 +89,32 @@ class OwnedPartitions:
         # the changelog records written with them.
         held, read = self._restorer.restore([p.partition for p in partitions if p.topic == self._join_topic])
         for partition, records in held.items():
-            self._stats.rebuilt += self.joins[partition].restore(records)
+            join = self.joins[partition]
+            if join.state_lost(self._restorer.covered.get(partition), records):
+                self._rebuild(join, records, self._restorer.covered.get(partition))
+                committed = [TopicPartition(p.topic, p.partition, OFFSET_BEGINNING)
+                             if (p.topic, p.partition) == (join.topic, partition) else p for p in committed]
+                self.started_at[(join.topic, partition)] = OFFSET_BEGINNING
+                continue
+            self._stats.rebuilt += join.restore(records)
         self._stats.state_records_read += read
         self.owned = [TopicPartition(p.topic, p.partition) for p in partitions]
         return committed
+
+    def _rebuild(self, join: PartitionJoin, held: list[tuple[int, bytes]], covered: int | None) -> None:
+        """The changelog lost `join`'s state: rebuild it from the partition's beginning. Records retention
+        deleted from before the committed offset are missing from it: counted, and said."""
+        join.rebuild(held)
+        low, _high = self._consumer.get_watermark_offsets(TopicPartition(join.topic, join.partition),
+                                                          timeout=KAFKA_TIMEOUT_S)
+        lost = max(0, min(low, join.committed))
+        log.warning("%s [%d]: the state topic covers %s of the committed offset %d (deleted or recreated?): "
+                    "rebuilding the join state from the partition's beginning, outputs committed before suppressed",
+                    join.topic, join.partition, "none" if covered is None else f"up to {covered}", join.committed)
+        if lost:
+            self._stats.rebuild_records_lost += lost
+            log.warning("%s [%d]: the rebuild misses the first %d records (deleted by retention): pairs of the rebuilt "
+                        "state around them may differ from the committed output", join.topic, join.partition, lost)
 
     def drop(self, partitions: list[TopicPartition]) -> None:
         for position in partitions:
@@ -170,10 +192,13 @@ class OwnedPartitions:
         return sum(join.joiner.counters.forced for join in self.joins.values())
 
     def flush_state(self, produce_state: Callable[[int, bytes, bytes | None], None]) -> None:
-        """Hand what changed in every join's held records since the last commit to
+        """Hand what changed in every join's held records since the last commit, and the offset they cover, to
         `produce_state(partition, key, value)` (value None: a tombstone)."""
         for join in self.joins.values():
             join.changes.flush(lambda key, value, partition=join.partition: produce_state(partition, key, value))
+            covered = join.coverage()
+            if covered is not None:
+                produce_state(join.partition, COVERAGE_KEY, coverage_value(covered))
 
     def figures(self) -> StateFigures:
         joins = self.joins.values()

@@ -16,6 +16,7 @@ from pipeline_core.runtime import tune_gc_for_streaming
 from pipeline_core.settings import load_settings
 from pipeline_core.topics import partition_count
 
+from .checkpoint import prepare_checkpoint
 from .job import has_started, start_query
 from .progress import LABELS, BrokerOffsets, QueryProgress, SparkJoinerCounters
 from .session import spark_session
@@ -30,7 +31,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.getLogger("py4j").setLevel(logging.WARNING)  # one line per callback otherwise
     settings = load_settings(SparkJoinerSettings, argv, prog="python -m spark_joiner")
     stop = process_stop_signal()
-    settings.checkpoint_dir.mkdir(parents=True, exist_ok=True)
+    prepare_checkpoint(settings.checkpoint_dir, settings.buckets, settings.shuffle_partitions)
     # Before the JVM starts: a missing topic, or a broker that does not come up, ends the start with a clear
     # message instead of a query that waits on its own.
     admin = admin_client(settings.kafka_bootstrap_servers)

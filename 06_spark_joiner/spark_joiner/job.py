@@ -21,13 +21,15 @@ FILE_SYSTEM_CHECKPOINTS = "org.apache.spark.sql.execution.streaming.checkpointin
 
 
 def start_query(spark: SparkSession, settings: SparkJoinerSettings, sink: TransactionalBatchSink) -> StreamingQuery:
-    """Start the join query; it resumes from ``settings.checkpoint_dir`` when that holds a checkpoint."""
+    """Start the join query; it resumes from ``settings.checkpoint_dir`` when that holds a checkpoint, and
+    rebuilds its state from the input's beginning when not (see `sink`)."""
+    committed = sink.resume(settings.input_topic, str(settings.checkpoint_dir))
     if is_local_path(str(settings.checkpoint_dir)):
         spark.conf.set(CHECKPOINT_FILE_MANAGER, FILE_SYSTEM_CHECKPOINTS)
     routed = kafka_source(spark, settings).mapInArrow(RecordRouter(settings.join_specs, settings.buckets), PACKED_SCHEMA)
     joined = routed.groupBy("bucket").transformWithStateInPandas(
         statefulProcessor=BucketJoinProcessor(settings.join_specs, settings.input_topic,
-                                              settings.max_pending_per_side),
+                                              settings.max_pending_per_side, committed),
         outputStructType=OUTPUT_SCHEMA,
         outputMode="Append",
         timeMode="None",

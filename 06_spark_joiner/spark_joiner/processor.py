@@ -10,11 +10,18 @@ offset order (the rows went through a shuffle), rejects what breaks a stream's o
 result depends only on each stream's order, so it equals the standalone joiner's, pair for pair. This
 module only turns Spark's rows into the engine's arrays, and the engine's pairs and verdicts into Kafka
 records.
+
+Input before the sink's committed position (`sink`) has its outputs in Kafka already: a batch replayed
+after a crash, or the input a new checkpoint reads from the beginning. Its rows are joined first, in a
+call of their own whose outputs are dropped, to rebuild the state; the rest is joined on from there. A
+key's records all lie in one partition, and the pairs the join has made certain after a prefix of its
+streams do not depend on how the prefix was batched (without forcing), so the outputs kept are exactly
+those the committed ones lacked.
 """
 from __future__ import annotations
 
 import pickle
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -52,10 +59,13 @@ STATE_SCHEMA = StructType([StructField("joins", BinaryType(), False)])
 class BucketJoinProcessor(StatefulProcessor):
     """Joins every key of one bucket with the engine's keyed batch join."""
 
-    def __init__(self, join_specs: Path | None, input_topic: str, max_pending_per_side: int) -> None:
+    def __init__(self, join_specs: Path | None, input_topic: str, max_pending_per_side: int,
+                 committed: Mapping[int, int] | None = None) -> None:
         self.join_specs = join_specs
         self.input_topic = input_topic
         self.max_pending_per_side = max_pending_per_side
+        # Per input partition, the offset below which the outputs are committed (the sink's, at query start).
+        self.committed = dict(committed or {})
 
     def init(self, handle: StatefulProcessorHandle) -> None:
         self.joins = handle.getValueState("joins", STATE_SCHEMA)
@@ -65,6 +75,11 @@ class BucketJoinProcessor(StatefulProcessor):
         data = unpack(blob for frame in rows for blob in frame["rows"])
         has_data = data.column("reason").null_count > 0
         states = self._load_states() if has_data else {}
+        committed = committed_rows(data, self.committed)
+        if committed is not None:
+            # Their outputs are in Kafka: joined only to rebuild the state, before the rows that follow them.
+            join_bucket(self.resolver, data.filter(committed), states, self.input_topic, self.max_pending_per_side)
+            data = data.filter(np.logical_not(committed))
         emitted = join_bucket(self.resolver, data, states, self.input_topic, self.max_pending_per_side)
         if has_data:
             self._store_states(states)
@@ -80,6 +95,17 @@ class BucketJoinProcessor(StatefulProcessor):
 
     def _store_states(self, states: dict[StateKey, bytes]) -> None:
         self.joins.update((pickle.dumps(states, protocol=pickle.HIGHEST_PROTOCOL),))
+
+
+def committed_rows(data: pa.Table, committed: Mapping[int, int]) -> np.ndarray | None:
+    """Which rows lie before their partition's committed offset (a boolean mask); None when none does."""
+    if not committed or not data.num_rows:
+        return None
+    partitions = data.column("partition").to_numpy()
+    limits = np.zeros(max(max(committed), int(partitions.max())) + 1, dtype=np.int64)
+    limits[list(committed)] = list(committed.values())
+    mask = data.column("offset").to_numpy() < limits[partitions]
+    return mask if mask.any() else None
 
 
 def _codes(column: pa.ChunkedArray) -> tuple[np.ndarray, list]:

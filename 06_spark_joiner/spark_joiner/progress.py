@@ -43,7 +43,7 @@ class SparkJoinerCounters(StageCounters):
     """records in: input rows of the micro-batches; records out and dead letters: what the sink committed."""
 
     batches: int = 0  # micro-batches the sink committed
-    skipped_batches: int = 0  # replayed batch ids it had committed before a restart
+    skipped_batches: int = 0  # batches whose input was all committed before: they only rebuilt state
 
 
 def end_offsets(update: Mapping[str, Any]) -> dict[Partition, int] | None:

@@ -31,10 +31,11 @@ class SparkJoinerSettings(ConnectionSettings, ProgressSettings):
     max_offsets_per_trigger: int = setting(500_000, "SPARK_JOINER_MAX_OFFSETS_PER_TRIGGER",
                                            "most input records per micro-batch (0: no limit)")
     shuffle_partitions: int = setting(4, "SPARK_JOINER_SHUFFLE_PARTITIONS",
-                                      "state partitions; fixed once a checkpoint exists")
+                                      "state partitions; a change starts a new checkpoint, which rebuilds the state "
+                                      "from the input (see the README)")
     buckets: int = setting(64, "SPARK_JOINER_BUCKETS",
-                           "hash buckets the join keys are grouped into (one Spark group each); "
-                           "fixed once a checkpoint exists")
+                           "hash buckets the join keys are grouped into (one Spark group each); a change starts "
+                           "a new checkpoint, which rebuilds the state from the input (see the README)")
     max_pending_per_side: int = setting(DEFAULT_MAX_PENDING_PER_SIDE, "SPARK_JOINER_MAX_PENDING_PER_SIDE",
                                         "pending records per side and key before the oldest are forced")
     transactional_id: str | None = setting(None, "SPARK_JOINER_TRANSACTIONAL_ID",

@@ -5,20 +5,22 @@ from __future__ import annotations
 
 import json
 import random
+import re
 import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Producer
+from confluent_kafka import Consumer, Producer, TopicPartition
 
 from conftest import EVENTS_FILE
 from connector_support import ConnectorProcess, run_simulator
 from kafka_joiner_support import (JoinerProcess, as_multiset, delete_internal_topics, key_of, new_group,
                                   offline_join, read_outputs, records_in, restart_after_a_quiet_machine,
                                   rows_as_records)
-from pipeline_core.kafka_clients import producer_config
+from kafka_joiner.settings import KafkaJoinerSettings
+from pipeline_core.kafka_clients import admin_client, consumer_config, producer_config
 from pipeline_core.partitioning import thing_partition
 from pipeline_core.records import encode_record
 from pipeline_core.topics import MACHINE_DATA
@@ -251,3 +253,70 @@ def test_a_restart_re_reads_a_bounded_amount_however_long_a_quiet_machine_holds_
     # The changelog holds what changed per commit, compacted after a minute: less than the input, and with
     # input partitioned by thing, whose backlog commits every 100 ms, a few records per key and commit.
     assert run.changelog_read < (run.busy_records // 10 if by_thing else 2 * run.busy_records)
+
+
+def test_a_deleted_state_topic_is_rebuilt_from_the_input_without_a_repeat(bootstrap, new_topics, joiners, tmp_path,
+                                                                          by_thing) -> None:
+    """Half the replay, the joiner stopped and its state topic deleted, the other half: the restarted joiner
+    finds the changelog short of its committed offsets, rebuilds the state from the input with its outputs
+    suppressed, and the output is the offline join exactly, dead letters once each."""
+    topics = new_topics()
+    records = rows_as_records(EVENTS_FILE, time_order=False)[:3000]  # file order: dead letters too
+    expected, rejected = offline_join(records)
+    first_half = records[:len(records) // 2]
+    expected_first, rejected_first = offline_join(first_half)
+    assert 0 < len(expected_first) < len(expected) and rejected_first
+    joiner = start_joiner(joiners, bootstrap, topics, new_group(), tmp_path, by_thing=by_thing)
+    produce_records(bootstrap, topics.data, first_half, key=key_of, by_thing=by_thing)
+    read_outputs(bootstrap, topics.out, len(expected_first))
+    read_topic(bootstrap, topics.dlq, expected=len(rejected_first))
+    assert joiner.terminate() == 0
+
+    state_topic = KafkaJoinerSettings(group_id=joiner.group_id, input_topic=topics.data,
+                                      input_partitioned_by_thing=by_thing).state_topic_name()
+    admin = admin_client(bootstrap)
+    admin.delete_topics([state_topic], operation_timeout=30)[state_topic].result(30)
+    wait_for(lambda: state_topic not in admin.list_topics(timeout=10).topics, 60, "the state topic to be gone")
+    produce_records(bootstrap, topics.data, records[len(first_half):], key=key_of, by_thing=by_thing)
+    joiner.start()
+
+    outputs = read_outputs(bootstrap, topics.out, len(expected))
+    assert as_multiset([m.value for m in outputs]) == as_multiset(expected)
+    letters = [json.loads(m.value) for m in read_topic(bootstrap, topics.dlq, idle_s=1.0)]
+    assert as_multiset([letter["payload"].encode() for letter in letters]) == as_multiset(rejected)
+    assert "rebuilding the join state" in joiner.log()
+    assert joiner.terminate() == 0
+
+
+def test_a_rebuild_past_retention_warns_and_counts_the_records_gone(bootstrap, new_topics, joiners, tmp_path) -> None:
+    """The state topic deleted after retention took the input's first records: the rebuild cannot be complete,
+    and the joiner says by how many records, per partition, instead of rebuilding silently from what is left."""
+    topics = new_topics()
+    records = rows_as_records(EVENTS_FILE, time_order=True)[:2000]
+    expected, _ = offline_join(records)
+    joiner = start_joiner(joiners, bootstrap, topics, new_group(), tmp_path, by_thing=True)
+    produce_records(bootstrap, topics.data, records, key=key_of, by_thing=True)
+    read_outputs(bootstrap, topics.out, len(expected))
+    assert joiner.terminate() == 0
+
+    admin = admin_client(bootstrap)
+    consumer = Consumer(consumer_config(bootstrap, unique("watermarks")))
+    try:
+        filled = [partition for partition in range(MACHINE_DATA.partitions)
+                  if consumer.get_watermark_offsets(TopicPartition(topics.data, partition), timeout=10)[1] > 100]
+    finally:
+        consumer.close()
+    assert filled
+    for future in admin.delete_records([TopicPartition(topics.data, partition, 100) for partition in filled],
+                                       request_timeout=30).values():
+        future.result(30)  # what retention would have done: the first 100 records of each partition are gone
+    state_topic = KafkaJoinerSettings(group_id=joiner.group_id, input_topic=topics.data,
+                                      input_partitioned_by_thing=True).state_topic_name()
+    admin.delete_topics([state_topic], operation_timeout=30)[state_topic].result(30)
+    wait_for(lambda: state_topic not in admin.list_topics(timeout=10).topics, 60, "the state topic to be gone")
+    joiner.start()
+
+    wait_for(lambda: len(re.findall(r"misses the first (\d+) records", joiner.log())) == len(filled), 60,
+             "a warning per rebuilt partition")
+    assert [int(count) for count in re.findall(r"misses the first (\d+) records", joiner.log())] == [100] * len(filled)
+    assert joiner.terminate() == 0

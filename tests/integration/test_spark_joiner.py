@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import random
+import shutil
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -125,3 +126,36 @@ def more_outputs(bootstrap: str, topic: str, than: int, joiner: SparkJoinerProce
     joiner.check_alive()
     count = len(read_topic(bootstrap, topic, idle_s=0.2))
     return count if count > than else 0
+
+
+def test_a_deleted_checkpoint_and_new_bucket_counts_give_the_one_shot_output(bootstrap, new_topics, spark_joiners,
+                                                                             tmp_path) -> None:
+    """Half the replay; the checkpoint deleted and the other half, with other bucket and state partition counts
+    (what changing them does, `spark_joiner.checkpoint`). The output is the offline join exactly, nothing
+    skipped or written twice, dead letters included: the new checkpoint rebuilds the state from the input's
+    beginning and drops what the first run had committed."""
+    topics = new_topics()
+    # File order: its out-of-order records are dead-lettered, which must not come twice either.
+    records = rows_as_records(EVENTS_FILE, time_order=False)[:3000]
+    expected, rejected = offline_join(records)
+    first_half = records[:len(records) // 2]
+    expected_first, _ = offline_join(first_half)
+    assert 0 < len(expected_first) < len(expected)
+    joiner = spark_joiner(spark_joiners, bootstrap, topics, tmp_path)
+    produce_records(bootstrap, topics.data, first_half, key=key_of)
+    joiner.start()
+    outputs = committed_outputs(bootstrap, topics.out, len(expected_first), joiner)
+    assert as_multiset([m.value for m in outputs]) == as_multiset(expected_first)
+    assert joiner.terminate() == 0
+    shutil.rmtree(tmp_path / "checkpoint")
+
+    produce_records(bootstrap, topics.data, records[len(first_half):], key=key_of)
+    joiner.command += ["--buckets", "5", "--shuffle-partitions", "3"]
+    joiner.start()
+    outputs = committed_outputs(bootstrap, topics.out, len(expected), joiner)
+    assert as_multiset([m.value for m in outputs]) == as_multiset(expected)
+    # In the same transactions as the outputs: all there, each once.
+    letters = [json.loads(m.value) for m in read_topic(bootstrap, topics.dlq, idle_s=1.5)]
+    assert len(letters) == len({(letter["partition"], letter["offset"]) for letter in letters}) == len(rejected)
+    assert "outputs committed up to input offsets {" in joiner.log()  # the restart knew where the outputs ended
+    assert joiner.terminate() == 0

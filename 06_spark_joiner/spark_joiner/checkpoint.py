@@ -1,0 +1,43 @@
+"""The checkpoint's layout: the bucket and state partition counts its join state was made with.
+
+A checkpoint's state is partitioned by both: resumed with other counts, Spark would keep the old state
+partitions (it takes ``spark.sql.shuffle.partitions`` from the checkpoint) and the keys would meet their
+state in other buckets. The counts are recorded beside the state; a start with other counts sets the
+checkpoint aside and begins a new one, which rebuilds the state from the input and writes only what the
+old one had not committed (see `sink`).
+"""
+from __future__ import annotations
+
+import json
+import logging
+import time
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+LAYOUT_FILE = "joiner-layout.json"
+
+
+def prepare_checkpoint(directory: Path, buckets: int, shuffle_partitions: int) -> Path | None:
+    """Make ``directory`` ready for a query with these counts; returns where a checkpoint made with other
+    counts was moved to (None when there was none)."""
+    layout = {"buckets": buckets, "shuffle_partitions": shuffle_partitions}
+    recorded = directory / LAYOUT_FILE
+    moved = None
+    if has_checkpoint(directory) and recorded.is_file():
+        previous = json.loads(recorded.read_text())
+        if previous != layout:
+            moved = directory.with_name(f"{directory.name}.replaced-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}")
+            directory.rename(moved)
+            log.warning("the checkpoint was made with %s, this start asks for %s: it is moved to %s (delete it at will) "
+                        "and a new one rebuilds the join state from the input", previous, layout, moved)
+    # A checkpoint from before layouts were recorded keeps its counts: they were fixed, so they are these.
+    directory.mkdir(parents=True, exist_ok=True)
+    recorded.write_text(json.dumps(layout))
+    return moved
+
+
+def has_checkpoint(directory: Path) -> bool:
+    """A query has run on ``directory``: its offset log has an entry."""
+    offsets = directory / "offsets"
+    return offsets.is_dir() and any(offsets.iterdir())
