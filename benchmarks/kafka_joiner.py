@@ -345,13 +345,15 @@ def ceiling(connection: KafkaSettings, args: argparse.Namespace) -> None:
           f"pre-loaded input, alternately; load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
     print(RUN_HEADER)
     records, joins = real_mix(args.ceiling_copies)
+    real_share = joins / len(records)
     ceiling_workload(connection, args, f"real mix x{args.ceiling_copies}", records, joins)
     del records
     count = args.ceiling_records
     ceiling_workload(connection, args, "all-joinable", list(synthetic_records(count, args.machines, args.axes)),
                      expected_joins(count, args.machines, args.axes))
-    print(f"  (real mix: the shipped events' every quantity, a third of them joined; all-joinable: the synthetic "
-          f"input above, one join per record; load average {os.getloadavg()[0]:.1f} at the end)")
+    print(f"  (real mix: every record of the shipped events, of every quantity, {real_share:.0%} of them completing a "
+          f"join; all-joinable: the synthetic input above, every record completing one; load average "
+          f"{os.getloadavg()[0]:.1f} at the end)")
 
 
 def _steady_producer(bootstrap: str, topic: str, count: int, machines: int, axes: int, rate: float) -> None:
