@@ -62,9 +62,10 @@ def verdict(value: float, target: float) -> str:
 
 
 def ratio_line(label: str, result: Ratio, target: float) -> str:
-    """One workload's ratio, e.g. ``all-joinable: 0.31 of the pass-through (rounds 0.29, 0.33); CPU ...``."""
-    rounds = ", ".join(f"{value:.2f}" for value in result.rounds)
-    return (f"{label}: {result.median:.2f} of the pass-through's records/s (rounds {rounds}), target >= {target:.1f} "
+    """One workload's ratio, e.g. ``all-joinable: 0.31 of the pass-through's records/s (rounds 0.29, 0.33), target
+    ...; CPU ...`` (the rounds only where there are several)."""
+    rounds = f" (rounds {', '.join(f'{value:.2f}' for value in result.rounds)})" if len(result.rounds) > 1 else ""
+    return (f"{label}: {result.median:.2f} of the pass-through's records/s{rounds}, target >= {target:.1f} "
             f"{verdict(result.median, target)}; CPU per record {result.joiner_cpu_us:.1f} µs against "
             f"{result.ceiling_cpu_us:.1f} µs ({result.cpu_ratio:.2f})")
 

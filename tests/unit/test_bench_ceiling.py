@@ -53,6 +53,12 @@ def test_the_ratio_line_says_rounds_target_verdict_and_cpu() -> None:
                     "CPU per record 25.0 µs against 5.0 µs (0.20)")
 
 
+def test_a_single_round_names_no_rounds() -> None:
+    line = ratio_line("job / pass-through", ratio([Run(100, 2.0, 0.002)], [Run(100, 1.0, 0.001)]), 0.5)
+    assert line == ("job / pass-through: 0.50 of the pass-through's records/s, target >= 0.5 met; "
+                    "CPU per record 20.0 µs against 10.0 µs (0.50)")
+
+
 def test_a_run_line_holds_its_figures() -> None:
     line = run_line("real mix x20, joiner", 2, Run(396_500, 10.0, 4.0))
     assert line.split()[-5:] == ["2", "396,500", "10.0", "39,650", "10.1"]
