@@ -296,8 +296,8 @@ def ceiling_settings(connection: KafkaSettings, topics: dict[str, str], commit_i
     """One run on the pre-loaded input of `topics`: a group and output topics of its own, named after it."""
     group = f"{topics['group']}.{name}"  # under the run's group: deleted with its topics
     own = dict(topics, out=f"{group}.out", dlq=f"{group}.dlq", group=group)
-    ensure_topics(admin_client(connection.kafka_bootstrap_servers),
-                  (dataclasses.replace(MACHINE_OUT, name=own["out"]), dataclasses.replace(MACHINE_DLQ, name=own["dlq"])))
+    specs = (dataclasses.replace(MACHINE_OUT, name=own["out"]), dataclasses.replace(MACHINE_DLQ, name=own["dlq"]))
+    ensure_topics(admin_client(connection.kafka_bootstrap_servers), specs)
     return joiner_settings(connection, own, commit_interval_ms, True, name)
 
 

@@ -173,9 +173,8 @@ def emit_unchanged(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch
     the records go without one."""
     for batch in batches:
         rows = batch.num_rows
-        emitted = pa.RecordBatch.from_arrays(
-            [pa.array(np.full(rows, OUT, np.int8)), pa.nulls(rows, pa.string()), batch.column("value").cast(pa.binary())],
-            schema=EMITTED_ARROW_SCHEMA)
+        emitted = pa.RecordBatch.from_arrays([pa.array(np.full(rows, OUT, np.int8)), pa.nulls(rows, pa.string()),
+                                              batch.column("value").cast(pa.binary())], schema=EMITTED_ARROW_SCHEMA)
         yield pa.RecordBatch.from_arrays([pa.array([emitted.serialize().to_pybytes()], pa.binary())],
                                          names=["records"])
 
