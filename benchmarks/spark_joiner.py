@@ -522,8 +522,10 @@ def ceiling_line(job: dict, pass_through: dict) -> str:
     as_run = [Run(figures["records"], figures["seconds"], figures["cpu_us_per_record"] * figures["records"] / 1e6)
               for figures in (job, pass_through)]
     steady = job["steady_records_per_s"] / pass_through["steady_records_per_s"]
+    job_cpu, ceiling_cpu = (sum(figures["steady_cpu_us_per_record"].values()) for figures in (job, pass_through))
     return (ratio_line("job / pass-through", ratio(as_run[:1], as_run[1:]), SPARK_TARGET)
-            + f"; after the first batch {steady:.2f} ({verdict(steady, SPARK_TARGET)})")
+            + f"; after the first batch {steady:.2f} ({verdict(steady, SPARK_TARGET)}), "
+              f"CPU per record {job_cpu:.1f} µs against {ceiling_cpu:.1f} µs ({ceiling_cpu / job_cpu:.2f})")
 
 
 def print_figures(args: argparse.Namespace, results: list[tuple[int, dict[str, dict], dict | None]],

@@ -10,7 +10,7 @@ import pytest
 
 from benchmarks.ceiling import Run, cost_lines, ratio, ratio_line, run_line, verdict
 from benchmarks.kafka_joiner import real_mix
-from benchmarks.spark_joiner import emit_unchanged
+from benchmarks.spark_joiner import ceiling_line, emit_unchanged
 from pipeline_core.records import decode_record, record_key
 from spark_joiner.processor import OUT, unpack_emitted
 
@@ -95,3 +95,13 @@ def test_the_spark_pass_through_hands_every_value_to_the_sink_unchanged() -> Non
     assert table.column("value").to_pylist() == values + values[1:]
     assert set(table.column("kind").to_pylist()) == {OUT}
     assert table.column("key").null_count == table.num_rows
+
+
+def test_the_spark_ceiling_line_gives_whole_runs_and_after_the_first_batch() -> None:
+    job = {"records": 1_000_000, "seconds": 100.0, "steady_records_per_s": 15_000.0, "cpu_us_per_record": 30.0,
+           "steady_cpu_us_per_record": {"driver": 2.0, "JVM": 12.0, "Python workers": 6.0}}
+    pass_through = {"records": 1_000_000, "seconds": 40.0, "steady_records_per_s": 50_000.0, "cpu_us_per_record": 15.0,
+                    "steady_cpu_us_per_record": {"driver": 1.0, "JVM": 5.0, "Python workers": 0.0}}
+    assert ceiling_line(job, pass_through) == (
+        "job / pass-through: 0.40 of the pass-through's records/s, target >= 0.5 NOT met; CPU per record 30.0 µs "
+        "against 15.0 µs (0.50); after the first batch 0.30 (NOT met), CPU per record 20.0 µs against 6.0 µs (0.30)")
