@@ -46,7 +46,6 @@ from stream_connector.rows import split_row
 
 from local_stream_buffer.keyed import KeyedJoiner
 from local_stream_buffer.specs import load_join_specs
-
 from kafka_joiner.service import KafkaJoiner
 from kafka_joiner.settings import KafkaJoinerSettings
 
