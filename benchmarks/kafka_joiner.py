@@ -7,6 +7,11 @@
 2. Latency: a steady input of `--rate` records/s produced by a separate process into a fresh topic with
    log-append timestamps; per output, the time from its completing record's append to the commit of the
    transaction that carries it: p50/p99.
+3. The ceiling (before the latency run): the joiner, one process, against its pass-through
+   (``benchmarks.passthrough``: the joiner's consumer, producer, transactions and loop with no join), on the
+   same pre-loaded input in alternate rounds, for the shipped events replicated (the real mix) and for the
+   synthetic input (every record joins): records/s, CPU per record, the ratio against its target, and the
+   joiner's CPU per record by phase (``benchmarks.joiner_costs``).
 
 Every run uses its own topics and consumer group, deleted afterwards.
 """
@@ -17,6 +22,7 @@ import dataclasses
 import logging
 import multiprocessing
 import multiprocessing.synchronize
+import os
 import queue
 import signal
 import sys
@@ -30,13 +36,22 @@ from pipeline_core.kafka_clients import admin_client, producer_config
 from pipeline_core.kafka_clients import produce as produce_with_backpressure
 from pipeline_core.logs import configure_logging
 from pipeline_core.partitioning import thing_partition
-from pipeline_core.records import record_key
+from pipeline_core.records import encode_record, record_key
 from pipeline_core.runtime import tune_gc_for_streaming
 from pipeline_core.settings import KafkaSettings, add_arguments, from_namespace
 from pipeline_core.topics import MACHINE_DATA, MACHINE_DLQ, MACHINE_OUT, ensure_topics, partition_count
+from pipeline_core.validation import DEFAULT_MAX_ROW_BYTES
+from simulator.settings import DEFAULT_EVENTS_FILE
+from stream_connector.rows import split_row
 
+from local_stream_buffer.keyed import KeyedJoiner
+from local_stream_buffer.specs import load_join_specs
 from kafka_joiner.service import KafkaJoiner
 from kafka_joiner.settings import KafkaJoinerSettings
+
+from benchmarks.ceiling import RUN_HEADER, STANDALONE_TARGET, Run, cost_lines, ratio, ratio_line, run_line
+from benchmarks.joiner_costs import phase_costs
+from benchmarks.passthrough import PassThrough
 
 log = logging.getLogger("benchmarks.kafka_joiner")
 
@@ -149,12 +164,14 @@ class InstanceResult:
 
 
 def _throughput_instance(settings: KafkaJoinerSettings, started: multiprocessing.synchronize.Barrier,
-                         stop: multiprocessing.synchronize.Event, reports: multiprocessing.Queue) -> None:
-    """One joiner instance in its own process, as `python -m kafka_joiner` runs: it
-    reports its committed joins every 0.1 s, and its result once the parent says stop."""
+                         stop: multiprocessing.synchronize.Event, reports: multiprocessing.Queue,
+                         pass_through: bool = False) -> None:
+    """One joiner instance in its own process, as `python -m kafka_joiner` runs (or its pass-through, the
+    same loop without the join): it reports its committed outputs every 0.1 s, and its result once the
+    parent says stop."""
     configure_logging("WARNING")
     tune_gc_for_streaming()
-    joiner = KafkaJoiner(settings)
+    joiner = PassThrough(settings) if pass_through else KafkaJoiner(settings)
     stats = joiner.stats
     cpu_before = time.process_time()
     next_report = 0.0
@@ -177,14 +194,15 @@ def _throughput_instance(settings: KafkaJoinerSettings, started: multiprocessing
         stats.transactions, joiner.forced(), time.process_time() - cpu_before)))
 
 
-def run_instances(settings: list[KafkaJoinerSettings], joins: int, max_seconds: float) -> list[InstanceResult]:
+def run_instances(settings: list[KafkaJoinerSettings], joins: int, max_seconds: float,
+                  pass_through: bool = False) -> list[InstanceResult]:
     """Run one process per instance until together they committed `joins` outputs, or for at most
-    `max_seconds` after the first record."""
+    `max_seconds` after the first record (`pass_through`: the joiner's pass-through instead)."""
     context = multiprocessing.get_context("spawn")
     started = context.Barrier(len(settings))
     stop = context.Event()
     reports = context.Queue()
-    processes = [context.Process(target=_throughput_instance, args=(each, started, stop, reports))
+    processes = [context.Process(target=_throughput_instance, args=(each, started, stop, reports, pass_through))
                  for each in settings]
     for process in processes:
         process.start()
@@ -256,6 +274,87 @@ def throughput(connection: KafkaSettings, args: argparse.Namespace) -> None:
           "partition;\n   CPU is the joiners' own, all threads; the broker shares the same cores)")
 
 
+def real_mix(copies: int) -> tuple[list[tuple[str, bytes, str]], int]:
+    """The shipped events as the stream connector writes them to machine.data, every quantity whether a join
+    reads it or not, replayed by `copies` machines per real one (under their own names, at the same times),
+    in time order: (key, value, thing) of each record; and how many joins the engine makes of them."""
+    records = []
+    for line in DEFAULT_EVENTS_FILE.read_bytes().splitlines():
+        if line.strip():
+            records.extend(split_row(line, DEFAULT_MAX_ROW_BYTES).records)
+    records.sort(key=lambda record: record["phenomenonTime"])  # stable: the file's order within a time
+    fleet = [dict(record, thing=f"{record['thing']}-{copy:03d}") for record in records for copy in range(copies)]
+    engine = KeyedJoiner(load_join_specs(None))
+    joins = sum(len(engine.ingest(record).outputs) for record in fleet)
+    return [(record_key(record["thing"], record["quantity"]), encode_record(record), record["thing"])
+            for record in fleet], joins
+
+
+def ceiling_settings(connection: KafkaSettings, topics: dict[str, str], commit_interval_ms: int,
+                     name: str) -> KafkaJoinerSettings:
+    """One run on the pre-loaded input of `topics`: a group and output topics of its own, named after it."""
+    group = f"{topics['group']}.{name}"  # under the run's group: deleted with its topics
+    own = dict(topics, out=f"{group}.out", dlq=f"{group}.dlq", group=group)
+    specs = (dataclasses.replace(MACHINE_OUT, name=own["out"]), dataclasses.replace(MACHINE_DLQ, name=own["dlq"]))
+    ensure_topics(admin_client(connection.kafka_bootstrap_servers), specs)
+    return joiner_settings(connection, own, commit_interval_ms, True, name)
+
+
+def ceiling_workload(connection: KafkaSettings, args: argparse.Namespace, label: str,
+                     records: list[tuple[str, bytes, str]], joins: int) -> None:
+    """The joiner and its pass-through, one process each, on one pre-loaded input, in alternate rounds
+    (pass-through first, then joiner first, ...); the ratio; and the joiner's time per phase."""
+    bootstrap = connection.kafka_bootstrap_servers
+    topics = fresh_topics(bootstrap, append_time=False)
+    runs: dict[bool, list[Run]] = {False: [], True: []}
+    transactions = consumed = 0
+    try:
+        count = produce(bootstrap, topics["data"], iter(records), True)
+        for round_ in range(1, args.ceiling_rounds + 1):
+            order = (True, False) if round_ % 2 else (False, True)
+            for pass_through in order:
+                name = f"{'pass-through' if pass_through else 'joiner'}-{round_}"
+                result, = run_instances([ceiling_settings(connection, topics, args.commit_interval_ms, name)],
+                                        count if pass_through else joins, args.max_seconds, pass_through)
+                run = Run(result.records_in, (result.last_commit_at or float("nan")) - (result.first_record_at or 0),
+                          result.cpu_s)
+                runs[pass_through].append(run)
+                if not pass_through:
+                    transactions += result.transactions
+                    consumed += result.records_in
+                    if result.joins_out < joins:
+                        log.warning("%s: stopped after --max-seconds with %d of %d joins", name, result.joins_out,
+                                    joins)
+                print(run_line(f"{label}, {'pass-through' if pass_through else 'joiner'}", round_, run), flush=True)
+        outcome = ratio(runs[False], runs[True])
+        print("  " + ratio_line(label, outcome, STANDALONE_TARGET), flush=True)
+        costs = phase_costs(ceiling_settings(connection, topics, args.commit_interval_ms, "costs"), count,
+                            consumed // max(transactions, 1))
+        print(f"  the joiner's CPU per input record by phase, {label} ({count:,} records, {joins:,} joins, "
+              f"{consumed // max(transactions, 1):,} records per transaction as the joiner's):")
+        for line in cost_lines(costs, count, outcome.joiner_cpu_us):
+            print("  " + line)
+    finally:
+        delete_topics(bootstrap, topics)
+
+
+def ceiling(connection: KafkaSettings, args: argparse.Namespace) -> None:
+    print(f"the ceiling: the joiner (one process, input partitioned by thing) against its pass-through, the same "
+          f"consumer, producer and transactions with no join (each record produced unchanged), on the same "
+          f"pre-loaded input, alternately; load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
+    print(RUN_HEADER)
+    records, joins = real_mix(args.ceiling_copies)
+    real_share = joins / len(records)
+    ceiling_workload(connection, args, f"real mix x{args.ceiling_copies}", records, joins)
+    del records
+    count = args.ceiling_records
+    ceiling_workload(connection, args, "all-joinable", list(synthetic_records(count, args.machines, args.axes)),
+                     expected_joins(count, args.machines, args.axes))
+    print(f"  (real mix: every record of the shipped events, of every quantity, {real_share:.0%} of them completing a "
+          f"join; all-joinable: the synthetic input above, every record completing one; load average "
+          f"{os.getloadavg()[0]:.1f} at the end)")
+
+
 def _steady_producer(bootstrap: str, topic: str, count: int, machines: int, axes: int, rate: float) -> None:
     produce(bootstrap, topic, synthetic_records(count, machines, axes), True, rate=rate)
 
@@ -321,7 +420,14 @@ def main(argv: list[str] | None = None) -> None:
                         help="transaction interval of the joiner while it reads a backlog")
     parser.add_argument("--max-seconds", type=float, default=90,
                         help="stop the throughput run this long after its first record (the latency run: after the input)")
+    parser.add_argument("--ceiling-copies", type=int, default=20,
+                        help="machines per real one in the ceiling's real mix (19,825 records each)")
+    parser.add_argument("--ceiling-records", type=int, default=400_000,
+                        help="records of the ceiling's all-joinable input")
+    parser.add_argument("--ceiling-rounds", type=int, default=2,
+                        help="alternate runs of the joiner and its pass-through per ceiling input")
     parser.add_argument("--skip-throughput", action="store_true")
+    parser.add_argument("--skip-ceiling", action="store_true")
     parser.add_argument("--skip-latency", action="store_true")
     args = parser.parse_args(argv)
     configure_logging("WARNING")
@@ -331,6 +437,8 @@ def main(argv: list[str] | None = None) -> None:
     connection = from_namespace(KafkaSettings, args)
     if not args.skip_throughput:
         throughput(connection, args)
+    if not args.skip_ceiling:
+        ceiling(connection, args)
     if not args.skip_latency:
         latency(connection, args)
 

@@ -4,9 +4,11 @@ the standalone joiner beside it.
 1. Throughput: pre-load N synthetic records (speed and torque of axis C11, per machine) into a fresh
    topic, then run the join query with large micro-batches; records/s and joins/s from Spark's own
    batch durations (the sink's Kafka transaction included), for 100 and for 10,000 machines. Each
-   machine count runs twice on the same topic, each run in a fresh process (its own JVM, cold as a job
+   machine count runs three times on the same topic, each run in a fresh process (its own JVM, cold as a job
    starts): the previous code (``benchmarks.spark_joiner_baseline``: the router and the output records
-   in Python per record) and the job; the ratio of the two is printed.
+   in Python per record), the job, and the job's ceiling, a pass-through (the job's Kafka source and
+   transactional sink, same settings and session, no join: each record written unchanged); the ratios of
+   the job to each are printed.
 2. Latency, in the JVM the job's first run has warmed up (as a job that has run for a while): a steady
    input rate (default 10k records/s) with a sub-second trigger; for every join, the time from the Kafka
    append of the later of its two inputs to the moment a read_committed consumer sees it; p50/p99.
@@ -48,11 +50,13 @@ from pipeline_core.records import encode_record, record_key
 from pipeline_core.runtime import tune_gc_for_streaming
 from pipeline_core.topics import MACHINE_DATA, MACHINE_DLQ, MACHINE_OUT, ensure_topics, partition_count
 
-from spark_joiner.job import kafka_source, start_query
+from spark_joiner.job import CHECKPOINT_FILE_MANAGER, FILE_SYSTEM_CHECKPOINTS, is_local_path, kafka_source, start_query
+from spark_joiner.processor import EMITTED_ARROW_SCHEMA, OUT, OUTPUT_SCHEMA
 from spark_joiner.session import spark_session
 from spark_joiner.settings import SparkJoinerSettings
 from spark_joiner.sink import TransactionalBatchSink
 
+from benchmarks.ceiling import SPARK_TARGET, Run, ratio, ratio_line, verdict
 from benchmarks.spark_joiner_baseline import start_baseline_query
 
 log = logging.getLogger("benchmarks.spark_joiner")
@@ -162,8 +166,31 @@ def settings_for(bootstrap: str, topics: Topics, checkpoint: Path, **overrides) 
                                dlq_topic=topics.dlq, checkpoint_dir=checkpoint, **overrides)
 
 
-# The job against the code before it, each started by the same settings and sink.
-JOBS = {"previous": start_baseline_query, "job": start_query}
+def emit_unchanged(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """A ``mapInArrow`` step that hands every input record on unchanged, for machine.out, in the form the job's
+    processor emits its records (``OUTPUT_SCHEMA``: per Arrow batch one row, its records as an Arrow IPC batch
+    of kind, key and value), which the sink takes. The source's rows carry no key (the job derives it), so
+    the records go without one."""
+    for batch in batches:
+        rows = batch.num_rows
+        emitted = pa.RecordBatch.from_arrays([pa.array(np.full(rows, OUT, np.int8)), pa.nulls(rows, pa.string()),
+                                              batch.column("value").cast(pa.binary())], schema=EMITTED_ARROW_SCHEMA)
+        yield pa.RecordBatch.from_arrays([pa.array([emitted.serialize().to_pybytes()], pa.binary())],
+                                         names=["records"])
+
+
+def start_passthrough_query(spark, settings: SparkJoinerSettings, sink: TransactionalBatchSink) -> StreamingQuery:
+    """The job's ceiling: its Kafka source and its transactional sink with no join in between (no routing,
+    no shuffle, no state), started as the job starts (same settings, checkpoint files and trigger)."""
+    if is_local_path(str(settings.checkpoint_dir)):
+        spark.conf.set(CHECKPOINT_FILE_MANAGER, FILE_SYSTEM_CHECKPOINTS)
+    return (kafka_source(spark, settings).mapInArrow(emit_unchanged, OUTPUT_SCHEMA).writeStream
+            .foreachBatch(sink).option("checkpointLocation", str(settings.checkpoint_dir))
+            .trigger(processingTime=f"{int(settings.trigger_seconds * 1000)} milliseconds").start())
+
+
+# The job against the code before it and against its ceiling, each started by the same settings and sink.
+JOBS = {"previous": start_baseline_query, "job": start_query, "pass-through": start_passthrough_query}
 
 
 def run_throughput(spark, bootstrap: str, topics: Topics, records: int, workdir: Path, batch: int,
@@ -438,6 +465,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="let the JVM use its optimising compiler too (the job runs with C1 only)")
     parser.add_argument("--no-previous", action="store_true", help="skip the previous code's runs")
     parser.add_argument("--no-standalone", action="store_true", help="skip the standalone joiner's figures")
+    parser.add_argument("--no-ceiling", action="store_true",
+                        help="skip the pass-through runs (the Kafka source and the sink with no join)")
     parser.add_argument("--no-latency", action="store_true", help="skip the latency run")
     parser.add_argument("--no-floor", action="store_true",
                         help="skip the runs of Spark's Kafka source alone (no join, no output)")
@@ -456,7 +485,10 @@ def main(argv: list[str] | None = None) -> int:
     floor_machines = 0
     common = {"bootstrap": bootstrap, "master": args.master, "shuffle_partitions": args.shuffle_partitions,
               "full_jit": args.full_jit}
-    jobs = [job for job in JOBS if job != "previous" or not args.no_previous]
+    skipped = {"previous"} if args.no_previous else set()
+    if args.no_ceiling:
+        skipped.add("pass-through")
+    jobs = [job for job in JOBS if job not in skipped]
     latency: dict | None = None
     try:
         for index, machines in enumerate(args.machines):
@@ -484,18 +516,31 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def ceiling_line(job: dict, pass_through: dict) -> str:
+    """The job against its pass-through (one run each, the same input and session): records/s, after the first
+    batch too, and CPU per record."""
+    as_run = [Run(figures["records"], figures["seconds"], figures["cpu_us_per_record"] * figures["records"] / 1e6)
+              for figures in (job, pass_through)]
+    steady = job["steady_records_per_s"] / pass_through["steady_records_per_s"]
+    job_cpu, ceiling_cpu = (sum(figures["steady_cpu_us_per_record"].values()) for figures in (job, pass_through))
+    return (ratio_line("job / pass-through", ratio(as_run[:1], as_run[1:]), SPARK_TARGET)
+            + f"; after the first batch {steady:.2f} ({verdict(steady, SPARK_TARGET)}), "
+              f"CPU per record {job_cpu:.1f} µs against {ceiling_cpu:.1f} µs ({ceiling_cpu / job_cpu:.2f})")
+
+
 def print_figures(args: argparse.Namespace, results: list[tuple[int, dict[str, dict], dict | None]],
                   floors: list[tuple[str, dict]], floor_machines: int, latency: dict | None) -> None:
     print()
     print(f"Spark joiner ({args.master}), exactly once into machine.out; each run in a fresh process (JVM start"
-          " included); 'previous': the same job with its router and output records in Python per record")
-    print(f"{'machines':>9} {'code':>8} {'records':>9} {'joins':>9} {'rec/s':>9} {'joins/s':>9} {'steady rec/s':>13}"
+          " included); 'previous': the same job with its router and output records in Python per record;"
+          " 'pass-through': the job's ceiling, its Kafka source and sink with no join (each record written unchanged)")
+    print(f"{'machines':>9} {'code':>12} {'records':>9} {'joins':>9} {'rec/s':>9} {'joins/s':>9} {'steady rec/s':>13}"
           f" {'1st batch s':>11} {'CPU µs/rec':>10} {'load':>5} | {'standalone rec/s':>16} {'joins/s':>9}")
     for machines, runs, standalone in results:
         for job, figures in runs.items():
             other = (f"{standalone['records_per_s']:16,.0f} {standalone['joins_per_s']:9,.0f}"
                      if standalone and job == "job" else f"{'-':>16} {'-':>9}")
-            print(f"{machines:9,d} {job:>8} {figures['records']:9,d} {figures['joins']:9,d}"
+            print(f"{machines:9,d} {job:>12} {figures['records']:9,d} {figures['joins']:9,d}"
                   f" {figures['records_per_s']:9,.0f} {figures['joins_per_s']:9,.0f}"
                   f" {figures['steady_records_per_s']:13,.0f} {figures['first_batch_s']:11.1f}"
                   f" {figures['cpu_us_per_record']:10.1f} {figures['load_average']:5.1f} | {other}")
@@ -504,12 +549,14 @@ def print_figures(args: argparse.Namespace, results: list[tuple[int, dict[str, d
             print(f"{machines:9,d}  job / previous: {job['records_per_s'] / previous['records_per_s']:.2f}x records/s, "
                   f"{job['steady_records_per_s'] / previous['steady_records_per_s']:.2f}x after the first batch, "
                   f"{job['cpu_us_per_record'] / previous['cpu_us_per_record']:.2f}x the CPU per record")
+        if "pass-through" in runs:
+            print(f"{machines:9,d}  " + ceiling_line(runs["job"], runs["pass-through"]))
     print("CPU µs per record after the first batch, by process: where the job's time goes")
-    print(f"{'machines':>9} {'code':>8} " + " ".join(f"{kind:>14}" for kind in CPU_KINDS) + f" {'all':>8}")
+    print(f"{'machines':>9} {'code':>12} " + " ".join(f"{kind:>14}" for kind in CPU_KINDS) + f" {'all':>8}")
     for machines, runs, _ in results:
         for job, figures in runs.items():
             split = figures["steady_cpu_us_per_record"]
-            print(f"{machines:9,d} {job:>8} " + " ".join(f"{split[kind]:14.1f}" for kind in CPU_KINDS)
+            print(f"{machines:9,d} {job:>12} " + " ".join(f"{split[kind]:14.1f}" for kind in CPU_KINDS)
                   + f" {sum(split.values()):8.1f}")
     if floors:
         print(f"Spark's Kafka source alone on the same input ({floor_machines:,} machines, same batches, JVM warmed up "
