@@ -179,7 +179,7 @@ class FrameJoiner:
                     if status is _REJECTED:
                         self._dead_letter(reason or "rejected", framed)
                     elif status is _LATE:
-                        self._dead_letter(Rejection.LATE.reason(), framed)
+                        self._dead_letter(reason or Rejection.LATE.reason(), framed)
                 for output in outputs:
                     if not is_finite_result(output):
                         self._dead_letter(Rejection.NOT_FINITE.reason(), framed,
