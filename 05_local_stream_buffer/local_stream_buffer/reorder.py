@@ -138,9 +138,6 @@ class ReorderedJoin:
         """Why a record was rejected: it has the time of a record held before it, with another result."""
         return order_rejection(thing, quantity, t, t)
 
-    def newest(self, side: int) -> float:
-        return self._newest[side]
-
     def last_time(self, side: int) -> float:
         """The newest time of a side (-inf before the first)."""
         return self._newest[side]
@@ -151,10 +148,6 @@ class ReorderedJoin:
     @property
     def forced(self) -> int:
         return self._join.forced
-
-    def buffered(self, side: int) -> int:
-        """Records of a side waiting in its reorder buffer."""
-        return len(self._times[side])
 
     def held_items(self) -> Iterator[Any]:
         yield from self._join.held_items()

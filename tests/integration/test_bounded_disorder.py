@@ -3,7 +3,8 @@ by up to 2 s of event time (simulator -> Mosquitto -> stream connector -> Kafka)
 max_out_of_orderness 2 s by the standalone joiner and by the Spark job: each gives exactly the 2,748 pairs
 of the in-order join, the same records with the same ids, and no dead letter. The standalone joiner is
 killed (kill -9) and restarted while the replay flows, so its reorder buffers come back from the changelog;
-the Spark job's are in its state store.
+the Spark job is killed (kill -9) midway through the replayed input, so its buffers come back from the
+checkpoint's state store.
 
 The bound is the latency: a stream's last 2 s wait for the stream to move on. So after the replay one more
 row per machine, 3 s after its last, lets every pair out (its own pairs wait in turn)."""
@@ -136,9 +137,16 @@ def test_spark_joiner_absorbs_bounded_disorder(connector, bootstrap, new_topics,
     replay(bridge, tmp_path)
     check_displaced(bootstrap, bridge)
     topics = new_topics()
+    # Small micro-batches (about 20 over the input), so the kill lands midway with state held.
     joiner = SparkJoinerProcess(bootstrap, SimpleNamespace(data=bridge.data_topic, out=topics.out, dlq=topics.dlq),
-                                tmp_path / "checkpoint", tmp_path, "--join-specs", str(join_specs(tmp_path)))
+                                tmp_path / "checkpoint", tmp_path, "--join-specs", str(join_specs(tmp_path)),
+                                "--max-offsets-per-trigger", "1000")
     try:
+        joiner.start()
+        wait_for(lambda: joiner.check_alive() or topic_size(bootstrap, topics.out) >= 300, OUTPUT_DEADLINE_S,
+                 "the first joins", interval_s=0.5)
+        joiner.kill()
+        assert topic_size(bootstrap, topics.out) < 2 * PAIRS // 3, "the kill came too late to prove anything"
         joiner.start()
         wait_for(lambda: joiner.check_alive() or len(read_topic(bootstrap, topics.out, idle_s=0.3)) >= PAIRS,
                  OUTPUT_DEADLINE_S, f"{PAIRS} committed records", interval_s=2)
