@@ -11,6 +11,7 @@ import gzip
 import io
 import json
 import math
+import random
 import zipfile
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -95,6 +96,25 @@ def in_order(rows: list[Row], order: str) -> list[Row]:
         times = order_times(rows)
         return [rows[index] for index in sorted(range(len(rows)), key=times.__getitem__)]
     raise EventsFileError(f"unknown order {order!r}; expected one of {', '.join(ORDERS)}")
+
+
+def displaced(rows: list[Row], disorder_ms: int, seed: int) -> list[Row]:
+    """The rows (in time order) in an arrival order with bounded disorder: each row is held back by a random
+    0 to `disorder_ms` ms of event time (the same for the same seed) and the rows go out by that arrival time.
+
+    A row then arrives after a later row of its machine only if that row is at most `disorder_ms` later: no
+    row comes more than `disorder_ms` of event time behind the newest row of its machine before it (the join
+    absorbs this with a spec's `max_out_of_orderness` of at least as much). On equal arrival times the later
+    row goes first, so the full displacement occurs.
+    """
+    if disorder_ms < 0:
+        raise ValueError("--disorder-ms must not be negative")
+    if not disorder_ms:
+        return rows
+    rng = random.Random(seed)
+    times = order_times(rows)
+    arrival = [(time_ms + rng.randint(0, disorder_ms), -time_ms, index) for index, time_ms in enumerate(times)]
+    return [rows[index] for _, _, index in sorted(arrival)]
 
 
 def repeat(rows: list[Row]) -> Iterator[Row]:

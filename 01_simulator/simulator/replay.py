@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 from tqdm import tqdm
 
-from .events import Row, event_time_ms, in_order, read_events, repeat
+from .events import Row, displaced, event_time_ms, in_order, read_events, repeat
 from .publisher import Publisher
 from .settings import SimulatorSettings
 from .synthetic import synthetic_rows
@@ -33,12 +33,15 @@ def selected_rows(settings: SimulatorSettings) -> tuple[Iterator[Row], int | Non
     """The rows of this run after --skip and --limit, and how many there are (None: without end)."""
     if settings.skip < 0 or settings.limit < 0:
         raise ValueError("--skip and --limit must not be negative")
+    if settings.disorder_ms and (settings.synthetic or settings.order != "time"):
+        raise ValueError("--disorder-ms displaces the events file's time order: not with --synthetic or --order file")
     if settings.synthetic:
         rows: Iterator[Row] = synthetic_rows(settings.machines, settings.axes, settings.seed,
                                              settings.start_ms, settings.interval_ms)
         available = None
     else:
-        events = in_order(read_events(settings.events_file), settings.order)
+        events = displaced(in_order(read_events(settings.events_file), settings.order), settings.disorder_ms,
+                           settings.seed)
         rows = repeat(events) if settings.loop else iter(events)
         available = None if settings.loop else max(0, len(events) - settings.skip)
     rows = itertools.islice(rows, settings.skip, None)

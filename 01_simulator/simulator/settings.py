@@ -32,7 +32,12 @@ class SimulatorSettings(MqttSettings):
     synthetic: bool = setting(False, "SIMULATOR_SYNTHETIC", "generate rows instead of reading the events file")
     machines: int = setting(3, "SIMULATOR_MACHINES", "synthetic: number of machines")
     axes: int = setting(2, "SIMULATOR_AXES", "synthetic: drive axes per machine")
-    seed: int = setting(42, "SIMULATOR_SEED", "synthetic: random seed (same seed, same rows)")
+    seed: int = setting(42, "SIMULATOR_SEED", "random seed of --synthetic rows and of --disorder-ms "
+                                              "(same seed, same rows in the same order)")
+    disorder_ms: int = setting(0, "SIMULATOR_DISORDER_MS",
+                               "bounded disorder: hold each row back by a random 0 to this many ms of event "
+                               "time, so a row arrives at most this much behind the newest of its machine "
+                               "(events file in time order; 0 = off)")
     start_ms: int = setting(DEFAULT_START_MS, "SIMULATOR_START_MS", "synthetic: epoch ms of the first row")
     interval_ms: int = setting(1000, "SIMULATOR_INTERVAL_MS", "synthetic: ms between a machine's rows")
     output: Path | None = setting(None, "SIMULATOR_OUTPUT",

@@ -87,7 +87,10 @@ class PartitionJoin:
         """Re-ingest the held records of the changelog, in their original order, silently; returns how many."""
         ingest = self.joiner.ingest
         for position, value in held:
-            ingest(decode_record(value), position)  # what it lets go of again gets its tombstone at the next commit
+            # What it lets go of again gets its tombstone at the next commit; so does a record it no longer takes
+            # (a put whose tombstone compaction dropped, judged late behind a reorder buffer's watermark now).
+            if ingest(decode_record(value), position).status is not _ACCEPTED:
+                self.changes.released(position)
         return len(held)
 
     def advance(self, offset: int) -> None:
@@ -211,7 +214,7 @@ class FrameJoiner:
                     if status is _REJECTED:
                         self._dead_letter(reason or "rejected", framed)
                     elif status is _LATE:
-                        self._dead_letter(Rejection.LATE.reason(), framed)
+                        self._dead_letter(reason or Rejection.LATE.reason(), framed)
                 for output in outputs:
                     if not is_finite_result(output):
                         self._dead_letter(Rejection.NOT_FINITE.reason(), framed,

@@ -28,7 +28,8 @@ from typing import Any, Callable, Iterable, Iterator, Mapping, NamedTuple
 
 from .output import canonical_time, output_builder
 from .record import Record
-from .rejections import Rejection, order_rejection
+from .rejections import Rejection
+from .reorder import ReorderedJoin, late_reason, order_reason
 from .specs import JoinSpec, SpecBinding, SpecResolver
 from .status import IngestStatus
 from .two_stream_join import DEFAULT_MAX_PENDING_PER_SIDE, Entry, TwoStreamJoin
@@ -96,6 +97,9 @@ class _KeyJoin:
             max_latency=joiner.max_latency,
             clock=joiner.clock,
         )
+        if binding.max_out_of_orderness_ms:
+            # Bounded disorder: a reorder buffer per side hands the join its streams in time order.
+            self.join = ReorderedJoin(self.join, binding.max_out_of_orderness_ms, joiner._release)
 
     def _emit(self, case: int, left: Entry, right: Entry) -> None:
         self.outputs.append(self._build(case, left[0], left[1], right[0], right[1]))
@@ -207,6 +211,9 @@ class KeyedJoiner:
             logger.debug("rejected %s", reason)
         if late:
             counters.late += 1
+            if status is _LATE:
+                binding, side = self.resolver.routes(quantity)[0]
+                reason = late_reason(self._keys[(thing, binding)].join, thing, quantity, side, t)
             if self._on_late is not None:
                 self._on_late(record, source)
         return IngestOutcome(status, outputs, reason)
@@ -269,7 +276,7 @@ class KeyedJoiner:
 
     def _order_violation(self, thing: str, quantity: str, route: tuple[SpecBinding, int], t: float) -> str:
         binding, side = route
-        return order_rejection(thing, quantity, t, self._keys[(thing, binding)].join.last_time(side))
+        return order_reason(self._keys[(thing, binding)].join, thing, quantity, side, t)
 
 
 def _epoch_ms(t: object) -> float:

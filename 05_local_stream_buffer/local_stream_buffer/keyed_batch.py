@@ -17,6 +17,7 @@ import numpy as np
 from .batch import BatchJoinState, PairArrays, join_batch
 from .order import order_verdicts
 from .rejections import order_rejection
+from .reorder import is_reordered, join_reordered, rejected_rows
 from .specs import SpecBinding
 from .two_stream_join import DEFAULT_MAX_PENDING_PER_SIDE, LEFT, RIGHT
 
@@ -84,8 +85,22 @@ def join_keyed_batch(states: MutableMapping[StateKey, bytes], rows: KeyedRows,
     for start, split, end, code in zip(starts.tolist(), splits, ends, key[starts].tolist()):
         thing, binding = rows.keys[code]
         stored = state_key(thing, binding)
-        state = BatchJoinState.from_bytes(states[stored]) if stored in states else BatchJoinState()
         sides = (slice(start, split), slice(split, end))
+        bound = binding.max_out_of_orderness_ms
+        if bound or is_reordered(states.get(stored)):
+            # Bounded disorder: each stream through the key's reorder buffer (kept in its state) first.
+            states[stored], pairs, verdicts = join_reordered(
+                states.get(stored), times[sides[LEFT]], results[sides[LEFT]], times[sides[RIGHT]],
+                results[sides[RIGHT]], bound, delta_time=binding.delta_time_ms, max_pending_per_side=max_pending_per_side)
+            for stream_side, stream, verdict in zip((LEFT, RIGHT), sides, verdicts):
+                broken, why = rejected_rows(verdict, thing, binding.quantity(stream_side), times[stream], bound)
+                if len(broken):
+                    rejected.append(order[stream.start + broken])
+                    reasons.extend(why)
+            if pairs.count:
+                found.append((code, pairs))
+            continue
+        state = BatchJoinState.from_bytes(states[stored]) if stored in states else BatchJoinState()
         for stream_side, stream in zip((LEFT, RIGHT), sides):
             if stream.start == stream.stop or (time_list[stream.start] > state.last_time[stream_side]
                                                and not_rising[stream.stop - 1] == not_rising[stream.start]):

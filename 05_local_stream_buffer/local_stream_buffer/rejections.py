@@ -17,6 +17,9 @@ class Rejection(Enum):
     OUT_OF_ORDER = "out_of_order: t={t} older than last t={last} of {stream}"  # older than its stream's latest
     CONFLICT = "conflict: t={t} equals last t of {stream} with a different result"  # same time, another result
     LATE = "late: inside a gap of its stream that forcing already closed"  # pairs went out without it
+    # More than the join spec's max_out_of_orderness behind its stream's newest record (see reorder.py).
+    BEYOND_BOUND = ("late: t={t} arrived {behind_ms} ms behind the newest t={newest} of {stream}, {late_ms} ms beyond "
+                    "max_out_of_orderness {bound_ms} ms")
     NOT_FINITE = "join result is not a finite number"  # a join result (a formula overflowing, say)
 
     def reason(self, **details: object) -> str:

@@ -33,6 +33,7 @@ class JoinSpec:
     formula: str
     delta_time: float | None = None  # seconds
     axis_pattern: str = DEFAULT_AXIS_PATTERN
+    max_out_of_orderness: float = 0.0  # seconds a record may arrive behind its stream's newest (see reorder.py)
 
     def __post_init__(self) -> None:
         if self.formula not in FORMULAS:
@@ -44,6 +45,8 @@ class JoinSpec:
             raise ValueError(f"join '{self.name}': left and right must be different quantities")
         if self.delta_time is not None and self.delta_time < 0:
             raise ValueError(f"join '{self.name}': delta_time must not be negative")
+        if not 0 <= self.max_out_of_orderness < float("inf"):
+            raise ValueError(f"join '{self.name}': max_out_of_orderness must be a finite number of seconds, at least 0")
 
     def bind(self, axis: str) -> SpecBinding:
         """This spec applied to one axis ('' for a spec without ``{axis}``)."""
@@ -80,6 +83,11 @@ class SpecBinding:
         """The spec's delta_time in milliseconds, the time unit of the keyed joiner and the Spark job."""
         return None if self.spec.delta_time is None else self.spec.delta_time * 1000
 
+    @property
+    def max_out_of_orderness_ms(self) -> float:
+        """The spec's max_out_of_orderness in milliseconds (0: records must arrive in their stream's order)."""
+        return round(self.spec.max_out_of_orderness * 1000, 6)  # 0.003 s is 3 ms, not 3.0000000000000004
+
     def quantity(self, side: int) -> str:
         return self.right_quantity if side else self.left_quantity
 
@@ -97,7 +105,8 @@ def load_join_specs(path: str | Path | None = None) -> tuple[JoinSpec, ...]:
         document = tomllib.load(spec_file)
     specs = []
     for entry in document.get("join", []):
-        unknown = set(entry) - {"name", "left", "right", "output", "formula", "delta_time", "axis"}
+        unknown = set(entry) - {"name", "left", "right", "output", "formula", "delta_time", "axis",
+                                "max_out_of_orderness"}
         if unknown:
             raise ValueError(f"join spec {entry.get('name', '?')}: unknown keys {sorted(unknown)}")
         delta_time = entry.get("delta_time")
@@ -109,6 +118,7 @@ def load_join_specs(path: str | Path | None = None) -> tuple[JoinSpec, ...]:
             formula=entry["formula"],
             delta_time=None if delta_time is None else float(delta_time),
             axis_pattern=entry.get("axis", DEFAULT_AXIS_PATTERN),
+            max_out_of_orderness=float(entry.get("max_out_of_orderness", 0.0)),
         ))
     return tuple(specs)
 

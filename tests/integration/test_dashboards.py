@@ -24,6 +24,7 @@ from grafana_report.dashboards import load_dashboards, panel_queries
 from grafana_report.macros import TimeRange, all_values, substitute
 from pipeline_core.health_metrics import HealthMetrics, health_line
 from pipeline_core.kafka_clients import admin_client, producer_config
+from pipeline_core.records import dead_letter
 from pipeline_core.settings import ConnectionSettings
 from pipeline_core.topics import MACHINE_DATA, MACHINE_DLQ, MACHINE_OUT, ensure_topics
 from support import produce_records, unique, wait_for
@@ -65,11 +66,15 @@ def replayed(stack: ConnectionSettings, bootstrap: str, tmp_path_factory) -> Ite
         produce_records(bootstrap, names.out, joined, key=key_of)
         producer = Producer(producer_config(bootstrap))
         producer.produce(names.data, b'{"thing": "R0815", "quantity": "vaTorque_C11"}')
+        # A record a joiner found beyond its spec's max_out_of_orderness, for the late records panel.
+        producer.produce(names.dlq, dead_letter(
+            "late: t=1554096458070 arrived 2345 ms behind the newest t=1554096460415 of R0815.vaTorque_C11, 345 ms "
+            "beyond max_out_of_orderness 2000 ms", b'{"thing":"R0815","quantity":"vaTorque_C11"}', "kafka_joiner"))
         assert producer.flush(30) == 0
         connector.start()
         wait_for_count(client, "machinedata", distinct_series_times(raw))
         wait_for_count(client, "joined", len(joined))
-        wait_for_count(client, "deadletters", 1, field="reason")
+        wait_for_count(client, "deadletters", 2, field="reason")
         _write_stage_health(stack, database)
         yield database, client
     finally:
@@ -109,7 +114,12 @@ def test_the_dashboards_exist() -> None:
             "Records in", "Joins out", "Dead letters", "Lag now, by stage", "Lag by stage",
             "Records in per second, by stage", "Records out per second, by stage",
             "Dead letters per second, by stage", "Spark micro-batch duration", "Spark join state: rows",
-            "Spark join state: memory"} <= titles
+            "Spark join state: memory", "Late records"} <= titles
+
+
+def test_the_late_records_panel_counts_the_late_dead_letters_only(replayed) -> None:
+    _, client = replayed
+    assert _panel_series(client, "Late records") == {"deadletters": [1]}  # not the invalid record's dead letter
 
 
 def test_the_lag_panels_add_up_the_processes_of_a_stage(replayed) -> None:

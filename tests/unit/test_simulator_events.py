@@ -84,3 +84,32 @@ def test_pacing_by_rate_or_by_the_rows_own_time(settings):
     assert [by_time(i, row) for i, row in enumerate(in_order(ROWS, "time"))] == [0.0, 0.1, 0.2]
     with pytest.raises(ValueError, match="not both"):
         due_times(replace(settings, rate=1, speedup=1))
+
+
+@pytest.mark.parametrize("disorder_ms, seed", [(2000, 7), (1500, 1), (5000, 42)])
+def test_disorder_displaces_each_machines_rows_by_at_most_the_bound(settings, disorder_ms, seed):
+    rows, total = selected_rows(replace(settings, disorder_ms=disorder_ms, seed=seed))
+    rows = list(rows)
+    in_time_order = in_order(read_events(EVENTS_FILE), "time")
+    assert total == len(rows) == len(in_time_order)
+    assert sorted(map(json.dumps, rows)) == sorted(map(json.dumps, in_time_order))  # the same rows, reordered
+    newest: dict[str, int] = {}
+    behind_newest = []
+    for row in rows:
+        machine = row["Thing"]
+        behind_newest.append(newest.get(machine, row["Timestamp"]) - row["Timestamp"])
+        newest[machine] = max(newest.get(machine, row["Timestamp"]), row["Timestamp"])
+    assert max(behind_newest) <= disorder_ms
+    assert max(behind_newest) > disorder_ms / 2  # displaced indeed, close to the bound
+    assert sum(behind > 0 for behind in behind_newest) > 100
+    again, _ = selected_rows(replace(settings, disorder_ms=disorder_ms, seed=seed))
+    other, _ = selected_rows(replace(settings, disorder_ms=disorder_ms, seed=seed + 1))
+    assert list(again) == rows != list(other)  # deterministic per seed
+
+
+def test_disorder_needs_the_events_file_in_time_order(settings):
+    for other in (replace(settings, disorder_ms=100, order="file"), replace(settings, disorder_ms=100, synthetic=True)):
+        with pytest.raises(ValueError, match="disorder"):
+            selected_rows(other)
+    with pytest.raises(ValueError, match="negative"):
+        selected_rows(replace(settings, disorder_ms=-1))
