@@ -68,9 +68,6 @@ class PartitionJoin:
             ingest(decode_record(value), position)  # what it lets go of again gets its tombstone at the next commit
         return len(held)
 
-    def advance(self, offset: int) -> None:
-        self.position = offset + 1
-
     @property
     def replaying(self) -> bool:
         return (self.position if self.position is not None else self.committed or 0) < self.replay_below
@@ -133,15 +130,11 @@ class FrameJoiner:
         joined = rebuilt = records_since_check = 0
         join: PartitionJoin | None = None
         current = -1  # the partition `join` belongs to
-        frame_offset = -1  # of the last frame joined into `join`, which advances past it on a change
         frame_of = self._frame_of
         for index, message in enumerate(messages):
             frame = frame_of(message)
             partition = message.partition()
             if partition != current:
-                if frame_offset >= 0:
-                    join.advance(frame_offset)
-                    frame_offset = -1
                 current = partition
                 join = joins.get(partition)
                 if join is not None:
@@ -192,6 +185,9 @@ class FrameJoiner:
                     except BufferError:  # local queue full: the shared helper waits for deliveries to drain it
                         produce(self._producer, output_topic, payload, key)
                     append_times.append(framed.append_time)
+            # Past the frame as soon as it is joined: whenever the transaction commits, its offsets cover
+            # exactly the frames whose outputs and state changes it holds.
+            join.position = frame_offset + 1
             if records_since_check >= _DUE_CHECK_RECORDS:
                 transaction.records += records_since_check
                 records_since_check = 0
@@ -200,8 +196,6 @@ class FrameJoiner:
                     break
         else:
             index = len(messages)
-        if frame_offset >= 0:
-            join.advance(frame_offset)
         transaction.records += records_since_check
         self._stats.joined_in += joined
         self._stats.rebuilt += rebuilt

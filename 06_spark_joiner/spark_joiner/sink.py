@@ -87,8 +87,13 @@ class TransactionalBatchSink:
             marker = TopicPartition(self.output_topic, 0, batch_id + 1, f"spark batch {batch_id}")
             self.producer.send_offsets_to_transaction([marker], self._marker_group.consumer_group_metadata(), 60)
             self._commit()
-        except KafkaException:
-            self.producer.abort_transaction(60)
+        except BaseException:
+            # Whatever failed (Kafka, a record the producer refused, an interrupt), nothing of the batch may
+            # commit: Spark runs it again.
+            try:
+                self.producer.abort_transaction(60)
+            except KafkaException as error:
+                log.warning("could not abort batch %d's transaction (the next start fences it): %s", batch_id, error)
             raise
         counters = self.counters
         counters.batches += 1
