@@ -108,8 +108,9 @@ class KafkaJoiner:
         self._restorer = Restorer(settings.kafka_bootstrap_servers, settings.group_id, self.state_topic)
         self._partitions = OwnedPartitions(
             self._consumer, self.join_topic,
-            lambda on_release: KeyedJoiner(self.resolver, max_pending_per_side=settings.max_pending_per_side,
-                                           on_release=on_release),
+            lambda on_release, on_evict: KeyedJoiner(
+                self.resolver, max_pending_per_side=settings.max_pending_per_side, on_release=on_release,
+                max_join_keys=settings.max_join_keys or None, on_evict=on_evict),
             self._restorer, self.stats, self._forwarder, self._alignment)
         self._frames = FrameJoiner(self._producer, self._transaction, self.stats, settings.input_topic,
                                    settings.output_topic, settings.dlq_topic, frame_of, join_partitions)

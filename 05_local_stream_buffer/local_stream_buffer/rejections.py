@@ -18,6 +18,9 @@ class Rejection(Enum):
     CONFLICT = "conflict: t={t} equals last t of {stream} with a different result"  # same time, another result
     LATE = "late: inside a gap of its stream that forcing already closed"  # pairs went out without it
     NOT_FINITE = "join result is not a finite number"  # a join result (a formula overflowing, say)
+    # a record its join key held when the key was evicted (local_stream_buffer.eviction)
+    EVICTED = ("evicted: join key {key} was among the least recently used when its partition or bucket passed "
+               "{max_join_keys} keys; this record can no longer pair with later records")
 
     def reason(self, **details: object) -> str:
         """The reason text with its details, e.g. ``Rejection.INVALID.reason(error="...")``."""
