@@ -263,8 +263,8 @@ class KeyedJoiner:
             for _, entry in entries:
                 self._release(entry[2])
         if evicted:
-            logger.warning("evicted %d join keys (least recently used, over the bound of %d); %d held records evicted in all",
-                           len(evicted), self.max_join_keys, counters.evicted)
+            logger.warning("evicted %d join keys (least recently used, over the bound of %d); %d held records "
+                           "evicted in all", len(evicted), self.max_join_keys, counters.evicted)
 
     def poll(self) -> list[OutputRecord]:
         """Emit pairs overdue by ``max_latency`` in all keys (call it regularly while streams are idle)."""

@@ -15,6 +15,7 @@ records.
 """
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable, Iterable, Iterator, MutableMapping, Sequence
 from pathlib import Path
@@ -37,6 +38,8 @@ from pipeline_core.records import dead_letter, record_key
 
 from .encode import STAGE, EncodedOutputs, encode_outputs
 from .parse import resolver_for, unpack
+
+log = logging.getLogger(__name__)
 
 # The topic of an emitted record: a small int column, which Arrow builds from numpy without a Python
 # object per record.
@@ -102,15 +105,16 @@ class BucketJoinProcessor(StatefulProcessor):
         counted = self.key_count.get()
         count = (counted[0] if counted is not None else 0) + states.created
         if self.max_join_keys is not None and count > self.max_join_keys:
-            stamps = {tuple(stored): used for stored, (_, used) in self.joins.iterator()}
-            evicted = keys_to_evict(stamps.items(), len(stamps), self.max_join_keys)
+            held = {tuple(stored): (state, used) for stored, (state, used) in self.joins.iterator()}
+            evicted = keys_to_evict(((stored, used) for stored, (_, used) in held.items()), len(held),
+                                    self.max_join_keys)
             for stored in evicted:
-                value = self.joins.getValue(stored)
-                letters = evicted_dead_letters(self.resolver, stored, value[0], self.input_topic, self.max_join_keys)
+                letters = evicted_dead_letters(self.resolver, stored, held[stored][0], self.input_topic,
+                                               self.max_join_keys)
                 if emitted is not None:
                     emitted.dead_letters.extend(letters)
                 self.joins.removeKey(stored)
-            count = len(stamps) - len(evicted)
+            count = len(held) - len(evicted)
         self.key_count.update((count,))
 
 
@@ -163,7 +167,10 @@ def evicted_dead_letters(resolver: SpecResolver, stored: StateKey, state: bytes,
     thing, spec_name, axis = stored
     spec = next((spec for spec in resolver.specs if spec.name == spec_name), None)
     if spec is None:
-        return []  # a spec removed from the file since: nothing of it can pair any more
+        # A spec removed from the file since: nothing of it can pair any more, and its quantities are unknown.
+        log.warning("evicted join key %s of a join spec no longer in the spec file: its records are not "
+                    "dead-lettered", stored)
+        return []
     binding = spec.bind(axis)
     joined = BatchJoinState.from_bytes(state)
     held = [(side, t, value) for side in (LEFT, RIGHT)

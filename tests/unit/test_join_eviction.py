@@ -94,7 +94,15 @@ def _measure(joiner: KeyedJoiner, changelog: dict[bytes, bytes], changes: StateC
             if joiner.ingest(record, position).status.name == "ACCEPTED":
                 changes.puts[position] = b"x" * 100
         if index % 1_000 == 999:
-            changes.flush(lambda key, value: changelog.pop(key, None) if value is None else changelog.__setitem__(key, value))
+            changes.flush(lambda key, value: compact(changelog, key, value))
+
+
+def compact(changelog: dict[bytes, bytes], key: bytes, value: bytes | None) -> None:
+    """What a compacted topic keeps: the latest value per key, none after a tombstone."""
+    if value is None:
+        changelog.pop(key, None)
+    else:
+        changelog[key] = value
 
 
 def test_memory_state_and_changelog_stay_bounded_over_100_000_distinct_keys() -> None:
