@@ -94,7 +94,7 @@ class BucketJoinProcessor(StatefulProcessor):
     def _load_states(self) -> StoredStates:
         return StoredStates(self.joins)
 
-    def _store_states(self, states: StoredStates, emitted: Emitted | None = None) -> None:
+    def _store_states(self, states: StoredStates, emitted: Emitted) -> None:
         """Write the keys the batch joined; evict the least recently used beyond the bound (their held records
         become dead letters in ``emitted``)."""
         used_ms = int(time.time() * 1000)
@@ -111,8 +111,7 @@ class BucketJoinProcessor(StatefulProcessor):
             for stored in evicted:
                 letters = evicted_dead_letters(self.resolver, stored, held[stored][0], self.input_topic,
                                                self.max_join_keys)
-                if emitted is not None:
-                    emitted.dead_letters.extend(letters)
+                emitted.dead_letters.extend(letters)
                 self.joins.removeKey(stored)
             count = len(held) - len(evicted)
         self.key_count.update((count,))
