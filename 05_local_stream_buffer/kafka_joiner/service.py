@@ -8,8 +8,8 @@ the open transaction, and commits when the transaction is due. A transaction car
 * join outputs and dead letters, what changed in the records the joins hold (to the compacted changelog,
   see `changelog`), and per co-partitioned partition the processed position (see `partition_join`).
 
-A revocation commits the open transaction first; a lost assignment aborts it; an aborted commit goes back
-to the last one (`rebalance`). KIP-447 fencing keeps a zombie instance from committing after its
+A revocation commits the open transaction first; a lost assignment or an exception aborts it; an aborted
+commit goes back to the last one (`rebalance`). KIP-447 fencing keeps a zombie instance from committing after its
 partitions moved.
 """
 from __future__ import annotations
