@@ -135,7 +135,7 @@ class PerRecordProcessor(BucketJoinProcessor):
         emitted = join_bucket(self.resolver, data, states, self.input_topic, self.max_pending_per_side,
                               encode=encode_per_record)
         if has_data:
-            self._store_states(states)
+            self._store_states(states, emitted)
         if emitted:
             yield emitted.frame()
 

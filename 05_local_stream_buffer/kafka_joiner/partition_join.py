@@ -22,6 +22,7 @@ from pipeline_core.kafka_clients import produce
 from pipeline_core.partitioning import thing_partition
 from pipeline_core.records import InvalidRecord, dead_letter, decode_record, encode_record, record_key
 
+from local_stream_buffer.eviction import evicted_payload
 from local_stream_buffer.keyed import KeyedJoiner
 from local_stream_buffer.output import is_finite_result
 from local_stream_buffer.rejections import Rejection
@@ -46,20 +47,23 @@ _LATE = IngestStatus.LATE
 class PartitionJoin:
     """The keyed join of one co-partitioned partition, restored from the changelog on assignment.
 
-    :param new_joiner: an empty keyed join that calls the given hook when it lets go of a record.
+    :param new_joiner: an empty keyed join that calls the given hooks when it lets go of a record and when it
+        evicts a key (see `local_stream_buffer.eviction`).
     :param committed: the committed offset, where processing resumes (None: nothing committed yet).
     :param metadata: the committed offset's metadata.
     """
 
     __slots__ = ("topic", "partition", "joiner", "changes", "committed", "position", "replay_below", "rebuilding",
-                 "covered")
+                 "covered", "evicted")
 
-    def __init__(self, topic: str, partition: int, new_joiner: Callable[[Callable[[int], None]], KeyedJoiner],
+    def __init__(self, topic: str, partition: int, new_joiner: Callable[..., KeyedJoiner],
                  committed: int | None, metadata: str | None) -> None:
         self.topic = topic
         self.partition = partition
         self.changes = StateChanges()
-        self.joiner = new_joiner(self.changes.released)
+        # Per evicted key, its held records and the reason: dead-lettered in the transaction that deletes them.
+        self.evicted: list[tuple[list[tuple[dict, int]], str]] = []
+        self.joiner = new_joiner(self.changes.released, lambda records, reason: self.evicted.append((records, reason)))
         self.committed = committed
         self.position: int | None = None  # next offset to ingest, once a frame arrived
         # After an upgrade from the earlier format, frames up to its processed position rebuild the state
@@ -92,9 +96,6 @@ class PartitionJoin:
             if ingest(decode_record(value), position).status is not _ACCEPTED:
                 self.changes.released(position)
         return len(held)
-
-    def advance(self, offset: int) -> None:
-        self.position = offset + 1
 
     @property
     def replaying(self) -> bool:
@@ -168,15 +169,11 @@ class FrameJoiner:
         joined = rebuilt = records_since_check = 0
         join: PartitionJoin | None = None
         current = -1  # the partition `join` belongs to
-        frame_offset = -1  # of the last frame joined into `join`, which advances past it on a change
         frame_of = self._frame_of
         for index, message in enumerate(messages):
             frame = frame_of(message)
             partition = message.partition()
             if partition != current:
-                if frame_offset >= 0:
-                    join.advance(frame_offset)
-                    frame_offset = -1
                 current = partition
                 join = joins.get(partition)
                 if join is not None:
@@ -227,6 +224,9 @@ class FrameJoiner:
                     except BufferError:  # local queue full: the shared helper waits for deliveries to drain it
                         produce(self._producer, output_topic, payload, key)
                     append_times.append(framed.append_time)
+            # Past the frame as soon as it is joined: whenever the transaction commits, its offsets cover
+            # exactly the frames whose outputs and state changes it holds.
+            join.position = frame_offset + 1
             if records_since_check >= _DUE_CHECK_RECORDS:
                 transaction.records += records_since_check
                 records_since_check = 0
@@ -235,12 +235,25 @@ class FrameJoiner:
                     break
         else:
             index = len(messages)
-        if frame_offset >= 0:
-            join.advance(frame_offset)
+        for evicting in joins.values():
+            if evicting.evicted:
+                self._dead_letter_evicted(evicting)
         transaction.records += records_since_check
         self._stats.joined_in += joined
         self._stats.rebuilt += rebuilt
         return index
+
+    def _dead_letter_evicted(self, join: PartitionJoin) -> None:
+        """The records held by keys the key bound evicted: given up, so dead-lettered (their changelog
+        tombstones go in the same transaction)."""
+        for records, reason in join.evicted:
+            for record, _position in records:
+                key = record_key(record["thing"], record["quantity"])
+                produce(self._producer, self._dlq_topic,
+                        dead_letter(reason, evicted_payload(record), STAGE, topic=self._input_topic, key=key), key)
+            self._stats.dead_letters += len(records)
+            self._stats.evicted += len(records)
+        join.evicted.clear()
 
     def _dead_letter(self, reason: str, framed: FramedRecord, **context: object) -> None:
         key = framed.key

@@ -27,6 +27,7 @@ class JoinerStats(StageCounters):
     rebuild_records_lost: int = 0  # records a rebuild of lost state needed that retention had deleted
     transactions: int = 0
     aborted: int = 0
+    evicted: int = 0  # held records dead-lettered because the key bound evicted their join key
     first_record_at: float | None = None  # time.monotonic() of the first consumed record
     last_commit_at: float | None = None  # time.monotonic() after the last commit with outputs
     # Append time of the completing input record to the commit of its output, ms; cleared by each report.

@@ -30,12 +30,12 @@ class OwnedPartitions:
     """What this instance owns: every assigned partition with the offset it started from, and the join of
     each co-partitioned partition.
 
-    :param new_joiner: an empty keyed join for a co-partitioned partition, given its release hook.
+    :param new_joiner: an empty keyed join for a co-partitioned partition, given its release and evict hooks.
     :param restorer: reads the held records of co-partitioned partitions from the changelog.
     :param forwarder, alignment: stage one's state per input partition (input partitioned by key), or None.
     """
 
-    def __init__(self, consumer: Consumer, join_topic: str, new_joiner: Callable[[Callable[[int], None]], KeyedJoiner],
+    def __init__(self, consumer: Consumer, join_topic: str, new_joiner: Callable[..., KeyedJoiner],
                  restorer: Restorer, stats: JoinerStats, forwarder: Forwarder | None = None,
                  alignment: InputAlignment | None = None) -> None:
         self._consumer = consumer

@@ -64,11 +64,10 @@ class ThingRouter:
         text = _text(key)
         if text is None or "." not in text:
             return 0  # unusable key: the join side dead-letters the record with the reason
-        # A thing may contain dots itself, so any suffix after a dot may be the quantity.
-        for index, char in enumerate(text):
-            if char == "." and self._resolver.routes(text[index + 1:]):
-                return thing_partition(text[:index], self.partitions)
-        return None
+        # One match for the whole key: resolving every suffix after a dot would fill the route cache with
+        # the suffixes of every key ever seen.
+        thing = self._resolver.joinable_thing(text)
+        return None if thing is None else thing_partition(thing, self.partitions)
 
 
 class InputFrames:

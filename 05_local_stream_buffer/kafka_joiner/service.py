@@ -8,8 +8,8 @@ the open transaction, and commits when the transaction is due. A transaction car
 * join outputs and dead letters, what changed in the records the joins hold (to the compacted changelog,
   see `changelog`), and per co-partitioned partition the processed position (see `partition_join`).
 
-A revocation commits the open transaction first; a lost assignment aborts it; an aborted commit goes back
-to the last one (`rebalance`). KIP-447 fencing keeps a zombie instance from committing after its
+A revocation commits the open transaction first; a lost assignment or an exception aborts it; an aborted
+commit goes back to the last one (`rebalance`). KIP-447 fencing keeps a zombie instance from committing after its
 partitions moved.
 """
 from __future__ import annotations
@@ -108,8 +108,9 @@ class KafkaJoiner:
         self._restorer = Restorer(settings.kafka_bootstrap_servers, settings.group_id, self.state_topic)
         self._partitions = OwnedPartitions(
             self._consumer, self.join_topic,
-            lambda on_release: KeyedJoiner(self.resolver, max_pending_per_side=settings.max_pending_per_side,
-                                           on_release=on_release),
+            lambda on_release, on_evict: KeyedJoiner(
+                self.resolver, max_pending_per_side=settings.max_pending_per_side, on_release=on_release,
+                max_join_keys=settings.max_join_keys or None, on_evict=on_evict),
             self._restorer, self.stats, self._forwarder, self._alignment)
         self._frames = FrameJoiner(self._producer, self._transaction, self.stats, settings.input_topic,
                                    settings.output_topic, settings.dlq_topic, frame_of, join_partitions)
@@ -126,20 +127,27 @@ class KafkaJoiner:
         log.info("join state in %s", self.state_topic)
 
     def run(self, until: Callable[[KafkaJoiner], bool] | None = None) -> None:
-        """Consume, join and commit until `stop` is set (or until `until(self)` holds), then commit and leave."""
+        """Consume, join and commit until `stop` is set (or until `until(self)` holds), then commit and leave.
+        An exception aborts the open transaction instead: it may hold a batch joined halfway."""
+        completed = False
         try:
             while not self.stop.is_set():
                 self.step()
                 if until is not None and until(self):
                     break
+            completed = True
         finally:
-            self.close()
+            self.close(commit=completed)
 
-    def close(self) -> None:
-        """Commit what is done and leave the group."""
+    def close(self, commit: bool = True) -> None:
+        """Commit what is done (`commit`, after a clean stop) or abort the open transaction (after an
+        exception), and leave the group."""
         try:
             if self._transaction.open:
-                self._commit(rewind_on_abort=False)
+                if commit:
+                    self._commit(rewind_on_abort=False)
+                else:
+                    self._abort_after_failure()
         finally:
             self._consumer.close()
             if self._restorer is not None:
@@ -147,6 +155,16 @@ class KafkaJoiner:
         self._producer.flush(KAFKA_TIMEOUT_S)
         self._progress.close()
         log.info("stopped")
+
+    def _abort_after_failure(self) -> None:
+        # Outputs and state changes of records whose positions were not yet counted would commit with stale
+        # offsets: on restart those records would meet their own state again (out_of_order dead letters).
+        try:
+            self._transaction.abort()
+        except KafkaException as error:
+            # Fenced or the broker gone: it aborts the transaction itself (at once when this instance id
+            # restarts, else after the transaction timeout); nothing of it ever commits.
+            log.warning("could not abort the open transaction after a failure: %s", error)
 
     # -- the loop --------------------------------------------------------------------------------------
 

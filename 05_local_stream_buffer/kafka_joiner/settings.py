@@ -7,6 +7,7 @@ from pathlib import Path
 from pipeline_core.settings import KafkaSettings, ProgressSettings, setting
 from pipeline_core.topics import MACHINE_DATA, MACHINE_DLQ, MACHINE_OUT
 
+from local_stream_buffer.eviction import DEFAULT_MAX_JOIN_KEYS
 from local_stream_buffer.two_stream_join import DEFAULT_MAX_PENDING_PER_SIDE
 
 
@@ -50,6 +51,10 @@ class KafkaJoinerSettings(KafkaSettings, ProgressSettings):
                                       "group session timeout: how soon a vanished instance's partitions move")
     max_pending_per_side: int = setting(DEFAULT_MAX_PENDING_PER_SIDE, "KAFKA_JOINER_MAX_PENDING_PER_SIDE",
                                         "pending records per side and key before the oldest are forced (memory bound)")
+    max_join_keys: int = setting(
+        DEFAULT_MAX_JOIN_KEYS, "KAFKA_JOINER_MAX_JOIN_KEYS",
+        "join keys (thing x join spec x axis) per partition; beyond it the least recently used are evicted and "
+        "the records they held dead-lettered as evicted (memory bound; 0: no bound)")
     align_ms: int = setting(500, "KAFKA_JOINER_ALIGN_MS",
                             "while catching up a backlog, input partitions more than this far ahead in append time "
                             "pause, so a key's two streams stay close")

@@ -81,10 +81,14 @@ class Transaction:
         return True
 
     def abort(self) -> None:
-        self._producer.abort_transaction(KAFKA_TIMEOUT_S)
-        self.open = False
-        self.append_times.clear()
-        self._stats.aborted += 1
+        """Abort the open transaction. Even if Kafka fails the abort (the producer fenced or in a fatal
+        state), the transaction counts as closed: nothing may commit it afterwards (the broker aborts it)."""
+        try:
+            self._producer.abort_transaction(KAFKA_TIMEOUT_S)
+        finally:
+            self.open = False
+            self.append_times.clear()
+            self._stats.aborted += 1
 
 
 def _retry(call: Callable[[], None]) -> None:

@@ -26,6 +26,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Iterator, Mapping, NamedTuple
 
+from .eviction import DEFAULT_MAX_JOIN_KEYS, eviction_reason, evicted_records, keys_to_evict
 from .output import canonical_time, output_builder
 from .record import Record
 from .rejections import Rejection
@@ -67,6 +68,8 @@ class JoinCounters:
     late: int = 0
     forced: int = 0  # pending records resolved early by max_latency or the pending limit
     unrouted: int = 0
+    evicted_keys: int = 0  # join keys evicted by the key bound (local_stream_buffer.eviction)
+    evicted: int = 0  # records those keys held, handed to on_evict
 
 
 class _Held:
@@ -82,12 +85,13 @@ class _Held:
 class _KeyJoin:
     """The join of one (thing, binding) key, turning its pairs into output records."""
 
-    __slots__ = ("thing", "binding", "join", "outputs", "_build")
+    __slots__ = ("thing", "binding", "join", "outputs", "_build", "used")
 
     def __init__(self, thing: str, binding: SpecBinding, joiner: KeyedJoiner) -> None:
         self.thing = thing
         self.binding = binding
         self.outputs: list[OutputRecord] = []
+        self.used = joiner._counters.records_in  # the record count at its last record: recency for eviction
         self._build = output_builder(thing, binding)
         self.join = TwoStreamJoin(
             emit=self._emit,
@@ -114,6 +118,10 @@ class KeyedJoiner:
     :param clock: processing-time clock for ``max_latency``.
     :param on_release: called with a record's ``source`` when no key holds it any more.
     :param on_late: called with (record, source) for a record that arrived inside a gap closed by forcing.
+    :param max_join_keys: keys beyond which the least recently used are evicted (None: no bound; see
+        :mod:`local_stream_buffer.eviction`).
+    :param on_evict: called per evicted key with its held records (input record dicts, with their sources)
+        and the reason, before they are released.
     """
 
     def __init__(
@@ -125,6 +133,8 @@ class KeyedJoiner:
         clock: Callable[[], float] = time.monotonic,
         on_release: Callable[[object], None] | None = None,
         on_late: Callable[[Any, object], None] | None = None,
+        max_join_keys: int | None = DEFAULT_MAX_JOIN_KEYS,
+        on_evict: Callable[[list[tuple[dict[str, Any], object]], str], None] | None = None,
     ) -> None:
         self.resolver = specs if isinstance(specs, SpecResolver) else SpecResolver(specs)
         self.max_pending_per_side = max_pending_per_side
@@ -132,6 +142,8 @@ class KeyedJoiner:
         self.clock = clock
         self._on_release = on_release
         self._on_late = on_late
+        self.max_join_keys = max_join_keys
+        self._on_evict = on_evict
         self._keys: dict[tuple[str, SpecBinding], _KeyJoin] = {}
         # (thing, quantity) -> the key joins it feeds: one lookup per record instead of hashing bindings.
         self._streams: dict[tuple[str, str], list[tuple[_KeyJoin, int]]] = {}
@@ -157,6 +169,7 @@ class KeyedJoiner:
         if len(stream) == 1:
             # One key, the common case: its verdict is the record's.
             key, side = stream[0]
+            key.used = counters.records_in
             held.keys = 1
             status = key.join.ingest(side, t, value, held)
             outputs = key.outputs
@@ -173,6 +186,7 @@ class KeyedJoiner:
         status = None  # the first route's verdict, unless any route accepted the record
         late = False
         for key, side in stream:
+            key.used = counters.records_in
             held.keys += 1
             verdict = key.join.ingest(side, t, value, held)
             if verdict is _ACCEPTED:
@@ -221,15 +235,43 @@ class KeyedJoiner:
     def _stream_keys(self, thing: str, quantity: str) -> list[tuple[_KeyJoin, int]]:
         """The key joins (and sides) a stream feeds, creating them on its first record; cached if any."""
         stream = []
+        created = False
         for binding, side in self.resolver.routes(quantity):
             key = self._keys.get((thing, binding))
             if key is None:
                 key = self._keys[(thing, binding)] = _KeyJoin(thing, binding, self)
+                created = True
             stream.append((key, side))
+        if created and self.max_join_keys is not None and len(self._keys) > self.max_join_keys:
+            self._evict(keep=[(key.thing, key.binding) for key, _ in stream])
         if stream:
-            # Bounded by the keys themselves: only streams that feed a key are cached.
+            # Bounded by the keys themselves: only streams that feed a key are cached (and evicted with it).
             self._streams[(thing, quantity)] = stream
         return stream
+
+    def _evict(self, keep: list[tuple[str, SpecBinding]]) -> None:
+        """Evict the least recently used keys down to the bound: their held records go to ``on_evict``, then
+        are released (so the adapter deletes their state), and a later record starts the key afresh."""
+        evicted = keys_to_evict(((name, key.used) for name, key in self._keys.items()), len(self._keys),
+                                self.max_join_keys, keep)
+        counters = self._counters
+        for name in evicted:
+            key = self._keys.pop(name)
+            thing, binding = name
+            for quantity in (binding.left_quantity, binding.right_quantity):
+                self._streams.pop((thing, quantity), None)  # other keys of the stream are found again
+            entries = [(side, entry) for side in (0, 1) for entry in key.join.buffer(side)]
+            counters.evicted_keys += 1
+            counters.evicted += len(entries)
+            if self._on_evict is not None and entries:
+                records = evicted_records(thing, binding, ((side, entry[0], entry[1]) for side, entry in entries))
+                self._on_evict([(record, entry[2].source) for record, (_, entry) in zip(records, entries)],
+                               eviction_reason(thing, binding, self.max_join_keys))
+            for _, entry in entries:
+                self._release(entry[2])
+        if evicted:
+            logger.warning("evicted %d join keys (least recently used, over the bound of %d); %d held records "
+                           "evicted in all", len(evicted), self.max_join_keys, counters.evicted)
 
     def poll(self) -> list[OutputRecord]:
         """Emit pairs overdue by ``max_latency`` in all keys (call it regularly while streams are idle)."""

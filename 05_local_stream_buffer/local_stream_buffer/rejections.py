@@ -21,6 +21,9 @@ class Rejection(Enum):
     BEYOND_BOUND = ("late: t={t} arrived {behind_ms} ms behind the newest t={newest} of {stream}, {late_ms} ms beyond "
                     "max_out_of_orderness {bound_ms} ms")
     NOT_FINITE = "join result is not a finite number"  # a join result (a formula overflowing, say)
+    # a record its join key held when the key was evicted (local_stream_buffer.eviction)
+    EVICTED = ("evicted: join key {key} was among the least recently used when its partition or bucket passed "
+               "{max_join_keys} keys; this record can no longer pair with later records")
 
     def reason(self, **details: object) -> str:
         """The reason text with its details, e.g. ``Rejection.INVALID.reason(error="...")``."""

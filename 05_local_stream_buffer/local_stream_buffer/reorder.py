@@ -60,7 +60,7 @@ def late_rejection(thing: str, quantity: str, t: float, newest: float, bound: fl
 class ReorderedJoin:
     """A :class:`TwoStreamJoin` behind a reorder buffer per side: the per-record path with bounded disorder.
 
-    Same interface as the join it wraps (``ingest``, ``poll``, ``last_time``, ``held_items``, ``len``,
+    Same interface as the join it wraps (``ingest``, ``poll``, ``last_time``, ``buffer``, ``held_items``, ``len``,
     ``forced``), so the keyed joiner uses either. Accepted records are held (the caller's items stay with the
     key) until the join lets go of them; a record the join turns away when the buffer hands it over (only
     possible inside a gap that forcing closed) is let go through ``release`` at once.
@@ -148,6 +148,10 @@ class ReorderedJoin:
     @property
     def forced(self) -> int:
         return self._join.forced
+
+    def buffer(self, side: int) -> list[tuple[float, Any, Any]]:
+        """The entries a side holds: the join's, then the reorder buffer's (what an evicted key gives up)."""
+        return [*self._join.buffer(side), *self._entries[side]]
 
     def held_items(self) -> Iterator[Any]:
         yield from self._join.held_items()

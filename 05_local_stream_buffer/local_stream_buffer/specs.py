@@ -20,6 +20,9 @@ from .two_stream_join import LEFT, RIGHT
 AXIS_PLACEHOLDER = "{axis}"
 DEFAULT_AXIS_PATTERN = r"\d+"
 DEFAULT_SPEC_FILE = Path(__file__).with_name("join_specs.toml")
+# Quantity names (and axes) resolved and kept for the next record: far more than a plant's quantities, a
+# bound on what a flood of distinct names costs. A name pushed out is resolved again (a few regex matches).
+ROUTE_CACHE_SIZE = 4096
 
 
 @dataclass(frozen=True)
@@ -140,6 +143,12 @@ class SpecResolver:
             for side, pattern in ((LEFT, spec.left), (RIGHT, spec.right))
         ]
         self._outputs = [(spec.compile(spec.output), spec) for spec in self.specs]
+        # A record key "thing.quantity" whose quantity some spec joins (the thing may contain dots itself: the
+        # shortest thing wins): one match per key, whatever its number of dots.
+        quantities = "|".join(f"(?:{spec.compile(pattern).pattern.replace('(?P<axis>', '(?:')})"
+                              for spec in self.specs for pattern in (spec.left, spec.right))
+        self._joinable_key = re.compile(f"(?P<thing>.*?)\\.(?:{quantities})", re.DOTALL) if quantities else None
+        # Bounded, first in first out: a hit costs one dict lookup, as an unbounded cache did.
         self._routes: dict[str, tuple[Route, ...]] = {}
         self._bindings: dict[tuple[JoinSpec, str], SpecBinding] = {}
 
@@ -152,8 +161,16 @@ class SpecResolver:
                 match = pattern.fullmatch(quantity)
                 if match is not None:
                     found.append(Route(self._bind(spec, match), side))
-            routes = self._routes[quantity] = tuple(found)
+            routes = tuple(found)
+            _put_bounded(self._routes, quantity, routes)
         return routes
+
+    def joinable_thing(self, key: str) -> str | None:
+        """The thing of a record key ``thing.quantity`` whose quantity a spec joins; None if no spec does."""
+        if self._joinable_key is None:
+            return None
+        match = self._joinable_key.fullmatch(key)
+        return None if match is None else match.group("thing")
 
     def binding_for_output(self, output_quantity: str) -> SpecBinding | None:
         """The binding producing an output quantity (e.g. 'vaPower_C11'), None if no spec does."""
@@ -170,5 +187,13 @@ class SpecResolver:
         axis = match.groupdict().get("axis") or ""
         binding = self._bindings.get((spec, axis))
         if binding is None:
-            binding = self._bindings[(spec, axis)] = spec.bind(axis)
+            binding = spec.bind(axis)
+            _put_bounded(self._bindings, (spec, axis), binding)
         return binding
+
+
+def _put_bounded(cache: dict, key: object, value: object) -> None:
+    """Cache a value, pushing out the oldest entry once the cache holds ROUTE_CACHE_SIZE."""
+    if len(cache) >= ROUTE_CACHE_SIZE:
+        del cache[next(iter(cache))]
+    cache[key] = value

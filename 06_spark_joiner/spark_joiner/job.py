@@ -29,7 +29,8 @@ def start_query(spark: SparkSession, settings: SparkJoinerSettings, sink: Transa
     routed = kafka_source(spark, settings).mapInArrow(RecordRouter(settings.join_specs, settings.buckets), PACKED_SCHEMA)
     joined = routed.groupBy("bucket").transformWithStateInPandas(
         statefulProcessor=BucketJoinProcessor(settings.join_specs, settings.input_topic,
-                                              settings.max_pending_per_side, committed),
+                                              settings.max_pending_per_side, committed=committed,
+                                              max_join_keys=settings.max_join_keys or None),
         outputStructType=OUTPUT_SCHEMA,
         outputMode="Append",
         timeMode="None",

@@ -1,9 +1,11 @@
 """The join inside Spark's keyed state: one group per bucket, the engine's keyed batch join within it.
 
 Spark calls the processor once per bucket that has input in a micro-batch (``transformWithStateInPandas``
-keyed by bucket). The bucket's state is a single value: every join key's engine state as bytes. Grouping
-many machines into one bucket is what keeps 10,000 machines fast: Spark's per-group cost is paid per
-bucket, not per machine.
+keyed by bucket). The bucket's state is a map from join key to that key's engine state as bytes (and when
+it last had a record): a micro-batch reads and writes only the keys it has rows for. Grouping many machines
+into one bucket is what keeps 10,000 machines fast: Spark's per-group cost is paid per bucket, not per
+machine. A bucket holds at most ``max_join_keys`` keys; beyond, the least recently used are evicted and what
+they held is dead-lettered (``local_stream_buffer.eviction``, the standalone joiner's rule).
 
 The join itself is the engine's (``local_stream_buffer.keyed_batch``): it puts each stream back into Kafka
 offset order (the rows went through a shuffle), rejects what breaks a stream's order, and joins. Its
@@ -20,8 +22,9 @@ those the committed ones lacked.
 """
 from __future__ import annotations
 
-import pickle
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+import logging
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping, MutableMapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -30,14 +33,20 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql.streaming import StatefulProcessor, StatefulProcessorHandle
-from pyspark.sql.types import BinaryType, StructField, StructType
+from pyspark.sql.types import BinaryType, LongType, StringType, StructField, StructType
 
+from local_stream_buffer.eviction import (DEFAULT_MAX_JOIN_KEYS, eviction_reason, evicted_payload, evicted_records,
+                                          keys_to_evict)
 from local_stream_buffer.keyed_batch import JoinKey, KeyedPairs, KeyedRows, StateKey, join_keyed_batch
+from local_stream_buffer.reorder import load_key_state
+from local_stream_buffer.two_stream_join import LEFT, RIGHT
 from local_stream_buffer.specs import SpecResolver
-from pipeline_core.records import dead_letter
+from pipeline_core.records import dead_letter, record_key
 
 from .encode import STAGE, EncodedOutputs, encode_outputs
 from .parse import resolver_for, unpack
+
+log = logging.getLogger(__name__)
 
 # The topic of an emitted record: a small int column, which Arrow builds from numpy without a Python
 # object per record.
@@ -53,22 +62,30 @@ EMITTED_ARROW_SCHEMA = pa.schema([
     pa.field("key", pa.string()),
     pa.field("value", pa.binary(), nullable=False),
 ])
-STATE_SCHEMA = StructType([StructField("joins", BinaryType(), False)])
+# The bucket's state: per join key (its StateKey) the engine state and the processing time (ms) of its last
+# rows; and how many keys the bucket holds, so the bound is checked without reading them all.
+JOIN_KEY_SCHEMA = StructType([StructField("thing", StringType(), False), StructField("spec", StringType(), False),
+                              StructField("axis", StringType(), False)])
+JOIN_STATE_SCHEMA = StructType([StructField("state", BinaryType(), False), StructField("used_ms", LongType(), False)])
+KEY_COUNT_SCHEMA = StructType([StructField("keys", LongType(), False)])
 
 
 class BucketJoinProcessor(StatefulProcessor):
     """Joins every key of one bucket with the engine's keyed batch join."""
 
     def __init__(self, join_specs: Path | None, input_topic: str, max_pending_per_side: int,
-                 committed: Mapping[int, int] | None = None) -> None:
+                 committed: Mapping[int, int] | None = None,
+                 max_join_keys: int | None = DEFAULT_MAX_JOIN_KEYS) -> None:
         self.join_specs = join_specs
         self.input_topic = input_topic
         self.max_pending_per_side = max_pending_per_side
         # Per input partition, the offset below which the outputs are committed (the sink's, at query start).
         self.committed = dict(committed or {})
+        self.max_join_keys = max_join_keys
 
     def init(self, handle: StatefulProcessorHandle) -> None:
-        self.joins = handle.getValueState("joins", STATE_SCHEMA)
+        self.joins = handle.getMapState("join_keys", JOIN_KEY_SCHEMA, JOIN_STATE_SCHEMA)
+        self.key_count = handle.getValueState("key_count", KEY_COUNT_SCHEMA)
         self.resolver: SpecResolver = resolver_for(self.join_specs)
 
     def handleInputRows(self, key: Any, rows: Iterator[pd.DataFrame], timerValues: Any) -> Iterator[pd.DataFrame]:
@@ -82,19 +99,101 @@ class BucketJoinProcessor(StatefulProcessor):
             data = data.filter(np.logical_not(committed))
         emitted = join_bucket(self.resolver, data, states, self.input_topic, self.max_pending_per_side)
         if has_data:
-            self._store_states(states)
+            self._store_states(states, emitted)
         if emitted:
             yield emitted.frame()
 
     def close(self) -> None:
         pass
 
-    def _load_states(self) -> dict[StateKey, bytes]:
-        stored = self.joins.get()  # None for a bucket without state: one call to the state server, not two
-        return pickle.loads(stored[0]) if stored is not None else {}
+    def _load_states(self) -> StoredStates:
+        return StoredStates(self.joins)
 
-    def _store_states(self, states: dict[StateKey, bytes]) -> None:
-        self.joins.update((pickle.dumps(states, protocol=pickle.HIGHEST_PROTOCOL),))
+    def _store_states(self, states: StoredStates, emitted: Emitted) -> None:
+        """Write the keys the batch joined; evict the least recently used beyond the bound (their held records
+        become dead letters in ``emitted``)."""
+        used_ms = int(time.time() * 1000)
+        for stored in states.written:
+            self.joins.updateValue(stored, (states[stored], used_ms))
+        if not states.created:
+            return
+        counted = self.key_count.get()
+        count = (counted[0] if counted is not None else 0) + states.created
+        if self.max_join_keys is not None and count > self.max_join_keys:
+            held = {tuple(stored): (state, used) for stored, (state, used) in self.joins.iterator()}
+            evicted = keys_to_evict(((stored, used) for stored, (_, used) in held.items()), len(held),
+                                    self.max_join_keys)
+            for stored in evicted:
+                letters = evicted_dead_letters(self.resolver, stored, held[stored][0], self.input_topic,
+                                               self.max_join_keys)
+                emitted.dead_letters.extend(letters)
+                self.joins.removeKey(stored)
+            count = len(held) - len(evicted)
+        self.key_count.update((count,))
+
+
+class StoredStates(MutableMapping):
+    """The engine states of a bucket's join keys, read from the map state as the join asks for them (one
+    call per key it has rows for), and what it wrote."""
+
+    def __init__(self, joins: Any) -> None:
+        self._joins = joins
+        self._read: dict[StateKey, bytes | None] = {}
+        self.written: dict[StateKey, bytes] = {}
+        self.created = 0  # keys written that the map state did not hold
+
+    def _stored(self, stored: StateKey) -> bytes | None:
+        if stored in self.written:
+            return self.written[stored]
+        if stored not in self._read:
+            value = self._joins.getValue(stored)
+            self._read[stored] = value[0] if value is not None else None
+        return self._read[stored]
+
+    def __contains__(self, stored: object) -> bool:
+        return self._stored(stored) is not None
+
+    def __getitem__(self, stored: StateKey) -> bytes:
+        value = self._stored(stored)
+        if value is None:
+            raise KeyError(stored)
+        return value
+
+    def __setitem__(self, stored: StateKey, value: bytes) -> None:
+        if stored not in self.written and self._stored(stored) is None:
+            self.created += 1
+        self.written[stored] = value
+
+    def __delitem__(self, stored: StateKey) -> None:
+        raise NotImplementedError("the join never deletes a key's state; eviction removes it from the map state")
+
+    def __iter__(self) -> Iterator[StateKey]:
+        return iter(self.written)
+
+    def __len__(self) -> int:
+        return len(self.written)
+
+
+def evicted_dead_letters(resolver: SpecResolver, stored: StateKey, state: bytes, input_topic: str,
+                         max_join_keys: int) -> list[bytes]:
+    """The dead letters of what an evicted key held (``local_stream_buffer.eviction``), as the standalone
+    joiner writes them."""
+    thing, spec_name, axis = stored
+    spec = next((spec for spec in resolver.specs if spec.name == spec_name), None)
+    if spec is None:
+        # A spec removed from the file since: nothing of it can pair any more, and its quantities are unknown.
+        log.warning("evicted join key %s of a join spec no longer in the spec file: its records are not "
+                    "dead-lettered", stored)
+        return []
+    binding = spec.bind(axis)
+    reorder, joined = load_key_state(state)  # a bound's reorder buffers hold records too
+    held = [(side, t, value) for side in (LEFT, RIGHT)
+            for times, values in ((joined.times[side], joined.values[side]), (reorder.times[side], reorder.values[side]))
+            for t, value in zip(times.tolist(), values.tolist())]
+    reason = eviction_reason(thing, binding, max_join_keys)
+    return [dead_letter(reason, evicted_payload(record), STAGE, topic=input_topic,
+                        key=record_key(record["thing"], record["quantity"]))
+            for record in evicted_records(thing, binding, held)]
 
 
 def committed_rows(data: pa.Table, committed: Mapping[int, int]) -> np.ndarray | None:

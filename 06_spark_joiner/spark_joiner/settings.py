@@ -6,6 +6,7 @@ import hashlib
 from pathlib import Path
 
 from local_stream_buffer import DEFAULT_MAX_PENDING_PER_SIDE
+from local_stream_buffer.eviction import DEFAULT_MAX_JOIN_KEYS
 from pipeline_core.paths import STATE_DIR
 from pipeline_core.settings import ConnectionSettings, ProgressSettings, setting
 from pipeline_core.topics import MACHINE_DATA, MACHINE_DLQ, MACHINE_OUT
@@ -38,6 +39,9 @@ class SparkJoinerSettings(ConnectionSettings, ProgressSettings):
                            "a new checkpoint, which rebuilds the state from the input (see the README)")
     max_pending_per_side: int = setting(DEFAULT_MAX_PENDING_PER_SIDE, "SPARK_JOINER_MAX_PENDING_PER_SIDE",
                                         "pending records per side and key before the oldest are forced")
+    max_join_keys: int = setting(DEFAULT_MAX_JOIN_KEYS, "SPARK_JOINER_MAX_JOIN_KEYS",
+                                 "join keys (thing x join spec x axis) per bucket; beyond it the least recently used "
+                                 "are evicted and the records they held dead-lettered as evicted (0: no bound)")
     transactional_id: str | None = setting(None, "SPARK_JOINER_TRANSACTIONAL_ID",
                                            "Kafka transactional id of the sink (default: derived from the "
                                            "checkpoint directory, so a restart fences its predecessor)")

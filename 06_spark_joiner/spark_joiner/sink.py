@@ -131,8 +131,13 @@ class TransactionalBatchSink:
                              for partition, end in sorted(advanced.items())]
                 self.producer.send_offsets_to_transaction(positions, self._group.consumer_group_metadata(), 60)
             self._commit()
-        except KafkaException:
-            self.producer.abort_transaction(60)
+        except BaseException:
+            # Whatever failed (Kafka, a record the producer refused, an interrupt), nothing of the batch may
+            # commit: Spark runs it again.
+            try:
+                self.producer.abort_transaction(60)
+            except KafkaException as error:
+                log.warning("could not abort batch %d's transaction (the next start fences it): %s", batch_id, error)
             raise
         self.committed.update(advanced)
         counters = self.counters
