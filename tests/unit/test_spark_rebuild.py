@@ -37,12 +37,34 @@ class _ValueState:
         self.value = value
 
 
+class _MapState:
+    """A bucket's map state (join key -> value) as Spark's state server keeps it between calls."""
+
+    def __init__(self) -> None:
+        self.values: dict[tuple, tuple] = {}
+
+    def getValue(self, key: tuple) -> tuple | None:  # noqa: N802 (Spark's names)
+        return self.values.get(tuple(key))
+
+    def updateValue(self, key: tuple, value: tuple) -> None:  # noqa: N802
+        self.values[tuple(key)] = value
+
+    def removeKey(self, key: tuple) -> None:  # noqa: N802
+        del self.values[tuple(key)]
+
+    def iterator(self):
+        return iter(list(self.values.items()))
+
+
 class _Handle:
     def __init__(self) -> None:
-        self.states: dict[str, _ValueState] = {}
+        self.states: dict[str, _ValueState | _MapState] = {}
 
     def getValueState(self, name: str, _schema: Any) -> _ValueState:  # noqa: N802 (Spark's name)
         return self.states.setdefault(name, _ValueState())
+
+    def getMapState(self, name: str, _key_schema: Any, _value_schema: Any) -> _MapState:  # noqa: N802
+        return self.states.setdefault(name, _MapState())
 
 
 class Job:
