@@ -11,17 +11,18 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 
-from confluent_kafka import Message, Producer, TopicPartition
+from confluent_kafka import KafkaException, Message, Producer, TopicPartition
 
 from pipeline_core.kafka_clients import produce
 from pipeline_core.partitioning import thing_partition
-from pipeline_core.records import InvalidRecord, dead_letter, decode_record, encode_record, record_key
+from pipeline_core.records import InvalidRecord, dead_letter, decode_record, encode_record, payload_omitted, record_key
+from pipeline_core.validation import describe
 
 from local_stream_buffer.keyed import KeyedJoiner
 from local_stream_buffer.output import is_finite_result
 from local_stream_buffer.rejections import Rejection
 from local_stream_buffer.status import IngestStatus
-from .changelog import StateChanges, record_position
+from .changelog import StateChanges, StateRecord, record_position
 from .progress import JoinerStats
 from .repartition import FramedRecord, misrouted
 from .transaction import Transaction
@@ -33,6 +34,8 @@ _EARLIER_FORMAT = "lsb1:processed="
 # Records joined between two looks at whether the transaction is due: a batch of records that lie where
 # they are joined never commits midway; large frames of the repartition topic commit between them.
 _DUE_CHECK_RECORDS = 500
+# A valid record's key: a thing and a quantity of at most 256 characters of up to 4 UTF-8 bytes each.
+_MAX_LETTER_KEY_BYTES = 2 * 256 * 4 + 1
 _ACCEPTED = IngestStatus.ACCEPTED
 _REJECTED = IngestStatus.REJECTED
 _LATE = IngestStatus.LATE
@@ -46,7 +49,7 @@ class PartitionJoin:
     :param metadata: the committed offset's metadata.
     """
 
-    __slots__ = ("topic", "partition", "joiner", "changes", "committed", "position", "replay_below")
+    __slots__ = ("topic", "partition", "joiner", "changes", "committed", "position", "replay_below", "dead_letters")
 
     def __init__(self, topic: str, partition: int, new_joiner: Callable[[Callable[[int], None]], KeyedJoiner],
                  committed: int | None, metadata: str | None) -> None:
@@ -60,13 +63,37 @@ class PartitionJoin:
         # silently, once; they go to the changelog like any other held record.
         processed = _earlier_processed(metadata)
         self.replay_below = processed if processed is not None and committed is not None else -1
+        # Of changelog records that are no held record: dead letters for the next transaction, which also
+        # writes their tombstones (in `changes`), so each is dead-lettered once.
+        self.dead_letters: list[bytes] = []
 
-    def restore(self, held: list[tuple[int, bytes]]) -> int:
-        """Re-ingest the held records of the changelog, in their original order, silently; returns how many."""
+    def restore(self, held: list[StateRecord], state_topic: str) -> int:
+        """Re-ingest the held records of the changelog, in their original order, silently; returns how many.
+        A changelog record that is none (a key that is no position, a value that is no record) is dropped
+        with a dead letter and a tombstone, never stopping the assignment."""
         ingest = self.joiner.ingest
-        for position, value in held:
-            ingest(decode_record(value), position)  # what it lets go of again gets its tombstone at the next commit
-        return len(held)
+        restored = 0
+        for record in held:
+            try:
+                if record.position is None:
+                    raise InvalidRecord(f"changelog key {describe(record.key)} is no record position "
+                                        "(8 bytes, big-endian)")
+                decoded = decode_record(record.value)
+            except InvalidRecord as error:
+                self._reject(str(error), record, state_topic)
+                continue
+            ingest(decoded, record.position)  # what it lets go of again gets its tombstone at the next commit
+            restored += 1
+        return restored
+
+    def _reject(self, reason: str, record: StateRecord, state_topic: str) -> None:
+        self.dead_letters.append(dead_letter(
+            f"state record dropped: {reason}", record.value, STAGE, topic=state_topic, partition=self.partition,
+            offset=record.offset, key=describe(record.key, limit=200) if record.key is not None else None))
+        if record.position is not None:
+            self.changes.deletes.append(record.position)
+        elif record.key is not None:
+            self.changes.deletes.append(record.key)
 
     def advance(self, offset: int) -> None:
         self.position = offset + 1
@@ -190,7 +217,9 @@ class FrameJoiner:
                     try:
                         produce_output(output_topic, payload, key)
                     except BufferError:  # local queue full: the shared helper waits for deliveries to drain it
-                        produce(self._producer, output_topic, payload, key)
+                        refused = produce(self._producer, output_topic, payload, key)
+                        if refused is not None:  # an output record is a few kB: never expected
+                            raise KafkaException(refused) from None
                     append_times.append(framed.append_time)
             if records_since_check >= _DUE_CHECK_RECORDS:
                 transaction.records += records_since_check
@@ -212,5 +241,15 @@ class FrameJoiner:
         envelope = dead_letter(reason, framed.value, STAGE, topic=self._input_topic,
                                partition=framed.partition, offset=framed.offset,
                                key=key.decode("utf-8", "replace") if key is not None else None, **context)
-        produce(self._producer, self._dlq_topic, envelope, key)
+        # Keyed like the record, unless its key is larger than any record key of the pipeline.
+        self.produce_dead_letter(envelope, key if key is not None and len(key) <= _MAX_LETTER_KEY_BYTES else None)
+
+    def produce_dead_letter(self, envelope: bytes, key: bytes | None = None) -> None:
+        """Produce a dead letter into the open transaction. Letters are never larger than Kafka takes
+        (`pipeline_core.records.dead_letter`); should the client refuse one anyway, it goes without its payload."""
+        refused = produce(self._producer, self._dlq_topic, envelope, key)
+        if refused is not None:
+            refused = produce(self._producer, self._dlq_topic, payload_omitted(envelope, refused.str(), STAGE), key)
+        if refused is not None:
+            raise KafkaException(refused)
         self._stats.dead_letters += 1

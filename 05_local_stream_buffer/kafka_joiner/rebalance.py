@@ -89,7 +89,7 @@ class OwnedPartitions:
         # the changelog records written with them.
         held, read = self._restorer.restore([p.partition for p in partitions if p.topic == self._join_topic])
         for partition, records in held.items():
-            self._stats.rebuilt += self.joins[partition].restore(records)
+            self._stats.rebuilt += self.joins[partition].restore(records, self._restorer.topic)
         self._stats.state_records_read += read
         self.owned = [TopicPartition(p.topic, p.partition) for p in partitions]
         return committed
@@ -169,10 +169,15 @@ class OwnedPartitions:
         """Pending records forced out by the pending limit in the owned partitions' joins."""
         return sum(join.joiner.counters.forced for join in self.joins.values())
 
-    def flush_state(self, produce_state: Callable[[int, bytes, bytes | None], None]) -> None:
+    def flush_state(self, produce_state: Callable[[int, bytes, bytes | None], None],
+                    produce_dead_letter: Callable[[bytes], None]) -> None:
         """Hand what changed in every join's held records since the last commit to
-        `produce_state(partition, key, value)` (value None: a tombstone)."""
+        `produce_state(partition, key, value)` (value None: a tombstone), and the dead letters of changelog
+        records dropped on restore to `produce_dead_letter`."""
         for join in self.joins.values():
+            for letter in join.dead_letters:
+                produce_dead_letter(letter)
+            join.dead_letters.clear()
             join.changes.flush(lambda key, value, partition=join.partition: produce_state(partition, key, value))
 
     def figures(self) -> StateFigures:

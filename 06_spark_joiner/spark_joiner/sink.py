@@ -20,7 +20,9 @@ from pyspark.sql import DataFrame
 
 from pipeline_core.kafka_clients import (DEFAULT_STARTUP_DEADLINE_S, consumer_config, produce,
                                          raise_partition_errors, retry_transient, transactional_producer_config)
+from pipeline_core.records import payload_omitted
 
+from .encode import STAGE
 from .processor import DLQ, unpack_emitted
 
 log = logging.getLogger(__name__)
@@ -115,8 +117,12 @@ class TransactionalBatchSink:
         for value, key in zip(values, keys):
             try:
                 produce_one(topic, value, key)
-            except BufferError:  # local queue full: the shared helper waits for deliveries to drain it
-                produce(self.producer, topic, value, key)
+            except (BufferError, KafkaException):  # a full local queue, or a record the client refuses
+                refused = produce(self.producer, topic, value, key)  # waits out the first, returns the second
+                if refused is not None and topic == self.dlq_topic:
+                    refused = produce(self.producer, topic, payload_omitted(value, refused.str(), STAGE), key)
+                if refused is not None:  # an output record is a few kB: never expected
+                    raise KafkaException(refused) from None
 
     def _commit(self) -> None:
         deadline = time.monotonic() + 120
