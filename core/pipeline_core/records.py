@@ -197,11 +197,14 @@ def _encode(envelope: dict[str, Any]) -> bytes:
 
 def _clip(value: Any) -> Any:
     """A field of an over-size letter: text of at most _CLIPPED_FIELD_CHARS characters, any other value as it is
-    if its JSON is that short, else its JSON clipped."""
+    if its JSON is that short, else its JSON clipped (as text)."""
     if isinstance(value, str):
         return value if len(value) <= _CLIPPED_FIELD_CHARS else value[:_CLIPPED_FIELD_CHARS - 3] + "..."
-    if value is None or isinstance(value, (bool, float)) or isinstance(value, int) and -2**63 <= value < 2**64:
-        return value
+    try:
+        if len(json.dumps(value, default=repr)) <= _CLIPPED_FIELD_CHARS:
+            return value
+    except (ValueError, RecursionError):  # an integer too long for str(), a structure too deep
+        pass
     return describe(value, _CLIPPED_FIELD_CHARS)
 
 
