@@ -18,10 +18,11 @@ from connector_support import ConnectorProcess, run_simulator
 from kafka_joiner_support import (JoinerProcess, as_multiset, delete_internal_topics, key_of, new_group,
                                   offline_join, read_outputs, records_in, restart_after_a_quiet_machine,
                                   rows_as_records)
-from pipeline_core.kafka_clients import producer_config
+from kafka_joiner.changelog import STATE_TOPIC_CONFIG
+from pipeline_core.kafka_clients import admin_client, producer_config
 from pipeline_core.partitioning import thing_partition
 from pipeline_core.records import encode_record
-from pipeline_core.topics import MACHINE_DATA
+from pipeline_core.topics import MACHINE_DATA, TopicSpec, ensure_topics
 from pipeline_core.mqtt import drop_session
 from support import produce_records, read_topic, unique, wait_for
 
@@ -251,3 +252,44 @@ def test_a_restart_re_reads_a_bounded_amount_however_long_a_quiet_machine_holds_
     # The changelog holds what changed per commit, compacted after a minute: less than the input, and with
     # input partitioned by thing, whose backlog commits every 100 ms, a few records per key and commit.
     assert run.changelog_read < (run.busy_records // 10 if by_thing else 2 * run.busy_records)
+
+
+def test_a_bad_record_on_the_state_topic_is_dead_lettered_once_and_the_joiner_goes_on(
+        bootstrap, new_topics, joiners, tmp_path) -> None:
+    """The changelog is a plain topic: whatever else lands there (a key that is no record position, a value that
+    is no record) must not stop the joiner taking its partitions. Each such record is dead-lettered with its
+    place in the changelog and tombstoned in the same transaction, so a restart does not dead-letter it again;
+    the input joins exactly as without it."""
+    topics = new_topics()
+    group = new_group()
+    state_topic = f"{group}.{topics.data}.state"
+    ensure_topics(admin_client(bootstrap), (TopicSpec(state_topic, MACHINE_DATA.partitions, STATE_TOPIC_CONFIG),))
+    home = thing_partition("R0815", MACHINE_DATA.partitions)
+    bad = [(b"abc", b"x", home), ((7).to_bytes(8, "big"), b"{not a record", home),
+           ((8).to_bytes(8, "big"), b'{"thing": "R0815"}', (home + 1) % MACHINE_DATA.partitions)]
+    landed = {}
+    producer = Producer(producer_config(bootstrap))
+    for key, value, partition in bad:
+        producer.produce(state_topic, value, key, partition=partition,
+                         on_delivery=lambda error, message: landed.update(
+                             {(message.partition(), message.offset()): message.value()}))
+    assert producer.flush(30) == 0 and len(landed) == len(bad)
+    records = [r for r in rows_as_records(EVENTS_FILE, time_order=True) if r["thing"] == "R0815"]
+    expected, _ = offline_join(records)
+    joiner = start_joiner(joiners, bootstrap, topics, group, tmp_path, by_thing=True)
+    produce_records(bootstrap, topics.data, records, key=key_of, by_thing=True)
+
+    outputs = read_outputs(bootstrap, topics.out, len(expected))
+    assert as_multiset([m.value for m in outputs]) == as_multiset(expected)
+    dead = read_topic(bootstrap, topics.dlq, expected=len(bad), deadline_s=60)
+    envelopes = [json.loads(m.value) for m in dead]
+    assert {(e["partition"], e["offset"]): e["payload"].encode() for e in envelopes} == landed
+    assert all(e["stage"] == "kafka_joiner" and e["topic"] == state_topic and
+               e["reason"].startswith("state record dropped: ") for e in envelopes)
+    assert joiner.terminate() == 0
+    joiner.start()  # restores from the changelog again: the dropped records are gone from it
+    produce_records(bootstrap, topics.data, [dict(records[-1], phenomenonTime=records[-1]["phenomenonTime"] + 1)],
+                    key=key_of, by_thing=True)  # a record to commit a transaction with
+    wait_for(lambda: records_in(joiner.log()) > 0, 60, "the restarted joiner to read the new record")
+    assert len(read_topic(bootstrap, topics.dlq, idle_s=2.0)) == len(bad)
+    assert joiner.terminate() == 0
