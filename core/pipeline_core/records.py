@@ -212,7 +212,8 @@ def _over_size(envelope: dict[str, Any], field: str | None, text: str | None, si
     """The letter of `envelope` within `max_bytes`: every field but the payload clipped, the payload's size,
     and the longest start of the payload that fits."""
     head = {key: _clip(value) for key, value in envelope.items() if key not in _PAYLOAD_FIELDS}
-    head["reason"] = f"{head['reason']} (payload of {size} bytes truncated: a dead letter holds at most {max_bytes} bytes)"
+    head["reason"] = (f"{head['reason']} (payload of {size} bytes truncated: a dead letter holds at most "
+                      f"{max_bytes} bytes)")
     head["payloadBytes"] = size
     letter = _encode(head)
     room = max_bytes - len(letter) - len(f',"{field}":""')
