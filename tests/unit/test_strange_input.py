@@ -6,10 +6,11 @@ characters, huge and non-finite numbers, deep nesting, odd time units, broken UT
 * `pipeline_core.records.decode_record` as both joiners read machine.data with it, and what they do
   with an accepted record (its key, its thing's partition, Arrow string columns);
 * the DB connector: record -> line protocol, or a dead letter; and a dead letter -> its count point;
-* whole Kafka records (key, value, headers; a null value is a tombstone) through each joiner as it reads
-  its topics: the standalone joiner's input frames, its repartition frames and its changelog restore, and
-  the Spark joiner's router (Arrow's JSON reader) and bucket join. Each consumes every record and writes
-  one dead letter, with its origin, per record that is none, and never raises;
+* whole Kafka records (key, value, headers; a null value is a tombstone) through each stage as it reads
+  its topics: the standalone joiner's input frames, its repartition frames and its changelog restore, the
+  Spark joiner's router (Arrow's JSON reader) and bucket join, and the DB connector's per-record step on
+  all three of its topics. Each consumes every record and writes one dead letter, with its origin, per
+  record that is none, and never raises;
 * the corpus of bad records the start-from-nothing test writes (`poison_corpus`): every stage that reads
   it dead-letters each of its records.
 """
@@ -28,14 +29,17 @@ from hypothesis import strategies as st
 from kafka_joiner.changelog import StateRecord
 from kafka_joiner.partition_join import FrameJoiner, PartitionJoin
 from kafka_joiner.progress import JoinerStats
-from kafka_joiner.repartition import (Forwarder, FramedRecord, InputFrames, ThingRouter, decode_frame, encode_frame,
-                                      frame_records, repartitioned_frame)
+from kafka_joiner.repartition import (FRAME_MAX_BYTES, Forwarder, FramedRecord, InputFrames, ThingRouter, decode_frame,
+                                      encode_frame, frame_records, repartitioned_frame)
 from kafka_joiner.transaction import Transaction
+from db_connector.connector import DbConnector, DbConnectorCounters, _Batch
 from db_connector.points import PowerLevels, body, deadletter_point, record_line
+from db_connector.settings import DbConnectorSettings
 from local_stream_buffer.keyed import KeyedJoiner
 from local_stream_buffer.specs import SpecResolver, load_join_specs
 from pipeline_core.partitioning import thing_partition
 from pipeline_core.records import InvalidRecord, dead_letter, decode_record, record_key
+from pipeline_core.settings import load_settings
 from poison_corpus import SPEED_KEY, poison_records
 from spark_joiner.parse import RecordRouter, unpack
 from spark_joiner.processor import DLQ, join_bucket, unpack_emitted
@@ -488,3 +492,53 @@ def test_every_stage_dead_letters_every_record_of_the_poison_corpus() -> None:
     joiner, joins, _ = frame_joiner(producer, InputFrames(ThingRouter(RESOLVER, PARTITIONS), stats).frame)
     assert joiner.join(messages, joins) == len(messages)
     assert_letters_name_their_records(producer.on(DLQ_TOPIC), everything, "kafka_joiner")
+
+
+@BATCHES
+@given(st.lists(st.tuples(st.sampled_from([INPUT_TOPIC, OUTPUT_TOPIC, DLQ_TOPIC]), KEYS, VALUES, HEADERS),
+                min_size=1, max_size=25))
+def test_any_record_of_any_topic_becomes_a_point_or_a_dead_letter_of_the_db_connector(records: list) -> None:
+    """The DB connector's own per-record step (`DbConnector._add`, on a connector without its clients, which that
+    step never uses): a record of machine.data or machine.out that is no valid record is one dead letter naming
+    its origin; every record of machine.dlq, readable or not, one count point; nothing raises."""
+    connector = DbConnector.__new__(DbConnector)
+    connector.settings = load_settings(DbConnectorSettings, ["--data-topic", INPUT_TOPIC, "--out-topic", OUTPUT_TOPIC,
+                                                             "--dlq-topic", DLQ_TOPIC])
+    connector.counters = DbConnectorCounters()
+    connector._levels = LEVELS
+    connector._batch = _Batch()
+    messages = [KafkaRecord(topic, 0, offset, key, value, headers)
+                for offset, (topic, key, value, headers) in enumerate(records)]
+    for message in messages:
+        connector._add(message)
+    batch = connector._batch
+    for topic, levels in ((INPUT_TOPIC, None), (OUTPUT_TOPIC, LEVELS)):
+        bad = {(0, m.offset()): m.value() for m in messages if m.topic() == topic and not makes_a_line(m.value(), levels)}
+        letters = [letter for letter in batch.dead_letters if json.loads(letter)["topic"] == topic]
+        assert_letters_name_their_records(letters, bad, "db_connector", topic)
+    assert len(batch.lines) + len(batch.dead_letters) == len(messages) == connector.counters.records_in
+    assert sum(line.startswith("deadletters,") for line in batch.lines) == sum(m.topic() == DLQ_TOPIC for m in messages)
+    assert all("\n" not in line for line in batch.lines)
+
+
+def makes_a_line(value: bytes | None, levels: PowerLevels | None) -> bool:
+    try:
+        record_line(value, "m", levels)
+    except InvalidRecord:
+        return False
+    return True
+
+
+def test_frames_close_at_their_bound_whatever_the_records_size() -> None:
+    """Records as large as the input topic allows: the repartition hop frames them so that no frame is larger
+    than one record plus FRAME_MAX_BYTES, and every record comes back out, in order."""
+    big = b'{"thing": "R0815", "pad": "' + b"x" * 400_000 + b'"}'
+    records = [(b"R0815.actSpeed_C11", big if offset % 3 else b"{}", None, 0) for offset in range(12)]
+    forwarder = Forwarder(INPUT_TOPIC, ThingRouter(RESOLVER, PARTITIONS), JoinerStats())
+    forwarder.forward(consumed(records))
+    frames: list[bytes] = []
+    forwarder.flush(lambda partition, frame: frames.append(frame))
+    assert len(frames) > 1 and all(len(frame) <= FRAME_MAX_BYTES + len(big) + 100 for frame in frames)
+    framed = [record for frame in frames for record in decode_frame(frame)]
+    assert [(record.offset, record.value) for record in framed] == [
+        (offset, value) for offset, (_key, value, _headers, _partition) in enumerate(records)]
