@@ -15,7 +15,8 @@ from confluent_kafka import KafkaException, Message, Producer, TopicPartition
 
 from pipeline_core.kafka_clients import produce
 from pipeline_core.partitioning import thing_partition
-from pipeline_core.records import InvalidRecord, dead_letter, decode_record, encode_record, payload_omitted, record_key
+from pipeline_core.records import (DEAD_LETTER_MAX_BYTES, InvalidRecord, dead_letter, decode_record, encode_record,
+                                   payload_omitted, record_key)
 from pipeline_core.validation import describe
 
 from local_stream_buffer.keyed import KeyedJoiner
@@ -129,11 +130,12 @@ class FrameJoiner:
     :param frame_of: the records of a message of the co-partitioned topic (a frame, or one input record). Read
         as the join reaches the message: a batch the transaction interrupts is handed over again from there.
     :param partitions: partitions of the co-partitioned topic (a record lies in its thing's partition).
+    :param dead_letter_max_bytes: the largest dead letter the DLQ topic takes (`topics.dead_letter_limit`).
     """
 
     def __init__(self, producer: Producer, transaction: Transaction, stats: JoinerStats, input_topic: str,
                  output_topic: str, dlq_topic: str, frame_of: Callable[[Message], list[FramedRecord]],
-                 partitions: int) -> None:
+                 partitions: int, dead_letter_max_bytes: int = DEAD_LETTER_MAX_BYTES) -> None:
         self._producer = producer
         self._transaction = transaction
         self._stats = stats
@@ -142,6 +144,7 @@ class FrameJoiner:
         self._dlq_topic = dlq_topic
         self._frame_of = frame_of
         self._partitions = partitions
+        self._dead_letter_max_bytes = dead_letter_max_bytes
 
     def join(self, messages: list[Message], joins: dict[int, PartitionJoin]) -> int:
         """Join the frames among `messages` in order, each into its partition's join, until the transaction
@@ -238,15 +241,18 @@ class FrameJoiner:
 
     def _dead_letter(self, reason: str, framed: FramedRecord, **context: object) -> None:
         key = framed.key
-        envelope = dead_letter(reason, framed.value, STAGE, topic=self._input_topic,
+        envelope = dead_letter(reason, framed.value, STAGE, self._dead_letter_max_bytes, topic=self._input_topic,
                                partition=framed.partition, offset=framed.offset,
                                key=key.decode("utf-8", "replace") if key is not None else None, **context)
         # Keyed like the record, unless its key is larger than any record key of the pipeline.
         self.produce_dead_letter(envelope, key if key is not None and len(key) <= _MAX_LETTER_KEY_BYTES else None)
 
     def produce_dead_letter(self, envelope: bytes, key: bytes | None = None) -> None:
-        """Produce a dead letter into the open transaction. Letters are never larger than Kafka takes
-        (`pipeline_core.records.dead_letter`); should the client refuse one anyway, it goes without its payload."""
+        """Produce a dead letter into the open transaction. None is larger than the DLQ topic takes: one the broker
+        refused would abort the transaction on every try. A letter made larger (`PartitionJoin.restore`'s), or one
+        the client refuses all the same, goes without its payload."""
+        if len(envelope) > self._dead_letter_max_bytes:
+            envelope = payload_omitted(envelope, f"larger than the {self._dlq_topic} limit", STAGE)
         refused = produce(self._producer, self._dlq_topic, envelope, key)
         if refused is not None:
             refused = produce(self._producer, self._dlq_topic, payload_omitted(envelope, refused.str(), STAGE), key)

@@ -25,7 +25,7 @@ from pipeline_core.kafka_clients import admin_client, produce, retry_transient
 from pipeline_core.records import DLQ_MAX_MESSAGE_BYTES
 from pipeline_core.lifecycle import StopSignal
 from pipeline_core.progress import ProgressReporter
-from pipeline_core.topics import MACHINE_DATA, TopicSpec, ensure_topics, partition_count
+from pipeline_core.topics import MACHINE_DATA, TopicSpec, dead_letter_limit, ensure_topics, partition_count
 
 from local_stream_buffer.keyed import KeyedJoiner
 from local_stream_buffer.specs import SpecResolver, load_join_specs
@@ -114,7 +114,8 @@ class KafkaJoiner:
                                            on_release=on_release),
             self._restorer, self.stats, self._forwarder, self._alignment)
         self._frames = FrameJoiner(self._producer, self._transaction, self.stats, settings.input_topic,
-                                   settings.output_topic, settings.dlq_topic, frame_of, join_partitions)
+                                   settings.output_topic, settings.dlq_topic, frame_of, join_partitions,
+                                   dead_letter_limit(admin, settings.dlq_topic, deadline_s))
         # Before joining the group: aborts the open transaction of a crashed run with this transactional id,
         # whose pending offsets would otherwise hold up reading the committed ones. A just started broker
         # answers it with NOT_COORDINATOR while it creates __transaction_state.

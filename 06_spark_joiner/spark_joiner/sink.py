@@ -18,9 +18,10 @@ import pyarrow.compute as pc
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from pyspark.sql import DataFrame
 
-from pipeline_core.kafka_clients import (DEFAULT_STARTUP_DEADLINE_S, consumer_config, produce,
+from pipeline_core.kafka_clients import (DEFAULT_STARTUP_DEADLINE_S, admin_client, consumer_config, produce,
                                          raise_partition_errors, retry_transient, transactional_producer_config)
 from pipeline_core.records import payload_omitted
+from pipeline_core.topics import dead_letter_limit
 
 from .encode import STAGE
 from .processor import DLQ, unpack_emitted
@@ -68,6 +69,9 @@ class TransactionalBatchSink:
                                         what=f"reading the sink's last committed batch (group {transactional_id})",
                                         deadline_s=startup_deadline_s)
         self.counters = SinkCounters(last_batch_id=last_batch_id)
+        # The processor's letters are under machine.dlq's default limit; a DLQ topic made with a lower one would
+        # refuse larger letters and fail every batch holding one.
+        self.dead_letter_max_bytes = dead_letter_limit(admin_client(bootstrap_servers), dlq_topic, startup_deadline_s)
         log.info("sink ready: transactional id %s, last committed batch %d", transactional_id,
                  self.counters.last_batch_id)
 
@@ -114,6 +118,9 @@ class TransactionalBatchSink:
 
     def _produce_to(self, topic: str, values: list[bytes], keys: list[str | None]) -> None:
         produce_one = self.producer.produce
+        if topic == self.dlq_topic:
+            values = [value if len(value) <= self.dead_letter_max_bytes
+                      else payload_omitted(value, f"larger than the {topic} limit", STAGE) for value in values]
         for value, key in zip(values, keys):
             try:
                 produce_one(topic, value, key)

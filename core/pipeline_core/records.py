@@ -113,7 +113,8 @@ DLQ_MAX_MESSAGE_BYTES = 16 * 1024 * 1024
 # The largest dead letter any stage writes: machine.dlq's limit less room for the record's key,
 # headers and Kafka's framing. A letter that would be larger keeps its reason, origin and the
 # payload's size, and as much of its payload as fits (`dead_letter`).
-DEAD_LETTER_MAX_BYTES = DLQ_MAX_MESSAGE_BYTES - 64 * 1024
+DEAD_LETTER_ROOM_BYTES = 64 * 1024
+DEAD_LETTER_MAX_BYTES = DLQ_MAX_MESSAGE_BYTES - DEAD_LETTER_ROOM_BYTES
 # In an over-size letter, every field but the payload keeps at most this many characters.
 _CLIPPED_FIELD_CHARS = 1000
 _PAYLOAD_FIELDS = ("payload", "payloadBase64")

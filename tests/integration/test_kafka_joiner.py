@@ -3,6 +3,7 @@ join on the same records, exactly once, through file-order input, crashes and a 
 input partitioned by thing (as the stream connector writes it) and by key (repartitioned first)."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import random
 import threading
@@ -292,4 +293,36 @@ def test_a_bad_record_on_the_state_topic_is_dead_lettered_once_and_the_joiner_go
                     key=key_of, by_thing=True)  # a record to commit a transaction with
     wait_for(lambda: records_in(joiner.log()) > 0, 60, "the restarted joiner to read the new record")
     assert len(read_topic(bootstrap, topics.dlq, idle_s=2.0)) == len(bad)
+    assert joiner.terminate() == 0
+
+
+def test_a_dead_letter_larger_than_the_dlq_takes_is_truncated_and_the_joiner_goes_on(
+        bootstrap, new_topics, _created_topics, joiners, tmp_path) -> None:
+    """A DLQ topic made with a lower max.message.bytes than the pipeline's: a bad record of control characters,
+    six times as large JSON-escaped, would make a letter the broker refuses, aborting the transaction on every
+    try. The joiner sizes its letters by the topic's limit: the letter keeps reason, origin and the payload's
+    size, and the input joins exactly."""
+    topics = new_topics()
+    small_dlq = f"{topics.dlq}.small"
+    ensure_topics(admin_client(bootstrap), (TopicSpec(small_dlq, 3, {"max.message.bytes": "100000"}),))
+    _created_topics.append(small_dlq)
+    topics = dataclasses.replace(topics, dlq=small_dlq)
+    records = [r for r in rows_as_records(EVENTS_FILE, time_order=True) if r["thing"] == "R0815"]
+    expected, _ = offline_join(records)
+    joiner = start_joiner(joiners, bootstrap, topics, new_group(), tmp_path, by_thing=True)
+    producer = Producer(producer_config(bootstrap))
+    payload = b"\x01" * 60_000
+    producer.produce(topics.data, payload, key=b"R0815.actSpeed_C11",
+                     partition=thing_partition("R0815", MACHINE_DATA.partitions))
+    assert producer.flush(30) == 0
+    produce_records(bootstrap, topics.data, records, key=key_of, by_thing=True)
+
+    outputs = read_outputs(bootstrap, topics.out, len(expected))
+    assert as_multiset([m.value for m in outputs]) == as_multiset(expected)
+    [dead] = read_topic(bootstrap, small_dlq, expected=1, deadline_s=60)
+    envelope = json.loads(dead.value)
+    assert len(dead.value) <= 100_000 and envelope["payloadBytes"] == len(payload)
+    assert envelope["reason"].startswith("malformed JSON") and envelope["offset"] == 0
+    assert payload.startswith(envelope["payload"].encode())
+    assert joiner.alive()
     assert joiner.terminate() == 0
