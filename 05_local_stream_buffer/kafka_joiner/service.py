@@ -22,9 +22,9 @@ from collections.abc import Callable
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
 from pipeline_core.kafka_clients import admin_client, produce, retry_transient
-from pipeline_core.records import DLQ_MAX_MESSAGE_BYTES
 from pipeline_core.lifecycle import StopSignal
 from pipeline_core.progress import ProgressReporter
+from pipeline_core.records import DLQ_MAX_MESSAGE_BYTES
 from pipeline_core.topics import MACHINE_DATA, TopicSpec, dead_letter_limit, ensure_topics, partition_count
 
 from local_stream_buffer.keyed import KeyedJoiner

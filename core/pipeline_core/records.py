@@ -126,7 +126,7 @@ def dead_letter(reason: str, payload: bytes | str | None, stage: str, max_bytes:
     and the original payload (text, or base64 if binary); the one dead-letter path of every stage.
 
     It is never larger than `max_bytes`: escaped as JSON, a payload can grow sixfold (a control
-    character becomes ``\u0000``). An over-size letter keeps its reason, origin and the payload's
+    character becomes ``\\u0000``). An over-size letter keeps its reason, origin and the payload's
     size in bytes (``payloadBytes``, which marks a letter that does not hold its payload whole), and
     the start of its payload as far as it fits, or none."""
     envelope: dict[str, Any] = {"reason": reason, "stage": stage, "rejectedAt": int(time.time() * 1000)}
