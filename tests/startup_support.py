@@ -96,23 +96,26 @@ class PrivateStack:
         table = lines[:lines.index("")] if "" in lines else lines  # the process table ends at a blank line
         return {row[0]: f"{row[1]} {row[2]} {row[5]}" for row in (line.split() for line in table)}
 
-    def first_join(self) -> FirstJoin:
-        """Replay rows with `make data`; the first joined record in machine.out, and how long after the first
-        replayed record reached machine.data it was written (both are Kafka record times of this machine)."""
-        replayed = self.make("data", f"N={REPLAYED_ROWS}", "DATA_ARGS=--no-progress", timeout_s=120)
+    def first_join(self, rows: int | None = REPLAYED_ROWS) -> FirstJoin:
+        """Replay `rows` rows (None: the whole events file) with `make data`; the first joined record in
+        machine.out, and how long after the first replayed record reached machine.data it was written (both
+        are Kafka record times of this machine)."""
+        began_ms = time.time() * 1000  # records written before (a test's bad ones) are no replayed rows
+        replayed = self.make("data", *([f"N={rows}"] if rows is not None else []), "DATA_ARGS=--no-progress",
+                             timeout_s=120 if rows is not None else 600)
         assert replayed.returncode == 0, replayed.stdout + replayed.stderr
-        joined = first_record(self.bootstrap, MACHINE_OUT.name, deadline_s=300)
+        joined = first_record(self.bootstrap, MACHINE_OUT.name, deadline_s=300, since_ms=began_ms)
         record = decode_record(joined.value)
         data = read_topic(self.bootstrap, MACHINE_DATA.name, idle_s=0.5)
-        first_row_ms = min(message.timestamp_ms for message in data)
+        first_row_ms = min(message.timestamp_ms for message in data if message.timestamp_ms >= began_ms)
         return FirstJoin((joined.timestamp_ms - first_row_ms) / 1000, record)
 
     def down(self) -> None:
         self.make("clean", timeout_s=300)
 
 
-def first_record(bootstrap: str, topic: str, deadline_s: float) -> Message:
-    """The first committed record of `topic` (by record time) once one arrives."""
+def first_record(bootstrap: str, topic: str, deadline_s: float, since_ms: float = 0) -> Message:
+    """The first committed record of `topic` (by record time, written at `since_ms` or later) once one arrives."""
     consumer = Consumer(consumer_config(bootstrap, unique("test-first")))
     consumer.subscribe([topic])
     end = time.monotonic() + deadline_s
@@ -123,8 +126,11 @@ def first_record(bootstrap: str, topic: str, deadline_s: float) -> Message:
                 continue
             assert message.error() is None, message.error()
             # Records of several partitions may come at once: take the earliest of what arrived with it.
-            batch = [message, *consumer.consume(1000, 0.5)]
-            first = min((m for m in batch if m.error() is None), key=lambda m: m.timestamp()[1])
+            batch = [m for m in (message, *consumer.consume(1000, 0.5))
+                     if m.error() is None and m.timestamp()[1] >= since_ms]
+            if not batch:
+                continue
+            first = min(batch, key=lambda m: m.timestamp()[1])
             return Message(first.key(), first.value(), first.partition(), first.offset(), first.timestamp()[1])
     finally:
         consumer.close()

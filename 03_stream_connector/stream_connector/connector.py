@@ -48,8 +48,6 @@ from .settings import ConnectorSettings
 log = logging.getLogger(__name__)
 
 STAGE = "stream_connector"
-# A dead letter that Kafka refuses for its size keeps this much of the payload, plus its size.
-TRUNCATED_PAYLOAD_BYTES = 1_000_000
 MAX_RECONNECT_DELAY_S = 5.0
 MAX_KAFKA_RETRY_DELAY_S = 30.0
 # Records in the producer's queue before `produce` waits: far above what the broker's window of
@@ -185,8 +183,8 @@ class Connector:
                                   message.payload, message.topic)
                 return
             for value, key, partition in records:
-                self._produce(settings.data_topic, value, key, pending, delivered, partition=partition)
-                self.in_flight[value] = []
+                if self._produce(settings.data_topic, value, key, pending, delivered, partition=partition):
+                    self.in_flight[value] = []
             self.counters.records_out += len(records)
             if split.rejections:
                 self.counters.rejected_rows += 1
@@ -243,7 +241,8 @@ class Connector:
                 self.kafka_retry_delay_s = 0.5
             elif refused_for_itself(error):
                 try:
-                    self._dead_letter_refused_record(pending, delivered, error, message)
+                    self._dead_letter_refused_record(pending, delivered, error, message.topic(), message.value(),
+                                                     message.key())
                 except KafkaException as failure:
                     self._kafka_failed(pending, failure.args[0])
             else:
@@ -291,13 +290,20 @@ class Connector:
             self.kafka_trouble = error.str()
 
     def _produce(self, topic: str, value: bytes, key: bytes | None, pending: PendingRow, delivered,
-                 **options: int) -> None:
+                 **options: int) -> bool:
+        """Hand a record of `pending` to the producer; False if the client refused it at once for itself,
+        which is then dealt with as a refusal on delivery (dead-lettered)."""
         pending.remaining += 1
         try:
-            produce(self.producer, topic, value, key, on_delivery=delivered, **options)
+            refused = produce(self.producer, topic, value, key, on_delivery=delivered, **options)
         except KafkaException:
             pending.remaining -= 1  # no callback will come for it
             raise
+        if refused is None:
+            return True
+        pending.remaining -= 1
+        self._dead_letter_refused_record(pending, delivered, refused, topic, value, key)
+        return False
 
     def _dead_letter(self, pending: PendingRow, delivered, reason: str, payload: bytes, mqtt_topic: str,
                      **context) -> None:
@@ -305,19 +311,9 @@ class Connector:
         if row in self.dead_lettered:  # a row sent again, whose dead letter Kafka holds already
             self.counters.redelivered_dead_letters += 1
             return
+        # Never larger than Kafka takes: an over-size letter keeps the start of the payload and its size.
         letter = dead_letter(reason, payload, STAGE, mqttTopic=mqtt_topic, **context)
-        delivered = self._remembering(row, delivered)
-        try:
-            self._produce(self.settings.dlq_topic, letter, None, pending, delivered)
-        except KafkaException as error:
-            if error.args[0].code() != KafkaError.MSG_SIZE_TOO_LARGE:
-                raise
-            log.error("dead letter of %d bytes is too large for Kafka; keeping the first %d bytes",
-                      len(letter), TRUNCATED_PAYLOAD_BYTES)
-            letter = dead_letter(f"{reason} (payload truncated to {TRUNCATED_PAYLOAD_BYTES} bytes for Kafka)",
-                                 payload[:TRUNCATED_PAYLOAD_BYTES], STAGE, mqttTopic=mqtt_topic,
-                                 payloadBytes=len(payload), **context)
-            self._produce(self.settings.dlq_topic, letter, None, pending, delivered)
+        self._produce(self.settings.dlq_topic, letter, None, pending, self._remembering(row, delivered))
         self.counters.dead_letters += 1
 
     def _remembering(self, row: bytes, delivered):
@@ -330,17 +326,20 @@ class Connector:
 
         return remembering
 
-    def _dead_letter_refused_record(self, pending: PendingRow, delivered, error: KafkaError,
-                                    message: Message) -> None:
+    def _dead_letter_refused_record(self, pending: PendingRow, delivered, error: KafkaError, topic: str,
+                                    value: bytes | None, key: bytes | None) -> None:
         """A record Kafka refuses for itself goes to the DLQ, not lost. A dead letter refused for its
-        size goes again without the payload (only its size); one refused even then needs someone."""
-        key = (message.key() or b"").decode(errors="replace") or None
-        if message.topic() == self.settings.data_topic:
-            self._dead_letter(pending, delivered, f"Kafka refused the record: {error.str()}", message.value(),
-                              self.settings.mqtt_topic, key=key)
+        size (a machine.dlq whose limit is below the letters') goes again without the payload (only
+        its size); one refused even then needs someone."""
+        if topic == self.settings.data_topic:
+            self._dead_letter(pending, delivered, f"Kafka refused the record: {error.str()}", value,
+                              self.settings.mqtt_topic, key=(key or b"").decode(errors="replace") or None)
             return
-        self._produce(self.settings.dlq_topic, payload_omitted(message.value() or b"", error.str(), STAGE), None,
-                      pending, self._last_resort_callback(pending))
+        pending.remaining += 1
+        refused = produce(self.producer, self.settings.dlq_topic, payload_omitted(value or b"", error.str(), STAGE),
+                          None, on_delivery=self._last_resort_callback(pending))
+        if refused is not None:
+            self._last_resort_callback(pending)(refused, None)
 
     # --- Life cycle ----------------------------------------------------------------------------
 

@@ -22,10 +22,12 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
+from typing import NamedTuple
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
 
 from pipeline_core.kafka_clients import consumer_config
+from pipeline_core.records import DLQ_MAX_MESSAGE_BYTES
 
 log = logging.getLogger(__name__)
 
@@ -33,7 +35,9 @@ log = logging.getLogger(__name__)
 # most a minute of changes besides the latest value of every held record. Tombstones go a minute after
 # their segment was cleaned (see the module doc for why a restore need not see them all).
 STATE_TOPIC_CONFIG = {"cleanup.policy": "compact", "segment.ms": "60000", "delete.retention.ms": "60000",
-                      "min.cleanable.dirty.ratio": "0.5"}
+                      "min.cleanable.dirty.ratio": "0.5",
+                      # A held record is an input record, which may be as large as its topic allows.
+                      "max.message.bytes": str(DLQ_MAX_MESSAGE_BYTES)}
 # A frame holds the records of one consume batch (a few hundred), far below this.
 _FRAME_SLOTS = 1 << 16
 _RESTORE_BATCH = 10_000
@@ -54,6 +58,20 @@ def _key(position: int) -> bytes:
     return position.to_bytes(8, "big")
 
 
+class StateRecord(NamedTuple):
+    """A held record as the changelog has it. Only the joiner writes the changelog, but it is a plain topic:
+    a record whose key is no place (`position` None) or whose value is no record is dead-lettered on restore."""
+
+    position: int | None  # its place in the co-partitioned partition, from its key
+    key: bytes | None
+    offset: int  # in the changelog partition
+    value: bytes
+
+
+def _position(key: bytes | None) -> int | None:
+    return int.from_bytes(key, "big") if key is not None and len(key) == 8 else None
+
+
 class StateChanges:
     """What changed in one partition's held records since its last commit."""
 
@@ -61,7 +79,8 @@ class StateChanges:
 
     def __init__(self) -> None:
         self.puts: dict[int, bytes | None] = {}  # record position -> input value, held since the last commit
-        self.deletes: list[int] = []  # positions of records let go that the changelog holds
+        # Positions of records let go that the changelog holds; a key that is no position: a record dropped on restore.
+        self.deletes: list[int | bytes] = []
 
     def released(self, position: int) -> None:
         """The join let go of a record (its `on_release` hook)."""
@@ -73,7 +92,7 @@ class StateChanges:
     def flush(self, produce_state: Callable[[bytes, bytes | None], None]) -> int:
         """Hand the changes to `produce_state(key, value)` (None: a tombstone) and forget them; returns how many."""
         for position in self.deletes:
-            produce_state(_key(position), None)
+            produce_state(position if isinstance(position, bytes) else _key(position), None)
         for position, value in self.puts.items():
             produce_state(_key(position), value)
         count = len(self.deletes) + len(self.puts)
@@ -91,10 +110,14 @@ class Restorer:
         self._consumer = Consumer(consumer_config(bootstrap_servers, f"{group_id}.restore", **{
             "enable.partition.eof": True}))
 
-    def restore(self, partitions: list[int]) -> tuple[dict[int, list[tuple[int, bytes]]], int]:
-        """Per partition its held records, (position, input value) in their original order; and how many
-        changelog records were read. The offset each partition's records cover is left in `covered`."""
-        latest: dict[int, dict[bytes, bytes]] = {partition: {} for partition in partitions}
+    @property
+    def topic(self) -> str:
+        return self._topic
+
+    def restore(self, partitions: list[int]) -> tuple[dict[int, list[StateRecord]], int]:
+        """Per partition its held records in their original order (those whose key is no position first); and
+        how many changelog records were read. The offset each partition's records cover is left in `covered`."""
+        latest: dict[int, dict[bytes | None, tuple[int, bytes]]] = {partition: {} for partition in partitions}
         self.covered = {}
         if not partitions:
             return {}, 0
@@ -123,7 +146,7 @@ class Restorer:
                     if message.value() is None:
                         values.pop(message.key(), None)
                     else:
-                        values[message.key()] = message.value()
+                        values[message.key()] = (message.offset(), message.value())
                 if unfinished and time.monotonic() - warned > _RESTORE_WARN_S:
                     # The committed end waits for an open transaction of the partitions' previous owner: the
                     # broker aborts it after the transaction timeout.
@@ -132,7 +155,9 @@ class Restorer:
                                 self._topic, sorted(unfinished), warned - started)
         finally:
             consumer.unassign()
-        held = {partition: sorted((int.from_bytes(key, "big"), value) for key, value in values.items())
+        held = {partition: sorted((StateRecord(_position(key), key, offset, value)
+                                   for key, (offset, value) in values.items()),
+                                  key=lambda record: -1 if record.position is None else record.position)
                 for partition, values in latest.items()}
         return held, read
 

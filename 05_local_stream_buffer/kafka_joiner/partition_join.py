@@ -16,18 +16,20 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 
-from confluent_kafka import Message, Producer, TopicPartition
+from confluent_kafka import KafkaException, Message, Producer, TopicPartition
 
 from pipeline_core.kafka_clients import produce
 from pipeline_core.partitioning import thing_partition
-from pipeline_core.records import InvalidRecord, dead_letter, decode_record, encode_record, record_key
+from pipeline_core.records import (DEAD_LETTER_MAX_BYTES, InvalidRecord, dead_letter, decode_record, encode_record,
+                                   payload_omitted, record_key)
+from pipeline_core.validation import describe
 
 from local_stream_buffer.eviction import evicted_payload
 from local_stream_buffer.keyed import KeyedJoiner
 from local_stream_buffer.output import is_finite_result
 from local_stream_buffer.rejections import Rejection
 from local_stream_buffer.status import IngestStatus
-from .changelog import StateChanges, record_position
+from .changelog import StateChanges, StateRecord, record_position
 from .progress import JoinerStats
 from .repartition import FramedRecord, misrouted
 from .transaction import Transaction
@@ -39,6 +41,8 @@ _EARLIER_FORMAT = "lsb1:processed="
 # Records joined between two looks at whether the transaction is due: a batch of records that lie where
 # they are joined never commits midway; large frames of the repartition topic commit between them.
 _DUE_CHECK_RECORDS = 500
+# A valid record's key: a thing and a quantity of at most 256 characters of up to 4 UTF-8 bytes each.
+_MAX_LETTER_KEY_BYTES = 2 * 256 * 4 + 1
 _ACCEPTED = IngestStatus.ACCEPTED
 _REJECTED = IngestStatus.REJECTED
 _LATE = IngestStatus.LATE
@@ -54,7 +58,7 @@ class PartitionJoin:
     """
 
     __slots__ = ("topic", "partition", "joiner", "changes", "committed", "position", "replay_below", "rebuilding",
-                 "covered", "evicted")
+                 "covered", "evicted", "dead_letters")
 
     def __init__(self, topic: str, partition: int, new_joiner: Callable[..., KeyedJoiner],
                  committed: int | None, metadata: str | None) -> None:
@@ -72,30 +76,55 @@ class PartitionJoin:
         self.replay_below = processed if processed is not None and committed is not None else -1
         self.rebuilding = False  # reading the partition from its beginning to rebuild a lost state
         self.covered = committed  # the position the changelog says the held records cover
+        # Of changelog records that are no held record: dead letters for the next transaction, which also
+        # writes their tombstones (in `changes`), so each is dead-lettered once.
+        self.dead_letters: list[bytes] = []
 
-    def state_lost(self, covered: int | None, held: list[tuple[int, bytes]]) -> bool:
+    def state_lost(self, covered: int | None, held: list[StateRecord]) -> bool:
         """Whether the changelog misses state the committed offset counts on: it covers less than the committed
         offset, or (a changelog from before coverage records) it names no coverage and holds nothing."""
         if not self.committed or self.replay_below >= 0:
             return False  # nothing committed, or an upgrade from the earlier format, which rebuilds from its input
         return covered < self.committed if covered is not None else not held
 
-    def rebuild(self, held: list[tuple[int, bytes]]) -> None:
+    def rebuild(self, held: list[StateRecord]) -> None:
         """Rebuild the lost state from the partition's beginning, silently up to the committed offset. Whatever
         the changelog still holds describes another state: it goes, by tombstones at the next commit."""
-        self.changes.deletes.extend(position for position, _ in held)
+        self.changes.deletes.extend(record.position if record.position is not None else record.key
+                                    for record in held if record.position is not None or record.key is not None)
         self.replay_below = self.committed
         self.rebuilding = True
 
-    def restore(self, held: list[tuple[int, bytes]]) -> int:
-        """Re-ingest the held records of the changelog, in their original order, silently; returns how many."""
+    def restore(self, held: list[StateRecord], state_topic: str) -> int:
+        """Re-ingest the held records of the changelog, in their original order, silently; returns how many.
+        A changelog record that is none (a key that is no position, a value that is no record) is dropped
+        with a dead letter and a tombstone, never stopping the assignment."""
         ingest = self.joiner.ingest
-        for position, value in held:
+        restored = 0
+        for record in held:
+            try:
+                if record.position is None:
+                    raise InvalidRecord(f"changelog key {describe(record.key)} is no record position "
+                                        "(8 bytes, big-endian)")
+                decoded = decode_record(record.value)
+            except InvalidRecord as error:
+                self._reject(str(error), record, state_topic)
+                continue
             # What it lets go of again gets its tombstone at the next commit; so does a record it no longer takes
             # (a put whose tombstone compaction dropped, judged late behind a reorder buffer's watermark now).
-            if ingest(decode_record(value), position).status is not _ACCEPTED:
-                self.changes.released(position)
-        return len(held)
+            if ingest(decoded, record.position).status is not _ACCEPTED:
+                self.changes.released(record.position)
+            restored += 1
+        return restored
+
+    def _reject(self, reason: str, record: StateRecord, state_topic: str) -> None:
+        self.dead_letters.append(dead_letter(
+            f"state record dropped: {reason}", record.value, STAGE, topic=state_topic, partition=self.partition,
+            offset=record.offset, key=describe(record.key, limit=200) if record.key is not None else None))
+        if record.position is not None:
+            self.changes.deletes.append(record.position)
+        elif record.key is not None:
+            self.changes.deletes.append(record.key)
 
     @property
     def replaying(self) -> bool:
@@ -138,11 +167,12 @@ class FrameJoiner:
     :param frame_of: the records of a message of the co-partitioned topic (a frame, or one input record). Read
         as the join reaches the message: a batch the transaction interrupts is handed over again from there.
     :param partitions: partitions of the co-partitioned topic (a record lies in its thing's partition).
+    :param dead_letter_max_bytes: the largest dead letter the DLQ topic takes (`topics.dead_letter_limit`).
     """
 
     def __init__(self, producer: Producer, transaction: Transaction, stats: JoinerStats, input_topic: str,
                  output_topic: str, dlq_topic: str, frame_of: Callable[[Message], list[FramedRecord]],
-                 partitions: int) -> None:
+                 partitions: int, dead_letter_max_bytes: int = DEAD_LETTER_MAX_BYTES) -> None:
         self._producer = producer
         self._transaction = transaction
         self._stats = stats
@@ -151,6 +181,7 @@ class FrameJoiner:
         self._dlq_topic = dlq_topic
         self._frame_of = frame_of
         self._partitions = partitions
+        self._dead_letter_max_bytes = dead_letter_max_bytes
 
     def join(self, messages: list[Message], joins: dict[int, PartitionJoin]) -> int:
         """Join the frames among `messages` in order, each into its partition's join, until the transaction
@@ -222,7 +253,9 @@ class FrameJoiner:
                     try:
                         produce_output(output_topic, payload, key)
                     except BufferError:  # local queue full: the shared helper waits for deliveries to drain it
-                        produce(self._producer, output_topic, payload, key)
+                        refused = produce(self._producer, output_topic, payload, key)
+                        if refused is not None:  # an output record is a few kB: never expected
+                            raise KafkaException(refused) from None
                     append_times.append(framed.append_time)
             # Past the frame as soon as it is joined: whenever the transaction commits, its offsets cover
             # exactly the frames whose outputs and state changes it holds.
@@ -249,16 +282,29 @@ class FrameJoiner:
         for records, reason in join.evicted:
             for record, _position in records:
                 key = record_key(record["thing"], record["quantity"])
-                produce(self._producer, self._dlq_topic,
-                        dead_letter(reason, evicted_payload(record), STAGE, topic=self._input_topic, key=key), key)
-            self._stats.dead_letters += len(records)
+                self.produce_dead_letter(dead_letter(reason, evicted_payload(record), STAGE,
+                                                     self._dead_letter_max_bytes, topic=self._input_topic, key=key),
+                                         key.encode())
             self._stats.evicted += len(records)
         join.evicted.clear()
 
     def _dead_letter(self, reason: str, framed: FramedRecord, **context: object) -> None:
         key = framed.key
-        envelope = dead_letter(reason, framed.value, STAGE, topic=self._input_topic,
+        envelope = dead_letter(reason, framed.value, STAGE, self._dead_letter_max_bytes, topic=self._input_topic,
                                partition=framed.partition, offset=framed.offset,
                                key=key.decode("utf-8", "replace") if key is not None else None, **context)
-        produce(self._producer, self._dlq_topic, envelope, key)
+        # Keyed like the record, unless its key is larger than any record key of the pipeline.
+        self.produce_dead_letter(envelope, key if key is not None and len(key) <= _MAX_LETTER_KEY_BYTES else None)
+
+    def produce_dead_letter(self, envelope: bytes, key: bytes | None = None) -> None:
+        """Produce a dead letter into the open transaction. None is larger than the DLQ topic takes: one the broker
+        refused would abort the transaction on every try. A letter made larger (`PartitionJoin.restore`'s), or one
+        the client refuses all the same, goes without its payload."""
+        if len(envelope) > self._dead_letter_max_bytes:
+            envelope = payload_omitted(envelope, f"larger than the {self._dlq_topic} limit", STAGE)
+        refused = produce(self._producer, self._dlq_topic, envelope, key)
+        if refused is not None:
+            refused = produce(self._producer, self._dlq_topic, payload_omitted(envelope, refused.str(), STAGE), key)
+        if refused is not None:
+            raise KafkaException(refused)
         self._stats.dead_letters += 1

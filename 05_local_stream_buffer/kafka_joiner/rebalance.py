@@ -15,7 +15,7 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaExcepti
 
 from local_stream_buffer.keyed import KeyedJoiner
 from .alignment import InputAlignment
-from .changelog import COVERAGE_KEY, Restorer, coverage_value
+from .changelog import COVERAGE_KEY, Restorer, StateRecord, coverage_value
 from .partition_join import PartitionJoin
 from .progress import JoinerStats, StateFigures
 from .repartition import Forwarder
@@ -96,12 +96,12 @@ class OwnedPartitions:
                              if (p.topic, p.partition) == (join.topic, partition) else p for p in committed]
                 self.started_at[(join.topic, partition)] = OFFSET_BEGINNING
                 continue
-            self._stats.rebuilt += join.restore(records)
+            self._stats.rebuilt += join.restore(records, self._restorer.topic)
         self._stats.state_records_read += read
         self.owned = [TopicPartition(p.topic, p.partition) for p in partitions]
         return committed
 
-    def _rebuild(self, join: PartitionJoin, held: list[tuple[int, bytes]], covered: int | None) -> None:
+    def _rebuild(self, join: PartitionJoin, held: list[StateRecord], covered: int | None) -> None:
         """The changelog lost `join`'s state: rebuild it from the partition's beginning. Records retention
         deleted from before the committed offset are missing from it: counted, and said."""
         join.rebuild(held)
@@ -191,10 +191,15 @@ class OwnedPartitions:
         """Pending records forced out by the pending limit in the owned partitions' joins."""
         return sum(join.joiner.counters.forced for join in self.joins.values())
 
-    def flush_state(self, produce_state: Callable[[int, bytes, bytes | None], None]) -> None:
+    def flush_state(self, produce_state: Callable[[int, bytes, bytes | None], None],
+                    produce_dead_letter: Callable[[bytes], None]) -> None:
         """Hand what changed in every join's held records since the last commit, and the offset they cover, to
-        `produce_state(partition, key, value)` (value None: a tombstone)."""
+        `produce_state(partition, key, value)` (value None: a tombstone), and the dead letters of changelog
+        records dropped on restore to `produce_dead_letter`."""
         for join in self.joins.values():
+            for letter in join.dead_letters:
+                produce_dead_letter(letter)
+            join.dead_letters.clear()
             join.changes.flush(lambda key, value, partition=join.partition: produce_state(partition, key, value))
             covered = join.coverage()
             if covered is not None:

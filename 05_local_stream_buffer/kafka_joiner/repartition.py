@@ -24,6 +24,10 @@ from .progress import JoinerStats
 
 # Distinct keys are things x quantities: small. The bound only guards against a flood of junk keys.
 _MAX_CACHED_KEYS = 100_000
+# A frame is closed once it holds this much, so however large the input records (up to their topic's
+# limit), no frame is larger than one record plus this: the repartition topic takes it (see
+# `REPARTITION_TOPIC_CONFIG`), and so does the producer.
+FRAME_MAX_BYTES = 512 * 1024
 
 
 class FramedRecord(NamedTuple):
@@ -193,6 +197,8 @@ class Forwarder:
         self._stats = stats
         self._partition_of = router.partition
         self._frames: dict[int, list[bytes]] = {}  # co-partitioned partition -> parts of its frame
+        self._frame_bytes: dict[int, int] = {}  # co-partitioned partition -> bytes of its frame so far
+        self._full: list[tuple[int, bytes]] = []  # frames closed at FRAME_MAX_BYTES, in order
         self.positions: dict[int, int] = {}  # input partition -> next offset to forward
         self.append_times: dict[int, int] = {}  # input partition -> append time of its last record
 
@@ -223,7 +229,14 @@ class Forwarder:
             parts = frames.get(partition)
             if parts is None:
                 parts = frames[partition] = []
-            frame_parts(parts, source, offset, append_time if append_time > 0 else 0, key, message.value())
+            value = message.value()
+            size = self._frame_bytes.get(partition, 0) + len(key or b"") + len(value or b"")
+            if size > FRAME_MAX_BYTES and parts:
+                self._full.append((partition, b"".join(parts)))
+                parts = frames[partition] = []
+                size = len(key or b"") + len(value or b"")
+            self._frame_bytes[partition] = size
+            frame_parts(parts, source, offset, append_time if append_time > 0 else 0, key, value)
             joinable += 1
         self._stats.records_in += consumed
         self._stats.joinable += joinable
@@ -231,9 +244,13 @@ class Forwarder:
 
     def flush(self, produce_frame: Callable[[int, bytes], None]) -> None:
         """Hand every frame under construction to `produce_frame(partition, frame)`."""
+        for partition, frame in self._full:
+            produce_frame(partition, frame)
+        self._full.clear()
         for partition, parts in self._frames.items():
             produce_frame(partition, b"".join(parts))
         self._frames.clear()
+        self._frame_bytes.clear()
 
     def drop(self, partition: int) -> None:
         """Forget an input partition that is no longer ours."""

@@ -24,7 +24,8 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Topic
 from pipeline_core.kafka_clients import admin_client, produce, retry_transient
 from pipeline_core.lifecycle import StopSignal
 from pipeline_core.progress import ProgressReporter
-from pipeline_core.topics import MACHINE_DATA, TopicSpec, ensure_topics, partition_count
+from pipeline_core.records import DLQ_MAX_MESSAGE_BYTES
+from pipeline_core.topics import MACHINE_DATA, TopicSpec, dead_letter_limit, ensure_topics, partition_count
 
 from local_stream_buffer.keyed import KeyedJoiner
 from local_stream_buffer.specs import SpecResolver, load_join_specs
@@ -88,8 +89,9 @@ class KafkaJoiner:
         if self._by_thing:
             join_partitions = input_partitions
         else:
-            ensure_topics(admin, (TopicSpec(self.join_topic, input_partitions, dict(MACHINE_DATA.config)),),
-                          deadline_s=deadline_s)
+            # Frames of records as large as the input's limit: the topic takes what the producer sends.
+            ensure_topics(admin, (TopicSpec(self.join_topic, input_partitions, {
+                **MACHINE_DATA.config, "max.message.bytes": str(DLQ_MAX_MESSAGE_BYTES)}),), deadline_s=deadline_s)
             join_partitions = partition_count(admin, self.join_topic, deadline_s)  # an existing topic may differ
         ensure_topics(admin, (TopicSpec(self.state_topic, join_partitions, STATE_TOPIC_CONFIG),), deadline_s=deadline_s)
         state_partitions = partition_count(admin, self.state_topic, deadline_s)
@@ -113,7 +115,8 @@ class KafkaJoiner:
                 max_join_keys=settings.max_join_keys or None, on_evict=on_evict),
             self._restorer, self.stats, self._forwarder, self._alignment)
         self._frames = FrameJoiner(self._producer, self._transaction, self.stats, settings.input_topic,
-                                   settings.output_topic, settings.dlq_topic, frame_of, join_partitions)
+                                   settings.output_topic, settings.dlq_topic, frame_of, join_partitions,
+                                   dead_letter_limit(admin, settings.dlq_topic, deadline_s))
         # Before joining the group: aborts the open transaction of a crashed run with this transactional id,
         # whose pending offsets would otherwise hold up reading the committed ones. A just started broker
         # answers it with NOT_COORDINATOR while it creates __transaction_state.
@@ -221,17 +224,17 @@ class KafkaJoiner:
             self._forwarder.flush(self._produce_frame)
 
     def _produce_frame(self, partition: int, frame: bytes) -> None:
-        produce(self._producer, self.join_topic, frame, None, partition=partition)
+        _produced(produce(self._producer, self.join_topic, frame, None, partition=partition))
 
     def _produce_state(self, partition: int, key: bytes, value: bytes | None) -> None:
-        produce(self._producer, self.state_topic, value, key, partition=partition)
+        _produced(produce(self._producer, self.state_topic, value, key, partition=partition))
 
     def _commit(self, rewind_on_abort: bool = True) -> bool:
         """Commit outputs, dead letters, forwarded records, state changes and positions together; on abort go
         back to the last commit (unless the partitions are being handed over). False if it aborted."""
         if self._forwarder is not None:
             self._forwarder.flush(self._produce_frame)
-        self._partitions.flush_state(self._produce_state)
+        self._partitions.flush_state(self._produce_state, self._frames.produce_dead_letter)
         if self._transaction.commit(self._offsets()):
             return True
         if rewind_on_abort:
@@ -281,3 +284,10 @@ class KafkaJoiner:
     def forced(self) -> int:
         """Pending records forced out by the pending limit in the owned partitions' joins."""
         return self._partitions.forced() if self._partitions is not None else 0
+
+
+def _produced(refused: KafkaError | None) -> None:
+    """Frames (bounded by `repartition.FRAME_MAX_BYTES`) and state records (input records) are never larger
+    than the producer takes; should it refuse one, the transaction must not commit without it."""
+    if refused is not None:
+        raise KafkaException(refused)

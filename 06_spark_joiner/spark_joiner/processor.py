@@ -273,8 +273,9 @@ class Emitted:
     def __len__(self) -> int:
         return len(self.dead_letters) + sum(map(len, self.values))
 
-    def dead_letter(self, reason: str, payload: bytes, topic: str, partition: int, offset: int) -> None:
-        self.dead_letters.append(dead_letter(reason, bytes(payload), STAGE, topic=topic, partition=int(partition),
+    def dead_letter(self, reason: str, payload: bytes | None, topic: str, partition: int, offset: int) -> None:
+        # payload None: a record without a value (a tombstone).
+        self.dead_letters.append(dead_letter(reason, payload, STAGE, topic=topic, partition=int(partition),
                                              offset=int(offset)))
 
     def outputs(self, encoded: EncodedOutputs) -> None:

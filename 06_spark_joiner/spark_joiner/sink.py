@@ -24,9 +24,12 @@ import pyarrow.compute as pc
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from pyspark.sql import DataFrame, SparkSession
 
-from pipeline_core.kafka_clients import (DEFAULT_STARTUP_DEADLINE_S, consumer_config, produce,
+from pipeline_core.kafka_clients import (DEFAULT_STARTUP_DEADLINE_S, admin_client, consumer_config, produce,
                                          raise_partition_errors, retry_transient, transactional_producer_config)
+from pipeline_core.records import payload_omitted
+from pipeline_core.topics import dead_letter_limit
 
+from .encode import STAGE
 from .processor import DLQ, unpack_emitted
 
 log = logging.getLogger(__name__)
@@ -78,6 +81,9 @@ class TransactionalBatchSink:
         self.offset_log = ""  # the checkpoint's offset log: where each batch's input ends
         self.committed: dict[int, int] = {}  # input partition -> offset up to which the outputs are in Kafka
         self.counters = SinkCounters()
+        # The processor's letters are under machine.dlq's default limit; a DLQ topic made with a lower one would
+        # refuse larger letters and fail every batch holding one.
+        self.dead_letter_max_bytes = dead_letter_limit(admin_client(bootstrap_servers), dlq_topic, startup_deadline_s)
 
     def resume(self, input_topic: str, checkpoint_dir: str) -> dict[int, int]:
         """Before a query starts on ``checkpoint_dir``: read the committed input position of every partition
@@ -193,11 +199,18 @@ class TransactionalBatchSink:
 
     def _produce_to(self, topic: str, values: list[bytes], keys: list[str | None]) -> None:
         produce_one = self.producer.produce
+        if topic == self.dlq_topic:
+            values = [value if len(value) <= self.dead_letter_max_bytes
+                      else payload_omitted(value, f"larger than the {topic} limit", STAGE) for value in values]
         for value, key in zip(values, keys):
             try:
                 produce_one(topic, value, key)
-            except BufferError:  # local queue full: the shared helper waits for deliveries to drain it
-                produce(self.producer, topic, value, key)
+            except (BufferError, KafkaException):  # a full local queue, or a record the client refuses
+                refused = produce(self.producer, topic, value, key)  # waits out the first, returns the second
+                if refused is not None and topic == self.dlq_topic:
+                    refused = produce(self.producer, topic, payload_omitted(value, refused.str(), STAGE), key)
+                if refused is not None:  # an output record is a few kB: never expected
+                    raise KafkaException(refused) from None
 
     def _commit(self) -> None:
         deadline = time.monotonic() + 120

@@ -244,8 +244,10 @@ class DbConnector:
         while waiting:
             self._refused = []
             for envelope, omitted in waiting:
-                produce(self._producer, self.settings.dlq_topic, envelope,
-                        on_delivery=functools.partial(self._on_delivery, omitted))
+                refused = produce(self._producer, self.settings.dlq_topic, envelope,
+                                  on_delivery=functools.partial(self._on_delivery, omitted))
+                if refused is not None:  # the client refused it at once: as if Kafka had on delivery
+                    self._refused.append((envelope, omitted, refused))
             while self._producer.flush(0.5):
                 if self.stop.is_set():
                     raise WriteAborted(f"stopped while dead letters waited for Kafka ({self.settings.dlq_topic})")

@@ -10,15 +10,12 @@ from typing import Any, TypeVar
 from confluent_kafka import KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
+from .records import DLQ_MAX_MESSAGE_BYTES
 from .settings import DEFAULT_STARTUP_DEADLINE_S
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
-
-# Rejected payloads are kept whole, up to this size, so the DLQ can hold what the
-# connector refused for being too large; the clients send and fetch records this large.
-DLQ_MAX_MESSAGE_BYTES = 16 * 1024 * 1024
 
 # What a broker answers while it starts, creates its internal topics (__consumer_offsets,
 # __transaction_state), loads a coordinator or elects a partition's leader, or while it cannot be
@@ -144,15 +141,25 @@ def consumer_config(bootstrap_servers: str, group_id: str, **overrides: Any) -> 
 
 
 def produce(producer: Producer, topic: str, value: bytes | None, key: bytes | str | None = None,
-            **options: Any) -> None:
+            **options: Any) -> KafkaError | None:
     """`producer.produce`, waiting for deliveries to drain the local queue when it is full
-    instead of failing with BufferError."""
+    instead of failing with BufferError.
+
+    Returns None once the record is queued, or the client's error when it refuses the record for the
+    record itself (`refused_for_itself`: larger than the producer's message.max.bytes): nothing was
+    sent and no delivery callback comes, so the caller dead-letters it (or sends a smaller letter),
+    as for a record Kafka refuses on delivery. Every other error is not the record's and is raised."""
     while True:
         try:
             producer.produce(topic, value, key, **options)
-            return
+            return None
         except BufferError:
             producer.poll(0.05)
+        except KafkaException as exception:
+            error = exception.args[0]
+            if isinstance(error, KafkaError) and refused_for_itself(error):
+                return error
+            raise
 
 
 def admin_client(bootstrap_servers: str, **overrides: Any) -> AdminClient:

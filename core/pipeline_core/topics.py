@@ -5,9 +5,10 @@ import logging
 from dataclasses import dataclass, field
 
 from confluent_kafka import KafkaError, KafkaException
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic, ResourceType
 
-from .kafka_clients import DEFAULT_STARTUP_DEADLINE_S, DLQ_MAX_MESSAGE_BYTES, retry_transient
+from .kafka_clients import DEFAULT_STARTUP_DEADLINE_S, retry_transient
+from .records import DEAD_LETTER_MAX_BYTES, DEAD_LETTER_ROOM_BYTES, DLQ_MAX_MESSAGE_BYTES
 
 log = logging.getLogger(__name__)
 
@@ -71,3 +72,29 @@ def partition_count(admin: AdminClient, topic: str, deadline_s: float = DEFAULT_
         return len(metadata.partitions)
 
     return retry_transient(count, what=f"reading the partitions of topic {topic}", deadline_s=deadline_s)
+
+
+def dead_letter_limit(admin: AdminClient, dlq_topic: str, deadline_s: float = DEFAULT_STARTUP_DEADLINE_S) -> int:
+    """The largest dead letter `dlq_topic` takes: its max.message.bytes less room for a record's key, headers
+    and framing, at most `DEAD_LETTER_MAX_BYTES` (what the pipeline's own machine.dlq takes). A stage whose
+    letters commit in a transaction sizes them by this, since a letter the broker refused would abort the
+    transaction again on every try. A topic not there yet, or no right to read its configuration: the default."""
+    resource = ConfigResource(ResourceType.TOPIC, dlq_topic)
+
+    def read() -> int | None:
+        try:
+            configs = admin.describe_configs([resource], request_timeout=min(30.0, deadline_s))[resource].result()
+        except KafkaException as error:
+            if error.args[0].code() in (KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC,
+                                        KafkaError.TOPIC_AUTHORIZATION_FAILED):
+                log.info("cannot read the max.message.bytes of %s (%s): dead letters are kept under %d bytes",
+                         dlq_topic, error.args[0].str(), DEAD_LETTER_MAX_BYTES)
+                return None
+            raise
+        return int(configs["max.message.bytes"].value)
+
+    topic_limit = retry_transient(read, what=f"reading the max.message.bytes of topic {dlq_topic}",
+                                  deadline_s=deadline_s)
+    if topic_limit is None:
+        return DEAD_LETTER_MAX_BYTES
+    return max(min(DEAD_LETTER_MAX_BYTES, topic_limit - DEAD_LETTER_ROOM_BYTES), topic_limit // 2)

@@ -3,6 +3,7 @@ join on the same records, exactly once, through file-order input, crashes and a 
 input partitioned by thing (as the stream connector writes it) and by key (repartitioned first)."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import random
 import re
@@ -19,11 +20,12 @@ from connector_support import ConnectorProcess, run_simulator
 from kafka_joiner_support import (JoinerProcess, as_multiset, delete_internal_topics, key_of, new_group,
                                   offline_join, read_outputs, records_in, restart_after_a_quiet_machine,
                                   rows_as_records)
+from kafka_joiner.changelog import STATE_TOPIC_CONFIG
 from kafka_joiner.settings import KafkaJoinerSettings
 from pipeline_core.kafka_clients import admin_client, consumer_config, producer_config
 from pipeline_core.partitioning import thing_partition
 from pipeline_core.records import encode_record
-from pipeline_core.topics import MACHINE_DATA
+from pipeline_core.topics import MACHINE_DATA, TopicSpec, ensure_topics
 from pipeline_core.mqtt import drop_session
 from support import produce_records, read_topic, unique, wait_for
 
@@ -319,4 +321,62 @@ def test_a_rebuild_past_retention_warns_and_counts_the_records_gone(bootstrap, n
     wait_for(lambda: len(re.findall(r"misses the first (\d+) records", joiner.log())) == len(filled), 60,
              "a warning per rebuilt partition")
     assert [int(count) for count in re.findall(r"misses the first (\d+) records", joiner.log())] == [100] * len(filled)
+
+
+def test_bad_state_records_and_an_over_size_dead_letter_never_stop_the_joiner(
+        bootstrap, new_topics, _created_topics, joiners, tmp_path) -> None:
+    """Two entrances besides the input, in one run.
+
+    The changelog is a plain topic: whatever else lands there (a key that is no record position, a value that is
+    no record) must not stop the joiner taking its partitions. Each such record is dead-lettered with its place
+    in the changelog and tombstoned in the same transaction, so a restart does not dead-letter it again.
+
+    A DLQ topic made with a lower max.message.bytes than the pipeline's: a bad input record of control
+    characters, six times as large JSON-escaped, would make a letter the broker refuses, aborting the
+    transaction on every try. The joiner sizes its letters by the topic's limit: the letter keeps reason,
+    origin and the payload's size. The input joins exactly throughout."""
+    topics = new_topics()
+    small_dlq = f"{topics.dlq}.small"
+    ensure_topics(admin_client(bootstrap), (TopicSpec(small_dlq, 3, {"max.message.bytes": "100000"}),))
+    _created_topics.append(small_dlq)
+    topics = dataclasses.replace(topics, dlq=small_dlq)
+    group = new_group()
+    state_topic = f"{group}.{topics.data}.state"
+    ensure_topics(admin_client(bootstrap), (TopicSpec(state_topic, MACHINE_DATA.partitions, STATE_TOPIC_CONFIG),))
+    home = thing_partition("R0815", MACHINE_DATA.partitions)
+    bad_state = [(b"abc", b"x", home), ((7).to_bytes(8, "big"), b"{not a record", home),
+                 ((8).to_bytes(8, "big"), b'{"thing": "R0815"}', (home + 1) % MACHINE_DATA.partitions)]
+    landed = {}
+    producer = Producer(producer_config(bootstrap))
+    for key, value, partition in bad_state:
+        producer.produce(state_topic, value, key, partition=partition,
+                         on_delivery=lambda error, message: landed.update(
+                             {(message.partition(), message.offset()): message.value()}))
+    assert producer.flush(30) == 0 and len(landed) == len(bad_state)
+    records = [r for r in rows_as_records(EVENTS_FILE, time_order=True) if r["thing"] == "R0815"]
+    expected, _ = offline_join(records)
+    joiner = start_joiner(joiners, bootstrap, topics, group, tmp_path, by_thing=True)
+    payload = b"\x01" * 60_000
+    producer.produce(topics.data, payload, key=b"R0815.actSpeed_C11", partition=home)
+    assert producer.flush(30) == 0
+    produce_records(bootstrap, topics.data, records, key=key_of, by_thing=True)
+
+    outputs = read_outputs(bootstrap, topics.out, len(expected))
+    assert as_multiset([m.value for m in outputs]) == as_multiset(expected)
+    dead = read_topic(bootstrap, small_dlq, expected=len(bad_state) + 1, deadline_s=60)
+    envelopes = [json.loads(m.value) for m in dead]
+    from_state = [e for e in envelopes if e["topic"] == state_topic]
+    assert {(e["partition"], e["offset"]): e["payload"].encode() for e in from_state} == landed
+    assert all(e["stage"] == "kafka_joiner" and e["reason"].startswith("state record dropped: ") for e in from_state)
+    [over_size] = [(m.value, e) for m, e in zip(dead, envelopes) if e["topic"] == topics.data]
+    letter, envelope = over_size
+    assert len(letter) <= 100_000 and envelope["payloadBytes"] == len(payload)
+    assert envelope["reason"].startswith("malformed JSON") and envelope["offset"] == 0
+    assert payload.startswith(envelope["payload"].encode())
+    assert joiner.terminate() == 0
+    joiner.start()  # restores from the changelog again: the dropped records are gone from it
+    produce_records(bootstrap, topics.data, [dict(records[-1], phenomenonTime=records[-1]["phenomenonTime"] + 1)],
+                    key=key_of, by_thing=True)  # a record to commit a transaction with
+    wait_for(lambda: records_in(joiner.log()) > 0, 60, "the restarted joiner to read the new record")
+    assert len(read_topic(bootstrap, small_dlq, idle_s=2.0)) == len(dead)
     assert joiner.terminate() == 0

@@ -1,15 +1,32 @@
 """`make clean && make up` once per joiner, on a private stack (own ports and state folder): every process
 comes up healthy, and a row replayed with `make data` becomes a joined record in machine.out. Prints how long
-the start took and the first join's latency. `make reliability` runs ten starts per joiner."""
+the start took and the first join's latency. `make reliability` runs ten starts per joiner.
+
+Before the replay, a plain Kafka producer writes records of every kind no stage may stop on (`poison_corpus`)
+to machine.data and machine.out, as other producers can: each becomes one dead letter per stage that reads
+it, no stage restarts, and the replay of the whole events file still gives exactly its 2,748 joins."""
 from __future__ import annotations
 
+import json
+from collections import Counter
 from pathlib import Path
 
 import pytest
+from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient, ConfigResource, ResourceType
 
-from startup_support import PrivateStack, assert_all_healthy
+from pipeline_core.records import decode_record
+from pipeline_core.topics import MACHINE_DATA, MACHINE_DLQ, MACHINE_OUT
+from poison_corpus import PoisonRecord, poison_records
+from startup_support import PrivateStack, assert_all_healthy, healthy_states
+from support import read_topic
 
 pytestmark = pytest.mark.integration
+
+EVENTS_FILE_JOINS = 2_748
+JOINER_STAGE = {"spark": "spark_joiner", "lsb": "kafka_joiner"}
+# Room below the topic's limit for the record's key, headers and Kafka's framing.
+_FRAMING_BYTES = 1024
 
 
 @pytest.mark.parametrize("joiner", ["spark", "lsb"])
@@ -18,11 +35,57 @@ def test_make_up_from_nothing_runs_every_process_and_joins(joiner: str, tmp_path
     try:
         started = stack.start_from_nothing(joiner)
         assert_all_healthy(started)
-        joined = stack.first_join()
+        poison = {topic: put_poison(stack.bootstrap, topic) for topic in (MACHINE_DATA.name, MACHINE_OUT.name)}
+        joined = stack.first_join(rows=None)
         assert joined.record["thing"] and joined.record["quantity"]
+
+        # Every stage reading a topic dead-letters each of its bad records once: the joiner machine.data's,
+        # the DB connector both topics'.
+        expected = Counter({(JOINER_STAGE[joiner], *origin): 1 for origin in poison[MACHINE_DATA.name]})
+        expected.update({("db_connector", *origin): 1 for records in poison.values() for origin in records})
+        read_topic(stack.bootstrap, MACHINE_OUT.name, expected=EVENTS_FILE_JOINS + len(poison[MACHINE_OUT.name]),
+                   deadline_s=600)
+        read_topic(stack.bootstrap, MACHINE_DLQ.name, expected=sum(expected.values()), deadline_s=300)
+        # Nothing more comes: both read again to their end.
+        letters = Counter(origin_of(message.value) for message in read_topic(stack.bootstrap, MACHINE_DLQ.name))
+        assert letters == expected
+        out = read_topic(stack.bootstrap, MACHINE_OUT.name)
+        joins = [message for message in out if (MACHINE_OUT.name, message.partition, message.offset)
+                 not in poison[MACHINE_OUT.name]]
+        ids = Counter(decode_record(message.value)["id"] for message in joins)
+        assert len(joins) == EVENTS_FILE_JOINS and len(ids) == EVENTS_FILE_JOINS, ids.most_common(3)
+        assert stack.states(joiner) == healthy_states(joiner)
         with capsys.disabled():
             print(f"\nJOINER={joiner}: make up from nothing {started.seconds:.1f} s "
                   f"(stack up in {started.reported_seconds:.1f} s); first replayed row -> first joined record "
-                  f"{joined.latency_s:.2f} s")
+                  f"{joined.latency_s:.2f} s; {len(poison[MACHINE_DATA.name])} bad records on each of "
+                  f"{MACHINE_DATA.name} and {MACHINE_OUT.name}: {sum(letters.values())} dead letters")
     finally:
         stack.down()
+
+
+def put_poison(bootstrap: str, topic: str) -> dict[tuple[str, int, int], PoisonRecord]:
+    """Write the corpus to `topic` with a plain producer; each record by where it landed."""
+    limit = max_message_bytes(bootstrap, topic)
+    producer = Producer({"bootstrap.servers": bootstrap, "message.max.bytes": 2 * limit, "linger.ms": 0})
+    landed: dict[tuple[str, int, int], PoisonRecord] = {}
+    for record in poison_records(limit - _FRAMING_BYTES):
+        def delivered(error, message, record=record) -> None:
+            assert error is None, f"{record.what}: {error}"
+            landed[(message.topic(), message.partition(), message.offset())] = record
+
+        producer.produce(topic, record.value, record.key, headers=record.headers, on_delivery=delivered)
+        assert producer.flush(30) == 0
+    return landed
+
+
+def max_message_bytes(bootstrap: str, topic: str) -> int:
+    resource = ConfigResource(ResourceType.TOPIC, topic)
+    admin = AdminClient({"bootstrap.servers": bootstrap})  # kept while its answer is awaited
+    configs = admin.describe_configs([resource])[resource].result(30)
+    return int(configs["max.message.bytes"].value)
+
+
+def origin_of(letter: bytes) -> tuple:
+    envelope = json.loads(letter)
+    return envelope["stage"], envelope.get("topic"), envelope.get("partition"), envelope.get("offset")

@@ -1,15 +1,16 @@
 """When the standalone joiner takes its changelog for lost, and what a partition rebuilding it commits."""
 from __future__ import annotations
 
-from kafka_joiner.changelog import coverage_value
+from kafka_joiner.changelog import StateRecord, coverage_value
 from kafka_joiner.partition_join import PartitionJoin
 from local_stream_buffer.keyed import KeyedJoiner
 
-HELD = [(7, b'{"thing": "R0815"}')]
+HELD = [StateRecord(7, (7).to_bytes(8, "big"), 0, b'{"thing": "R0815"}')]
 
 
 def partition(committed: int | None, metadata: str | None = None) -> PartitionJoin:
-    return PartitionJoin("machine.data", 2, lambda hook: KeyedJoiner(on_release=hook), committed, metadata)
+    return PartitionJoin("machine.data", 2, lambda release, evict: KeyedJoiner(on_release=release, on_evict=evict),
+                         committed, metadata)
 
 
 def test_a_changelog_short_of_the_committed_offset_is_lost() -> None:
@@ -26,10 +27,10 @@ def test_a_rebuilding_partition_keeps_its_commit_and_writes_no_coverage_until_th
     join = partition(500)
     join.rebuild(HELD)
     assert join.changes.deletes == [7]  # what the changelog still held goes
-    join.advance(99)
+    join.position = 100  # past the frame at offset 99
     assert join.replaying and join.coverage() is None
     assert join.commit_position().offset == 500 and not join.commit_position().metadata
-    join.advance(509)
+    join.position = 510
     assert not join.replaying
     assert join.commit_position().offset == 510
     assert join.coverage() == 510 and join.coverage() is None  # written once per move

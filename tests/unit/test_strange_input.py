@@ -5,7 +5,14 @@ characters, huge and non-finite numbers, deep nesting, odd time units, broken UT
 * the stream connector: row -> records -> key, partition and value on machine.data, or a dead letter;
 * `pipeline_core.records.decode_record` as both joiners read machine.data with it, and what they do
   with an accepted record (its key, its thing's partition, Arrow string columns);
-* the DB connector: record -> line protocol, or a dead letter; and a dead letter -> its count point.
+* the DB connector: record -> line protocol, or a dead letter; and a dead letter -> its count point;
+* whole Kafka records (key, value, headers; a null value is a tombstone) through each stage as it reads
+  its topics: the standalone joiner's input frames, its repartition frames and its changelog restore, the
+  Spark joiner's router (Arrow's JSON reader) and bucket join, and the DB connector's per-record step on
+  all three of its topics. Each consumes every record and writes one dead letter, with its origin, per
+  record that is none, and never raises;
+* the corpus of bad records the start-from-nothing test writes (`poison_corpus`): every stage that reads
+  it dead-letters each of its records.
 """
 from __future__ import annotations
 
@@ -15,13 +22,27 @@ from datetime import datetime
 
 import numpy as np
 import pyarrow as pa
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from kafka_joiner.repartition import FramedRecord, decode_frame, encode_frame, frame_records
+from kafka_joiner.changelog import StateRecord
+from kafka_joiner.partition_join import FrameJoiner, PartitionJoin
+from kafka_joiner.progress import JoinerStats
+from kafka_joiner.repartition import (FRAME_MAX_BYTES, Forwarder, FramedRecord, InputFrames, ThingRouter, decode_frame,
+                                      encode_frame, frame_records, repartitioned_frame)
+from kafka_joiner.transaction import Transaction
+from db_connector.connector import DbConnector, DbConnectorCounters, _Batch
 from db_connector.points import PowerLevels, body, deadletter_point, record_line
+from db_connector.settings import DbConnectorSettings
+from local_stream_buffer.keyed import KeyedJoiner
+from local_stream_buffer.specs import SpecResolver, load_join_specs
 from pipeline_core.partitioning import thing_partition
 from pipeline_core.records import InvalidRecord, dead_letter, decode_record, record_key
+from pipeline_core.settings import load_settings
+from poison_corpus import SPEED_KEY, poison_records
+from spark_joiner.parse import RecordRouter, unpack
+from spark_joiner.processor import DLQ, join_bucket, unpack_emitted
 from pipeline_core.timestamps import EARLIEST_MS, LATEST_MS
 from stream_connector.rows import kafka_messages, split_row
 
@@ -29,7 +50,10 @@ PARTITIONS = 5
 MAX_ROW_BYTES = 64 * 1024
 MAX_QUANTITIES = 20
 LEVELS = PowerLevels.parse("100,1000,5000")
-EXAMPLES = settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+EXAMPLES = settings(max_examples=400, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+# Whole batches of records through a joiner: fewer, larger examples.
+BATCHES = settings(max_examples=60, deadline=None, derandomize=True,
+                   suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 
 # --- strategies ----------------------------------------------------------------------------------
 
@@ -248,3 +272,277 @@ def test_known_poison_inputs() -> None:
                     b'{"reason": "\\ud800", "stage": "\\ud800"}'):
         through_the_joiners_decode(payload)
         through_the_db_connector(payload)
+
+
+# --- whole Kafka records through the joiners ------------------------------------------------------
+
+INPUT_TOPIC, OUTPUT_TOPIC, DLQ_TOPIC, STATE_TOPIC = "machine.data", "machine.out", "machine.dlq", "joiner.state"
+RESOLVER = SpecResolver(load_join_specs(None))
+HEADERS = st.none() | st.lists(st.tuples(STRANGE_TEXT, st.none() | st.binary(max_size=20)), max_size=3)
+KEYS = st.one_of(st.none(), st.binary(max_size=30), STRANGE_TEXT.map(lambda text: text.encode("utf-8", "surrogatepass")),
+                 st.sampled_from([SPEED_KEY, b"R0815.actSpeed_C11", b"R0815.vaTorque_C11", b"M1.vaTorque_C11", b""]))
+VALUES = st.none() | payloads(RECORDS) | payloads(JSON)
+# (key, value, headers, partition) of each record of a batch, in the order they are read.
+KAFKA_RECORDS = st.lists(st.tuples(KEYS, VALUES, HEADERS, st.integers(0, PARTITIONS - 1)), min_size=1, max_size=25)
+
+
+class KafkaRecord:
+    """A consumed record as confluent-kafka hands it over (its Message cannot be made outside the client)."""
+
+    def __init__(self, topic: str, partition: int, offset: int, key: bytes | None, value: bytes | None,
+                 headers: list | None = None, timestamp_ms: int = 1_700_000_000_000) -> None:
+        self._fields = (topic, partition, offset, key, value, headers, timestamp_ms)
+
+    def topic(self): return self._fields[0]
+    def partition(self): return self._fields[1]
+    def offset(self): return self._fields[2]
+    def key(self): return self._fields[3]
+    def value(self): return self._fields[4]
+    def headers(self): return self._fields[5]
+    def timestamp(self): return 1, self._fields[6]
+    def error(self): return None
+
+
+class ProducedRecords:
+    """Stands in for the joiner's transactional producer: what it was handed, per topic."""
+
+    def __init__(self) -> None:
+        self.records: list[tuple[str, bytes | None, bytes | str | None]] = []
+
+    def produce(self, topic: str, value: bytes | None = None, key: bytes | str | None = None, **_options) -> None:
+        self.records.append((topic, value, key))
+
+    def poll(self, _timeout: float) -> int:
+        return 0
+
+    def on(self, topic: str) -> list[bytes | None]:
+        return [value for produced_topic, value, _key in self.records if produced_topic == topic]
+
+
+def is_record(value: bytes | None) -> bool:
+    try:
+        decode_record(value)
+    except InvalidRecord:
+        return False
+    return True
+
+
+def assert_letters_name_their_records(letters: list[bytes], bad: dict[tuple[int, int], bytes | None],
+                                      stage: str, topic: str = INPUT_TOPIC) -> None:
+    """One dead letter per bad record, naming its origin, with the reason and the payload as it came."""
+    origins = []
+    for letter in letters:
+        envelope = json.loads(letter)
+        assert envelope["stage"] == stage and envelope["topic"] == topic and envelope["reason"], envelope
+        origin = (envelope["partition"], envelope["offset"])
+        origins.append(origin)
+        if origin in bad:
+            payload = bad[origin]
+            if payload is None:
+                assert "payload" not in envelope and "payloadBase64" not in envelope
+            else:
+                assert_dead_letter(letter, payload)
+    assert sorted(origins) == sorted(bad), (origins, sorted(bad))
+
+
+def frame_joiner(producer: ProducedRecords, frame_of) -> tuple[FrameJoiner, dict[int, PartitionJoin], JoinerStats]:
+    stats = JoinerStats()
+    transaction = Transaction(producer, None, stats, interval_s=3600, max_records=10**9)
+    joins = {partition: PartitionJoin(INPUT_TOPIC, partition,
+                                      lambda on_release, on_evict: KeyedJoiner(
+                                          RESOLVER, max_pending_per_side=100, on_release=on_release,
+                                          on_evict=on_evict), None, None)
+             for partition in range(PARTITIONS)}
+    return (FrameJoiner(producer, transaction, stats, INPUT_TOPIC, OUTPUT_TOPIC, DLQ_TOPIC, frame_of, PARTITIONS),
+            joins, stats)
+
+
+def consumed(records: list) -> list[KafkaRecord]:
+    return [KafkaRecord(INPUT_TOPIC, partition, offset, key, value, headers)
+            for offset, (key, value, headers, partition) in enumerate(records)]
+
+
+def routed(key: bytes | None) -> bool:
+    return ThingRouter(RESOLVER, PARTITIONS).partition(key) is not None
+
+
+@BATCHES
+@given(KAFKA_RECORDS)
+def test_any_input_record_is_joined_or_dead_lettered_by_the_standalone_joiner(records: list) -> None:
+    """Input partitioned by thing (as the stack runs it): every record is a frame of its own. A record whose key
+    no join needs is left alone; of the others, each that is no valid record where it lies is dead-lettered."""
+    producer = ProducedRecords()
+    messages = consumed(records)
+    stats = JoinerStats()
+    joiner, joins, _ = frame_joiner(producer, InputFrames(ThingRouter(RESOLVER, PARTITIONS), stats).frame)
+    handled = 0
+    while handled < len(messages):
+        handled += joiner.join(messages[handled:], joins)
+    bad = {(m.partition(), m.offset()): m.value() for m in messages if routed(m.key()) and not lies_where_it_joins(m)}
+    assert_letters_name_their_records(producer.on(DLQ_TOPIC), bad, "kafka_joiner")
+    assert stats.records_in == len(messages)
+
+
+def lies_where_it_joins(message: KafkaRecord) -> bool:
+    """A valid record under its own key, in its thing's partition: what the standalone joiner joins."""
+    try:
+        record = decode_record(message.value())
+    except InvalidRecord:
+        return False
+    return (message.key() == record_key(record["thing"], record["quantity"]).encode()
+            and thing_partition(record["thing"], PARTITIONS) == message.partition())
+
+
+@BATCHES
+@given(KAFKA_RECORDS)
+def test_any_input_record_passes_the_repartition_topic_or_is_dead_lettered(records: list) -> None:
+    """Input partitioned by key: records are framed for their thing's partition, the frames read back from the
+    repartition topic and joined. Whatever the key and value, what is no valid record is dead-lettered once."""
+    stats = JoinerStats()
+    forwarder = Forwarder(INPUT_TOPIC, ThingRouter(RESOLVER, PARTITIONS), stats)
+    messages = consumed(records)
+    assert forwarder.forward(messages) == []
+    frames: list[KafkaRecord] = []
+    forwarder.flush(lambda partition, frame: frames.append(
+        KafkaRecord("by-thing", partition, len(frames), None, frame)))
+    producer = ProducedRecords()
+    joiner, joins, _ = frame_joiner(producer, repartitioned_frame)
+    handled = 0
+    while handled < len(frames):
+        handled += joiner.join(frames[handled:], joins)
+    bad = {}
+    for message in messages:
+        if not routed(message.key()):
+            continue
+        try:
+            record = decode_record(message.value())
+            assert message.key() == record_key(record["thing"], record["quantity"]).encode()
+        except (InvalidRecord, AssertionError):
+            bad[(message.partition(), message.offset())] = message.value()
+    assert_letters_name_their_records(producer.on(DLQ_TOPIC), bad, "kafka_joiner")
+
+
+@BATCHES
+@given(st.lists(st.tuples(st.none() | st.binary(max_size=12) | st.integers(0, 2**40).map(lambda p: p.to_bytes(8, "big")),
+                          payloads(RECORDS) | st.binary(max_size=50)), max_size=20))
+def test_any_changelog_record_is_restored_or_dead_lettered(held: list) -> None:
+    """The state topic is a plain topic too: a record whose key is no position or whose value is no record is
+    dropped on restore with a dead letter naming its place in the changelog, and a tombstone at the next
+    commit; the others are restored, and the assignment goes on."""
+    join = PartitionJoin(INPUT_TOPIC, 2, lambda on_release, on_evict: KeyedJoiner(RESOLVER, on_release=on_release,
+                                                                            on_evict=on_evict), None, None)
+    records = [StateRecord(int.from_bytes(key, "big") if key is not None and len(key) == 8 else None, key, offset, value)
+               for offset, (key, value) in enumerate(held)]
+    records.sort(key=lambda record: -1 if record.position is None else record.position)
+    restored = join.restore(records, STATE_TOPIC)
+    bad = {(2, record.offset): record.value for record in records
+           if record.position is None or not is_record(record.value)}
+    assert restored == len(records) - len(bad)
+    assert_letters_name_their_records(join.dead_letters, bad, "kafka_joiner", STATE_TOPIC)
+    tombstones = []
+    join.changes.flush(lambda key, value: tombstones.append(key) if value is None else None)
+    # Tombstones for the dropped records, and for restored records the join does not take (no join's quantity).
+    held = set(join.joiner.held_sources())
+    assert sorted(tombstones) == sorted(record.key for record in records if record.key is not None and (
+        (2, record.offset) in bad or record.position not in held))
+
+
+def spark_joiner_letters(messages: list[KafkaRecord], buckets: int = 3) -> list[bytes]:
+    """The Spark joiner's dead letters of one micro-batch of `messages`: its router (as mapInArrow runs it),
+    then each bucket's join (as transformWithStateInPandas runs it)."""
+    batch = pa.RecordBatch.from_arrays([
+        pa.array([m.value() for m in messages], pa.binary()),
+        pa.array([m.partition() for m in messages], pa.int32()),
+        pa.array([m.offset() for m in messages], pa.int64())], names=["value", "partition", "offset"])
+    letters = []
+    for packed in RecordRouter(None, buckets)(iter([batch])):
+        for blob in packed.column("rows").to_pylist():
+            emitted = join_bucket(RESOLVER, unpack([blob]), {}, INPUT_TOPIC, 100)
+            if emitted:
+                rows = unpack_emitted(emitted.frame()["records"])
+                letters += [value for kind, value in zip(rows.column("kind").to_pylist(), rows.column("value").to_pylist())
+                            if kind == DLQ]
+    return letters
+
+
+@BATCHES
+@given(KAFKA_RECORDS)
+def test_any_input_record_is_joined_or_dead_lettered_by_the_spark_joiner(records: list) -> None:
+    """The Spark joiner reads values only: every value that is no valid record, a tombstone included, is
+    dead-lettered once by its router, whichever path (Arrow's JSON reader or decode_record) judged it."""
+    messages = consumed(records)
+    bad = {(m.partition(), m.offset()): m.value() for m in messages if not is_record(m.value())}
+    letters = [letter for letter in spark_joiner_letters(messages) if "partition" in json.loads(letter)]
+    assert_letters_name_their_records(letters, bad, "spark_joiner")
+
+
+def test_every_stage_dead_letters_every_record_of_the_poison_corpus() -> None:
+    """The corpus the start-from-nothing test writes to machine.data and machine.out: each record is one dead
+    letter of each stage that reads it (so that test can count them), and its keys reach the standalone
+    joiner's join (a key no join needs is left to the DB connector's check)."""
+    corpus = poison_records(100_000)
+    messages = [KafkaRecord(INPUT_TOPIC, partition % PARTITIONS, offset, record.key, record.value, record.headers)
+                for offset, (partition, record) in enumerate(enumerate(corpus))]
+    for message, record in zip(messages, corpus):
+        assert routed(message.key()), record.what
+        assert not is_record(message.value()), record.what
+        for measurement, levels in (("machinedata", None), ("joined", LEVELS)):
+            with pytest.raises(InvalidRecord):
+                record_line(message.value(), measurement, levels)
+    everything = {(m.partition(), m.offset()): m.value() for m in messages}
+    assert_letters_name_their_records(spark_joiner_letters(messages), everything, "spark_joiner")
+    stats = JoinerStats()
+    producer = ProducedRecords()
+    joiner, joins, _ = frame_joiner(producer, InputFrames(ThingRouter(RESOLVER, PARTITIONS), stats).frame)
+    assert joiner.join(messages, joins) == len(messages)
+    assert_letters_name_their_records(producer.on(DLQ_TOPIC), everything, "kafka_joiner")
+
+
+@BATCHES
+@given(st.lists(st.tuples(st.sampled_from([INPUT_TOPIC, OUTPUT_TOPIC, DLQ_TOPIC]), KEYS, VALUES, HEADERS),
+                min_size=1, max_size=25))
+def test_any_record_of_any_topic_becomes_a_point_or_a_dead_letter_of_the_db_connector(records: list) -> None:
+    """The DB connector's own per-record step (`DbConnector._add`, on a connector without its clients, which that
+    step never uses): a record of machine.data or machine.out that is no valid record is one dead letter naming
+    its origin; every record of machine.dlq, readable or not, one count point; nothing raises."""
+    connector = DbConnector.__new__(DbConnector)
+    connector.settings = load_settings(DbConnectorSettings, ["--data-topic", INPUT_TOPIC, "--out-topic", OUTPUT_TOPIC,
+                                                             "--dlq-topic", DLQ_TOPIC])
+    connector.counters = DbConnectorCounters()
+    connector._levels = LEVELS
+    connector._batch = _Batch()
+    messages = [KafkaRecord(topic, 0, offset, key, value, headers)
+                for offset, (topic, key, value, headers) in enumerate(records)]
+    for message in messages:
+        connector._add(message)
+    batch = connector._batch
+    for topic, levels in ((INPUT_TOPIC, None), (OUTPUT_TOPIC, LEVELS)):
+        bad = {(0, m.offset()): m.value() for m in messages if m.topic() == topic and not makes_a_line(m.value(), levels)}
+        letters = [letter for letter in batch.dead_letters if json.loads(letter)["topic"] == topic]
+        assert_letters_name_their_records(letters, bad, "db_connector", topic)
+    assert len(batch.lines) + len(batch.dead_letters) == len(messages) == connector.counters.records_in
+    assert sum(line.startswith("deadletters,") for line in batch.lines) == sum(m.topic() == DLQ_TOPIC for m in messages)
+    assert all("\n" not in line for line in batch.lines)
+
+
+def makes_a_line(value: bytes | None, levels: PowerLevels | None) -> bool:
+    try:
+        record_line(value, "m", levels)
+    except InvalidRecord:
+        return False
+    return True
+
+
+def test_frames_close_at_their_bound_whatever_the_records_size() -> None:
+    """Records as large as the input topic allows: the repartition hop frames them so that no frame is larger
+    than one record plus FRAME_MAX_BYTES, and every record comes back out, in order."""
+    big = b'{"thing": "R0815", "pad": "' + b"x" * 400_000 + b'"}'
+    records = [(b"R0815.actSpeed_C11", big if offset % 3 else b"{}", None, 0) for offset in range(12)]
+    forwarder = Forwarder(INPUT_TOPIC, ThingRouter(RESOLVER, PARTITIONS), JoinerStats())
+    forwarder.forward(consumed(records))
+    frames: list[bytes] = []
+    forwarder.flush(lambda partition, frame: frames.append(frame))
+    assert len(frames) > 1 and all(len(frame) <= FRAME_MAX_BYTES + len(big) + 100 for frame in frames)
+    framed = [record for frame in frames for record in decode_frame(frame)]
+    assert [(record.offset, record.value) for record in framed] == [
+        (offset, value) for offset, (_key, value, _headers, _partition) in enumerate(records)]
