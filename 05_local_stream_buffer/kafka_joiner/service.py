@@ -21,6 +21,7 @@ from collections.abc import Callable
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
+from pipeline_core.data_loss import OffsetWatch
 from pipeline_core.kafka_clients import admin_client, produce, retry_transient
 from pipeline_core.lifecycle import StopSignal
 from pipeline_core.progress import ProgressReporter
@@ -67,6 +68,7 @@ class KafkaJoiner:
                                       log))
         self._producer = joiner_producer(settings, self.transactional_id)
         self._consumer = joiner_consumer(settings)
+        self._watch = OffsetWatch(self._consumer, self.stats, log)
         self._transaction = Transaction(self._producer, self._consumer, self.stats,
                                         settings.commit_interval_ms / 1000, settings.max_transaction_records)
         # Set up by start(), once the partition counts are known.
@@ -110,7 +112,7 @@ class KafkaJoiner:
             self._consumer, self.join_topic,
             lambda on_release: KeyedJoiner(self.resolver, max_pending_per_side=settings.max_pending_per_side,
                                            on_release=on_release),
-            self._restorer, self.stats, self._forwarder, self._alignment)
+            self._restorer, self.stats, self._forwarder, self._alignment, self._watch)
         self._frames = FrameJoiner(self._producer, self._transaction, self.stats, settings.input_topic,
                                    settings.output_topic, settings.dlq_topic, frame_of, join_partitions)
         # Before joining the group: aborts the open transaction of a crashed run with this transactional id,
@@ -180,10 +182,11 @@ class KafkaJoiner:
             error = message.error()
             if error is None:
                 consumed.append(message)
-            else:
+            elif not self._watch.consumer_error(error, message.topic()):
                 self._consumer_error(error)
         if not consumed:
             return
+        self._watch.consumed(consumed)
         if not self._transaction.open:
             self._transaction.begin()
         frames = consumed
