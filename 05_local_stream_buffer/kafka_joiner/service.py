@@ -157,8 +157,12 @@ class KafkaJoiner:
         changes = self._partitions.changes
         messages = self._consumer.consume(_BATCH, self._transaction.wait_s(_POLL_TIMEOUT_S))
         if self._partitions.changes != changes:
-            # A rebalance ran inside consume(): messages of this batch may predate it.
+            # A rebalance ran inside consume(): messages of this batch may predate it. Its errors still count: one may
+            # say why it ran (a topic deleted).
             self._partitions.reposition()
+            for message in messages:
+                if message.error() is not None:
+                    self._message_error(message)
             messages = []
         if messages:
             self._process(messages)
@@ -182,8 +186,8 @@ class KafkaJoiner:
             error = message.error()
             if error is None:
                 consumed.append(message)
-            elif not self._watch.consumer_error(error, message.topic()):
-                self._consumer_error(error)
+            else:
+                self._message_error(message)
         if not consumed:
             return
         self._watch.consumed(consumed)
@@ -235,6 +239,11 @@ class KafkaJoiner:
             if position is not None:
                 offsets.append(position)
         return offsets
+
+    def _message_error(self, message: Message) -> None:
+        error = message.error()
+        if not self._watch.consumer_error(error, message.topic()):
+            self._consumer_error(error)
 
     def _consumer_error(self, error: KafkaError) -> None:
         if error.fatal():

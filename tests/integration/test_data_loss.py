@@ -203,8 +203,9 @@ def test_the_standalone_joiner_counts_records_deleted_before_it_read_them(bootst
     assert joiner_total(joiner, "topics deleted") == 0
 
 
+@pytest.mark.parametrize("noticed", [True, False], ids=["recreated-once-noticed", "recreated-at-once"])
 def test_the_standalone_joiner_survives_its_input_topic_deleted_and_reads_it_again(bootstrap, new_topics, joiners,
-                                                                                   tmp_path):
+                                                                                   tmp_path, noticed):
     topics = new_topics()
     first = records(0, 200)
     produce(bootstrap, topics.data, first)
@@ -213,8 +214,10 @@ def test_the_standalone_joiner_survives_its_input_topic_deleted_and_reads_it_aga
     joiner.start()
     wait_for(lambda: joiner_total(joiner, "records in") == len(first), 60, "the first records read")
 
-    # Created again at once: the joiner may not hear of the deletion, but sees the offsets going back.
-    recreate(bootstrap, TopicSpec(topics.data, MACHINE_DATA.partitions, dict(MACHINE_DATA.config)))
+    # Created again at once, the joiner may not hear of the deletion, but sees the offsets going back.
+    deleted_warning = rf"WARNING .*topic {re.escape(topics.data)} was deleted under this stage"
+    recreate(bootstrap, TopicSpec(topics.data, MACHINE_DATA.partitions, dict(MACHINE_DATA.config)),
+             (lambda: re.search(deleted_warning, joiner.log())) if noticed else lambda: True)
     produce(bootstrap, topics.data, records(200, 150))
     wait_for(lambda: joiner_total(joiner, "records in") == len(first) + 150, 60, "the recreated topic read")
     wait_for(lambda: joiner_total(joiner, "topics deleted") == 1, 30, "topics deleted 1")
