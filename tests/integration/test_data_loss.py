@@ -19,6 +19,7 @@ from pipeline_core.kafka_clients import admin_client, consumer_config, producer_
 from pipeline_core.records import encode_record, record_key
 from pipeline_core.settings import ConnectionSettings
 from pipeline_core.topics import MACHINE_DATA, TopicSpec, ensure_topics
+from stack.losses import stage_losses
 from support import unique, wait_for
 
 pytestmark = pytest.mark.integration
@@ -113,6 +114,8 @@ def test_records_deleted_before_the_db_connector_read_them_are_counted(bootstrap
     wait_for(lambda: health_total(client, "records_deleted_unread") == deleted, 30,
              f"records_deleted_unread = {deleted} in pipeline_health")
     assert health_total(client, "offset_resets") == len(deleted_to)
+    # make status adds up the stage's processes: the first run lost nothing, the second all of it.
+    assert stage_losses(client)["db_connector"]["records_deleted_unread"] == deleted
     assert "were deleted by retention before this stage read them" in connector.log()
     assert re.search(r"WARNING .*deleted by retention", connector.log())
 
@@ -223,3 +226,32 @@ def test_the_standalone_joiner_survives_its_input_topic_deleted_and_reads_it_aga
     wait_for(lambda: joiner_total(joiner, "topics deleted") == 1, 30, "topics deleted 1")
     assert re.search(rf"WARNING .*{re.escape(topics.data)}.*(was deleted under this stage|went back)", joiner.log())
     assert joiner.alive()
+
+
+@pytest.mark.slow
+def test_the_spark_joiner_counts_records_deleted_before_its_batch_read_them(bootstrap, new_topics, tmp_path):
+    """Two starts of the Spark job (about a minute each on two shared cores): under `make reliability`."""
+    from spark_support import SparkJoinerProcess
+
+    topics = new_topics()
+    ends = produce(bootstrap, topics.data, records(0, 300))
+    joiner = SparkJoinerProcess(bootstrap, topics, tmp_path / "checkpoint", tmp_path)
+    try:
+        joiner.start()
+        wait_for(lambda: logged_total(joiner.log(), "rows in") == 300, 240, "the first records read", interval_s=0.5)
+        assert joiner.terminate() == 0
+
+        # While it is down, 700 more arrive and retention deletes the first 25 of them in every partition.
+        after = produce(bootstrap, topics.data, records(300, 700))
+        deleted_to = {partition: min(ends.get(partition, 0) + 25, end) for partition, end in after.items()}
+        delete_records_before(bootstrap, topics.data, deleted_to)
+        deleted = sum(deleted_to[partition] - ends.get(partition, 0) for partition in deleted_to)
+
+        joiner.start()
+        wait_for(lambda: logged_total(joiner.log(), "rows in") == 700 - deleted, 240, "the records left read",
+                 interval_s=0.5)
+        wait_for(lambda: logged_total(joiner.log(), "records deleted unread") == deleted, 30,
+                 f"{deleted} deleted unread")
+        assert re.search(r"WARNING .*input records were deleted \(retention\) before the job read them", joiner.log())
+    finally:
+        joiner.kill()
