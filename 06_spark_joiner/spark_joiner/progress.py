@@ -66,7 +66,7 @@ def end_offsets(update: Mapping[str, Any], which: str = "endOffset") -> dict[Par
 class BatchLoss:
     """What a micro-batch lost outside the job's control."""
 
-    deleted_unread: int = 0  # records of its offset ranges (or between batches) gone before they were read
+    skipped: int = 0  # records gone before they were read, or that the source went past (see batch_loss)
     offset_resets: int = 0  # partitions whose offsets went back (the topic recreated or truncated)
     topics_deleted: frozenset[str] = frozenset()  # topics gone, or whose offsets went back
 
@@ -75,12 +75,16 @@ def batch_loss(update: Mapping[str, Any], previous_ends: Mapping[Partition, int]
                earliest_offsets: LatestOffsets) -> BatchLoss:
     """The loss a batch's update shows against the end offsets of the batch before (None: none known).
 
-    * A topic of the previous ends missing from the batch's ends was deleted; a partition whose end lies below
-      its start (or below the previous end) went back: the topic was recreated or truncated.
+    * A topic of the previous ends missing from the batch's ends was deleted. A partition whose end lies below
+      its start (or whose start lies below the previous end) went back: the topic was recreated (or
+      truncated), and Spark's source goes on from the lower of the two, past the records the new partition
+      held below it (from its log start, `earliest_offsets`).
     * A start beyond the previous end skipped the records between.
     * Fewer input rows than the offset ranges hold: transaction markers and aborted records take offsets too,
-      so only the records of the ranges below each partition's log start (`earliest_offsets`, asked only
-      then) count as deleted unread, at most the rows missing.
+      so only the records of the ranges below each partition's log start count as deleted unread, at most the
+      rows missing.
+
+    The log starts are asked of the broker only when rows are missing or offsets went back.
     """
     ends = end_offsets(update)
     if ends is None:
@@ -88,8 +92,8 @@ def batch_loss(update: Mapping[str, Any], previous_ends: Mapping[Partition, int]
     starts = end_offsets(update, "startOffset") or {}
     previous = previous_ends or {}
     deleted = frozenset(topic for topic, _ in previous) - {topic for topic, _ in ends}
-    skipped = resets = 0
-    recreated: set[str] = set()
+    skipped = 0
+    went_back: dict[Partition, int] = {}  # partition -> the offset the source goes on from
     ranges: dict[Partition, tuple[int, int]] = {}
     for partition, end in ends.items():
         start = starts.get(partition, previous.get(partition))
@@ -97,20 +101,21 @@ def batch_loss(update: Mapping[str, Any], previous_ends: Mapping[Partition, int]
         if start is None:
             continue  # a new partition: read from its start
         if end < start or (before is not None and start < before):
-            resets += 1
-            recreated.add(partition[0])
+            went_back[partition] = min(start, end)
             continue
         if before is not None and start > before:
             skipped += start - before
         ranges[partition] = (start, end)
     rows = sum(int(source.get("numInputRows") or 0) for source in update.get("sources") or [])
     missing = sum(end - start for start, end in ranges.values()) - rows
-    if missing > 0:
-        earliest = earliest_offsets(ranges) or {}
-        below_start = sum(deleted_unread(start, end, earliest[partition])
-                          for partition, (start, end) in ranges.items() if partition in earliest)
-        skipped += min(missing, below_start)
-    return BatchLoss(skipped, resets, deleted | recreated)
+    if missing > 0 or went_back:
+        earliest = earliest_offsets([*ranges, *went_back]) or {}
+        if missing > 0:
+            skipped += min(missing, sum(deleted_unread(start, end, earliest[partition])
+                                        for partition, (start, end) in ranges.items() if partition in earliest))
+        # A recreated topic starts at 0 unless the broker says otherwise.
+        skipped += sum(max(resume - earliest.get(partition, 0), 0) for partition, resume in went_back.items())
+    return BatchLoss(skipped, len(went_back), deleted | {topic for topic, _ in went_back})
 
 
 def input_lag(ends: Mapping[Partition, int], latest: Mapping[Partition, int]) -> int | None:
@@ -224,14 +229,15 @@ class QueryProgress:
         self._loss_counted = batch
         loss = batch_loss(update, self._ends, self._earliest_offsets)
         counters = self.counters
-        counters.records_deleted_unread += loss.deleted_unread
+        counters.records_skipped += loss.skipped
         counters.offset_resets += loss.offset_resets
         counters.topics_deleted += len(loss.topics_deleted)
-        if loss.deleted_unread:
-            log.warning("batch %s: %d input records were deleted (retention) before the job read them; Spark's "
-                        "Kafka source went on past them (failOnDataLoss=false)", update.get("batchId"),
-                        loss.deleted_unread)
         if loss.topics_deleted:
-            log.warning("batch %s: input topic %s was deleted (or its offsets went back in %d partitions): what was "
-                        "not read of it is gone", update.get("batchId"), ", ".join(sorted(loss.topics_deleted)),
-                        loss.offset_resets)
+            log.warning("batch %s: input topic %s was deleted (or recreated: offsets went back in %d partitions); "
+                        "Spark's Kafka source goes on from its checkpoint's offsets, past what the new topic holds "
+                        "below them, and what was not read of the old one is gone", update.get("batchId"),
+                        ", ".join(sorted(loss.topics_deleted)), loss.offset_resets)
+        if loss.skipped:
+            log.warning("batch %s: %d input records skipped unread (deleted by retention, or below the checkpoint's "
+                        "offsets in a recreated topic); Spark's Kafka source went on past them (failOnDataLoss=false)",
+                        update.get("batchId"), loss.skipped)

@@ -89,7 +89,7 @@ class OffsetWatch:
                            position.partition)
             return
         self._counters.offset_resets += 1
-        self._counters.records_deleted_unread += low
+        self._counters.records_skipped += low
         self._log.warning(
             "%s [%d] has no committed offset %s: the consumer resets to the earliest offset, %d%s",
             position.topic, position.partition,
@@ -158,7 +158,7 @@ class OffsetWatch:
         skipped = deleted_unread(expected, offset, low)
         if skipped:
             self._counters.offset_resets += 1
-            self._counters.records_deleted_unread += skipped
+            self._counters.records_skipped += skipped
             self._log.warning("%s [%d]: %d records (offsets %d to %d) were deleted by retention before this stage "
                               "read them; the consumer reset to offset %d", *key, skipped, expected,
                               expected + skipped - 1, offset)

@@ -46,7 +46,7 @@ class ConsumerCounters(StageCounters):
     """The counters of a stage that consumes Kafka topics, with what it lost outside its control (see
     `pipeline_core.data_loss`)."""
 
-    records_deleted_unread: int = 0  # records the broker deleted (retention, delete_records) before they were read
+    records_skipped: int = 0  # records the broker deleted (retention, delete_records) before they were read
     topics_deleted: int = 0  # subscribed topics deleted under the running stage
     offset_resets: int = 0  # partitions the consumer moved to the earliest offset without being asked
 

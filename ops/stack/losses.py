@@ -9,7 +9,7 @@ from influxdb import InfluxDBClient
 from pipeline_core.health_metrics import HEALTH_MEASUREMENT
 
 # The counters, as `make status` names them.
-LOSS_COUNTERS = {"records_deleted_unread": "records deleted unread", "topics_deleted": "topics deleted",
+LOSS_COUNTERS = {"records_skipped": "records skipped", "topics_deleted": "topics deleted",
                  "offset_resets": "offset resets"}
 WINDOW = "24h"
 

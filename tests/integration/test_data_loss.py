@@ -111,13 +111,35 @@ def test_records_deleted_before_the_db_connector_read_them_are_counted(bootstrap
 
     connector = connectors(args, "second")
     wait_for_count(client, "machinedata", len(first) + len(second) - deleted)
-    wait_for(lambda: health_total(client, "records_deleted_unread") == deleted, 30,
-             f"records_deleted_unread = {deleted} in pipeline_health")
+    wait_for(lambda: health_total(client, "records_skipped") == deleted, 30,
+             f"records_skipped = {deleted} in pipeline_health")
     assert health_total(client, "offset_resets") == len(deleted_to)
     # make status adds up the stage's processes: the first run lost nothing, the second all of it.
-    assert stage_losses(client)["db_connector"]["records_deleted_unread"] == deleted
+    assert stage_losses(client)["db_connector"]["records_skipped"] == deleted
     assert "were deleted by retention before this stage read them" in connector.log()
     assert re.search(r"WARNING .*deleted by retention", connector.log())
+
+
+def test_a_partition_without_the_committed_offset_its_group_has_elsewhere_is_a_counted_reset(
+        bootstrap, new_topics, database, connectors):
+    """The group has offsets of every partition of the data topic but one (lost, or never committed), whose log
+    no longer starts at 0: the reset to its earliest offset is counted with what lay below it."""
+    topics = new_topics()
+    name, client = database
+    group = unique("db-connector-loss")
+    ends = produce(bootstrap, topics.data, records(0, 500))
+    lost, *kept = sorted(ends)
+    delete_records_before(bootstrap, topics.data, {lost: 30})
+    committer = Consumer(consumer_config(bootstrap, group))
+    committer.commit(offsets=[TopicPartition(topics.data, partition, ends[partition]) for partition in kept],
+                     asynchronous=False)
+    committer.close()
+
+    connector = connectors(connector_args(topics, name, group))
+    wait_for_count(client, "machinedata", ends[lost] - 30)
+    wait_for(lambda: health_total(client, "offset_resets") == 1, 30, "offset_resets = 1 in pipeline_health")
+    assert health_total(client, "records_skipped") == 30
+    assert re.search(rf"WARNING .*{re.escape(topics.data)} \[{lost}\] has no committed offset", connector.log())
 
 
 def committed_offsets(bootstrap: str, topic: str, args: list[str]) -> dict[int, int] | None:
@@ -165,7 +187,7 @@ def test_the_db_connector_counts_a_deleted_topic_and_reads_it_again_from_its_sta
     wait_for(lambda: health_total(client, "topics_deleted") == 1, 30, "topics_deleted = 1 in pipeline_health")
     assert connector.alive()
     # The recreated topic has no committed offsets: read from its start, which is no reset and no loss.
-    assert health_total(client, "offset_resets") == 0 and health_total(client, "records_deleted_unread") == 0
+    assert health_total(client, "offset_resets") == 0 and health_total(client, "records_skipped") == 0
 
 
 @pytest.fixture
@@ -201,7 +223,7 @@ def test_the_standalone_joiner_counts_records_deleted_before_it_read_them(bootst
 
     joiner.start()
     wait_for(lambda: joiner_total(joiner, "records in") == 700 - deleted, 60, "the records left read")
-    wait_for(lambda: joiner_total(joiner, "records deleted unread") == deleted, 30, f"{deleted} deleted unread")
+    wait_for(lambda: joiner_total(joiner, "records skipped") == deleted, 30, f"{deleted} deleted unread")
     assert re.search(r"WARNING .*deleted by retention before this stage read them", joiner.log())
     assert joiner_total(joiner, "topics deleted") == 0
 
@@ -250,8 +272,33 @@ def test_the_spark_joiner_counts_records_deleted_before_its_batch_read_them(boot
         joiner.start()
         wait_for(lambda: logged_total(joiner.log(), "rows in") == 700 - deleted, 240, "the records left read",
                  interval_s=0.5)
-        wait_for(lambda: logged_total(joiner.log(), "records deleted unread") == deleted, 30,
+        wait_for(lambda: logged_total(joiner.log(), "records skipped") == deleted, 30,
                  f"{deleted} deleted unread")
-        assert re.search(r"WARNING .*input records were deleted \(retention\) before the job read them", joiner.log())
+        assert re.search(r"WARNING .*input records skipped unread \(deleted by retention", joiner.log())
+    finally:
+        joiner.kill()
+
+
+@pytest.mark.slow
+def test_the_spark_joiner_counts_its_input_topic_deleted_and_what_it_skips_of_the_new_one(bootstrap, new_topics,
+                                                                                            tmp_path):
+    from spark_support import SparkJoinerProcess
+
+    topics = new_topics()
+
+    produce(bootstrap, topics.data, records(0, 300))
+    joiner = SparkJoinerProcess(bootstrap, topics, tmp_path / "checkpoint", tmp_path)
+    try:
+        joiner.start()
+        wait_for(lambda: logged_total(joiner.log(), "rows in") == 300, 240, "the first records read", interval_s=0.5)
+        recreate(bootstrap, TopicSpec(topics.data, MACHINE_DATA.partitions, dict(MACHINE_DATA.config)))
+        produce(bootstrap, topics.data, records(300, 150))
+        wait_for(lambda: logged_total(joiner.log(), "topics deleted") == 1, 120, "the deletion counted", interval_s=0.5)
+        # Spark's source goes on from its checkpoint's offsets, not from the new topic's start: whatever of the new
+        # records it does not read is counted as skipped. None is silent.
+        wait_for(lambda: logged_total(joiner.log(), "rows in") + logged_total(joiner.log(), "records skipped") == 450,
+                 120, "every new record read or counted as skipped", interval_s=0.5)
+        assert re.search(rf"WARNING .*input topic {re.escape(topics.data)} was deleted", joiner.log())
+        assert joiner.alive()
     finally:
         joiner.kill()

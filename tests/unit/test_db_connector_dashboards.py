@@ -92,6 +92,6 @@ def test_the_health_dashboard_shows_every_loss_counter_by_stage() -> None:
     """Loss outside the pipeline's control (pipeline_core.data_loss) has a panel: each counter, per stage."""
     (health,) = [dashboard for dashboard in load_dashboards() if dashboard.uid == "pipeline-health"]
     (panel,) = [panel for panel in health.panels if panel.title == "Lost outside the pipeline's control, by stage"]
-    queried = {field for target in panel.targets for field in ("records_deleted_unread", "topics_deleted",
+    queried = {field for target in panel.targets for field in ("records_skipped", "topics_deleted",
                                                                 "offset_resets") if f'last("{field}")' in target.query}
-    assert queried == {"records_deleted_unread", "topics_deleted", "offset_resets"}
+    assert queried == {"records_skipped", "topics_deleted", "offset_resets"}
