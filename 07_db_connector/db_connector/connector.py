@@ -135,7 +135,7 @@ class DbConnector:
                 timeout = max(0.0, self._batch.started + self.settings.flush_interval_s - time.monotonic())
             wanted = max(1, min(_CONSUME_CHUNK, self.settings.batch_size - len(self._batch)))
             messages = self._consumer.consume(wanted, min(timeout, 0.5))
-        self._watch.consumed(messages)
+        self._watch.consumed([message for message in messages if message.error() is None])
         for message in messages:
             self._add(message)
 

@@ -4,15 +4,16 @@ deleted under a running stage, and a consumer reset to the earliest offset.
 A consumer set to `auto.offset.reset=earliest` moves on by itself in all three cases, without a word. The
 stages keep that (it keeps them running) and watch their consumer with an `OffsetWatch` instead: it knows
 the next offset each partition should deliver (its committed offset at assignment, a sought offset, or
-the record after the last one read) and compares each partition's first record of a batch with it.
+the record after the last one read) and compares the offset of each record it delivers with it.
 
 * A record beyond the expected offset is a gap. Transaction markers, aborted and compacted records leave
   gaps too; the records of a gap below the partition's log start (its low watermark) are the ones retention
-  (or a `delete_records`) deleted unread: those are counted (`deleted_unread`) and the consumer reset.
+  (or a `delete_records`) deleted unread: those are counted (`records_skipped`), and the reset.
 * A record before the expected offset means the partition's offsets went back: the topic was deleted and
   created again before the consumer noticed (or truncated), and the consumer reset to the earliest offset.
-* A partition assigned without a committed offset where the group had one (this process read it before)
-  is a reset too; what lies below its low watermark then was never read.
+* A partition assigned without a committed offset where the group had one (this process saw it, or the group
+  has offsets of the topic's other partitions) is a reset too; what lies below its low watermark was never
+  read.
 * A subscribed topic the broker no longer knows (`UNKNOWN_TOPIC_OR_PART`) was deleted: counted once,
   and its partitions read from their start when it comes back (Kafka drops a deleted topic's committed
   offsets, so the consumer does that by itself).
@@ -104,18 +105,16 @@ class OffsetWatch:
         else:
             self._next.pop(key, None)
 
-    def consumed(self, messages: Sequence[Message]) -> None:
-        """A batch of messages as the consumer delivered them (error events are passed over), before they are
-        processed."""
+    def consumed(self, records: Sequence[Message]) -> None:
+        """A batch of records (no error events) as the consumer delivered them, before they are processed. (The
+        hot path: one look-up per record.)"""
         expected = self._next
-        for message in messages:
-            if message.error() is not None:
-                continue
-            key = (message.topic(), message.partition())
-            offset = message.offset()
-            wanted = expected.get(key)
-            if wanted is not None and offset != wanted:
-                self._jumped(key, wanted, offset)
+        expected_at = expected.get
+        for record in records:
+            key = (record.topic(), record.partition())
+            offset = record.offset()
+            if expected_at(key, offset) != offset:
+                self._jumped(key, expected[key], offset)
             expected[key] = offset + 1
 
     def consumer_error(self, error: KafkaError, topic: str | None) -> bool:
@@ -133,6 +132,7 @@ class OffsetWatch:
         for key in [key for key in self._next if key[0] == topic]:
             del self._next[key]
         self._had_commit.difference_update([key for key in self._had_commit if key[0] == topic])
+        self._went_back.pop(topic, None)
         self._counters.topics_deleted += 1
         self._log.warning("topic %s was deleted under this stage (%s): what was not read of it is gone; reading it "
                           "from its start if it is created again", topic, error.str())
