@@ -7,18 +7,17 @@ import re
 import signal
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Consumer, TopicPartition
 from influxdb import InfluxDBClient
 
+from data_loss_support import committed_offsets, delete_records_before, logged_total, produce, records, recreate
 from db_connector_support import ConnectorProcess, connector_args, wait_for_count
 from kafka_joiner_support import JoinerProcess, delete_internal_topics
-from pipeline_core.kafka_clients import admin_client, consumer_config, producer_config
-from pipeline_core.records import encode_record, record_key
+from pipeline_core.kafka_clients import consumer_config
 from pipeline_core.settings import ConnectionSettings
-from pipeline_core.topics import MACHINE_DATA, TopicSpec, ensure_topics
+from pipeline_core.topics import MACHINE_DATA, TopicSpec
 from stack.losses import stage_losses
 from support import unique, wait_for
 
@@ -48,46 +47,10 @@ def connectors(tmp_path: Path) -> Iterator[Callable[..., ConnectorProcess]]:
         process.kill()
 
 
-def records(first: int, count_: int) -> list[dict[str, Any]]:
-    """`count_` readings of distinct times (one InfluxDB point each), over a few things (so partitions)."""
-    return [{"thing": f"machine-{index % 7}", "quantity": "speed", "phenomenonTime": 1_700_000_000_000 + index,
-             "result": float(index)} for index in range(first, first + count_)]
-
-
-def produce(bootstrap: str, topic: str, batch: list[dict[str, Any]]) -> dict[int, int]:
-    """Produce and wait for every delivery; returns each partition's end offset after it."""
-    producer = Producer(producer_config(bootstrap))
-    ends: dict[int, int] = {}
-
-    def delivered(error, message) -> None:
-        assert error is None, error
-        ends[message.partition()] = max(ends.get(message.partition(), 0), message.offset() + 1)
-
-    for record in batch:
-        producer.produce(topic, encode_record(record), record_key(record["thing"], record["quantity"]),
-                         on_delivery=delivered)
-    assert producer.flush(30) == 0
-    return ends
-
-
-def delete_records_before(bootstrap: str, topic: str, offsets: dict[int, int]) -> None:
-    """What retention does, now: the records of each partition below its offset are gone."""
-    admin = admin_client(bootstrap)  # kept while the futures are pending: they end with the client
-    futures = admin.delete_records([TopicPartition(topic, partition, offset) for partition, offset in offsets.items()])
-    for future in futures.values():
-        future.result(30)
-
-
 def health_total(client: InfluxDBClient, field: str) -> int | None:
     points = list(client.query(f'SELECT last("{field}") FROM "pipeline_health" WHERE "stage" = \'db_connector\' '
                                "AND time > now() - 1h").get_points())
     return int(points[0]["last"]) if points else None
-
-
-def logged_total(log: str, label: str) -> int:
-    """A counter's total in the last progress line that names it."""
-    totals = re.findall(rf"{label} ([\d,]+)", log)
-    return int(totals[-1].replace(",", "")) if totals else 0
 
 
 def test_records_deleted_before_the_db_connector_read_them_are_counted(bootstrap, new_topics, database, connectors):
@@ -140,33 +103,6 @@ def test_a_partition_without_the_committed_offset_its_group_has_elsewhere_is_a_c
     wait_for(lambda: health_total(client, "offset_resets") == 1, 30, "offset_resets = 1 in pipeline_health")
     assert health_total(client, "records_skipped") == 30
     assert re.search(rf"WARNING .*{re.escape(topics.data)} \[{lost}\] has no committed offset", connector.log())
-
-
-def committed_offsets(bootstrap: str, topic: str, args: list[str]) -> dict[int, int] | None:
-    group = args[args.index("--group-id") + 1]
-    consumer = Consumer(consumer_config(bootstrap, group))
-    try:
-        partitions = consumer.list_topics(topic, timeout=10).topics[topic].partitions
-        committed = consumer.committed([TopicPartition(topic, p) for p in partitions], timeout=10)
-    finally:
-        consumer.close()
-    offsets = {position.partition: position.offset for position in committed if position.offset >= 0}
-    return offsets or None
-
-
-def recreate(bootstrap: str, spec: TopicSpec, noticed: Callable[[], bool] = lambda: True) -> None:
-    """Delete the topic, wait until `noticed()`, create it again."""
-    admin = admin_client(bootstrap)
-    admin.delete_topics([spec.name], operation_timeout=30)[spec.name].result(30)
-    wait_for(noticed, 30, f"the deletion of {spec.name} noticed", interval_s=0.2)
-
-    def created() -> bool:
-        try:
-            return ensure_topics(admin, (spec,), deadline_s=5) == [spec.name]
-        except Exception:  # noqa: BLE001 - the broker still deletes it: ask again
-            return False
-
-    wait_for(created, 30, f"{spec.name} created again", interval_s=0.5)
 
 
 def test_the_db_connector_counts_a_deleted_topic_and_reads_it_again_from_its_start(bootstrap, new_topics, database,
@@ -249,56 +185,3 @@ def test_the_standalone_joiner_survives_its_input_topic_deleted_and_reads_it_aga
     assert re.search(rf"WARNING .*{re.escape(topics.data)}.*(was deleted under this stage|went back)", joiner.log())
     assert joiner.alive()
 
-
-@pytest.mark.slow
-def test_the_spark_joiner_counts_records_deleted_before_its_batch_read_them(bootstrap, new_topics, tmp_path):
-    """Two starts of the Spark job (about a minute each on two shared cores): under `make reliability`."""
-    from spark_support import SparkJoinerProcess
-
-    topics = new_topics()
-    ends = produce(bootstrap, topics.data, records(0, 300))
-    joiner = SparkJoinerProcess(bootstrap, topics, tmp_path / "checkpoint", tmp_path)
-    try:
-        joiner.start()
-        wait_for(lambda: logged_total(joiner.log(), "rows in") == 300, 240, "the first records read", interval_s=0.5)
-        assert joiner.terminate() == 0
-
-        # While it is down, 700 more arrive and retention deletes the first 25 of them in every partition.
-        after = produce(bootstrap, topics.data, records(300, 700))
-        deleted_to = {partition: min(ends.get(partition, 0) + 25, end) for partition, end in after.items()}
-        delete_records_before(bootstrap, topics.data, deleted_to)
-        deleted = sum(deleted_to[partition] - ends.get(partition, 0) for partition in deleted_to)
-
-        joiner.start()
-        wait_for(lambda: logged_total(joiner.log(), "rows in") == 700 - deleted, 240, "the records left read",
-                 interval_s=0.5)
-        wait_for(lambda: logged_total(joiner.log(), "records skipped") == deleted, 30,
-                 f"{deleted} deleted unread")
-        assert re.search(r"WARNING .*input records skipped unread \(deleted by retention", joiner.log())
-    finally:
-        joiner.kill()
-
-
-@pytest.mark.slow
-def test_the_spark_joiner_counts_its_input_topic_deleted_and_what_it_skips_of_the_new_one(bootstrap, new_topics,
-                                                                                            tmp_path):
-    from spark_support import SparkJoinerProcess
-
-    topics = new_topics()
-
-    produce(bootstrap, topics.data, records(0, 300))
-    joiner = SparkJoinerProcess(bootstrap, topics, tmp_path / "checkpoint", tmp_path)
-    try:
-        joiner.start()
-        wait_for(lambda: logged_total(joiner.log(), "rows in") == 300, 240, "the first records read", interval_s=0.5)
-        recreate(bootstrap, TopicSpec(topics.data, MACHINE_DATA.partitions, dict(MACHINE_DATA.config)))
-        produce(bootstrap, topics.data, records(300, 150))
-        wait_for(lambda: logged_total(joiner.log(), "topics deleted") == 1, 120, "the deletion counted", interval_s=0.5)
-        # Spark's source goes on from its checkpoint's offsets, not from the new topic's start: whatever of the new
-        # records it does not read is counted as skipped. None is silent.
-        wait_for(lambda: logged_total(joiner.log(), "rows in") + logged_total(joiner.log(), "records skipped") == 450,
-                 120, "every new record read or counted as skipped", interval_s=0.5)
-        assert re.search(rf"WARNING .*input topic {re.escape(topics.data)} was deleted", joiner.log())
-        assert joiner.alive()
-    finally:
-        joiner.kill()
