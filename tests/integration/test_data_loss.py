@@ -13,7 +13,7 @@ from confluent_kafka import Consumer, TopicPartition
 from influxdb import InfluxDBClient
 
 from data_loss_support import committed_offsets, delete_records_before, logged_total, produce, records, recreate
-from db_connector_support import ConnectorProcess, connector_args, wait_for_count
+from db_connector_support import ConnectorProcess, PrivateInfluxDB, connector_args, wait_for_count
 from kafka_joiner_support import JoinerProcess, delete_internal_topics
 from pipeline_core.kafka_clients import consumer_config
 from pipeline_core.settings import ConnectionSettings
@@ -81,6 +81,49 @@ def test_records_deleted_before_the_db_connector_read_them_are_counted(bootstrap
     assert stage_losses(client)["db_connector"]["records_skipped"] == deleted
     assert "were deleted by retention before this stage read them" in connector.log()
     assert re.search(r"WARNING .*deleted by retention", connector.log())
+
+
+def test_records_deleted_while_the_running_db_connector_waits_for_influxdb_are_counted(bootstrap, new_topics,
+                                                                                      connectors, tmp_path):
+    """The stage falls behind retention while it runs: InfluxDB is away, the connector waits with its partitions
+    paused, and retention deletes records it has not fetched yet."""
+    topics = new_topics()
+    influxd = PrivateInfluxDB(tmp_path / "influxd").start()
+    try:
+        client = influxd.client("machinedata")
+        first = records(0, 200)
+        produce(bootstrap, topics.data, first)
+        connector = connectors(connector_args(topics, "machinedata", None, "--influxdb-port", str(influxd.port),
+                                              "--retry-max-s", "1"))
+        wait_for_count(client, "machinedata", len(first))
+
+        influxd.stop()
+        positions = produce(bootstrap, topics.data, records(200, 1))  # its write waits for InfluxDB
+        wait_for(lambda: connector.log().count("retrying") >= 2, 60, "the connector waiting for InfluxDB")
+        positions = {**wanted_ends(bootstrap, topics.data), **positions}
+        ends = produce(bootstrap, topics.data, records(201, 300))
+        deleted_to = {partition: max(positions[partition], end - 10) for partition, end in ends.items()}
+        delete_records_before(bootstrap, topics.data, deleted_to)
+        deleted = sum(deleted_to[partition] - positions[partition] for partition in deleted_to)
+        assert deleted > 0
+
+        influxd.start()
+        wait_for_count(client, "machinedata", len(first) + 1 + 300 - deleted)
+        wait_for(lambda: logged_total(connector.log(), "records skipped") == deleted, 30, f"{deleted} skipped")
+        assert re.search(r"WARNING .*were deleted by retention before this stage read them", connector.log())
+        assert connector.alive()
+    finally:
+        influxd.stop()
+
+
+def wanted_ends(bootstrap: str, topic: str) -> dict[int, int]:
+    """Each partition's end offset now."""
+    consumer = Consumer(consumer_config(bootstrap, unique("ends")))
+    try:
+        partitions = consumer.list_topics(topic, timeout=10).topics[topic].partitions
+        return {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] for p in partitions}
+    finally:
+        consumer.close()
 
 
 def test_a_partition_without_the_committed_offset_its_group_has_elsewhere_is_a_counted_reset(
