@@ -9,14 +9,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-from pipeline_core.progress import Observation, StageCounters
+from pipeline_core.progress import ConsumerCounters, Observation
 
 # How the shared reporter's log line names the counters here.
 LABELS = {"records_out": "joins out"}
 
 
 @dataclass
-class JoinerStats(StageCounters):
+class JoinerStats(ConsumerCounters):
     """Totals since start (records in: consumed from the input topic; records out: join results committed;
     dead letters: records sent to the DLQ); the latency samples are per report."""
 

@@ -13,6 +13,8 @@ from collections.abc import Callable
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
 
+from pipeline_core.data_loss import OffsetWatch
+
 from local_stream_buffer.keyed import KeyedJoiner
 from .alignment import InputAlignment
 from .changelog import COVERAGE_KEY, Restorer, StateRecord, coverage_value
@@ -37,8 +39,9 @@ class OwnedPartitions:
 
     def __init__(self, consumer: Consumer, join_topic: str, new_joiner: Callable[..., KeyedJoiner],
                  restorer: Restorer, stats: JoinerStats, forwarder: Forwarder | None = None,
-                 alignment: InputAlignment | None = None) -> None:
+                 alignment: InputAlignment | None = None, watch: OffsetWatch | None = None) -> None:
         self._consumer = consumer
+        self._watch = watch
         self._join_topic = join_topic
         self._new_joiner = new_joiner
         self._restorer = restorer
@@ -79,6 +82,8 @@ class OwnedPartitions:
             return []
         committed = self._consumer.committed(
             [TopicPartition(p.topic, p.partition) for p in partitions], timeout=KAFKA_TIMEOUT_S)
+        if self._watch is not None:
+            self._watch.assigned(committed)
         for position in committed:
             offset = position.offset if position.offset >= 0 else None
             self.started_at[(position.topic, position.partition)] = offset if offset is not None else OFFSET_BEGINNING
@@ -95,6 +100,8 @@ class OwnedPartitions:
                 committed = [TopicPartition(p.topic, p.partition, OFFSET_BEGINNING)
                              if (p.topic, p.partition) == (join.topic, partition) else p for p in committed]
                 self.started_at[(join.topic, partition)] = OFFSET_BEGINNING
+                if self._watch is not None:  # read from the start on purpose: no offset went back
+                    self._watch.sought(TopicPartition(join.topic, partition, OFFSET_BEGINNING))
                 continue
             self._stats.rebuilt += join.restore(records, self._restorer.topic)
         self._stats.state_records_read += read
@@ -163,6 +170,8 @@ class OwnedPartitions:
         for attempt in range(_SEEK_ATTEMPTS):
             try:
                 self._consumer.seek(position)
+                if self._watch is not None:
+                    self._watch.sought(position)
                 return
             except KafkaException as exception:
                 code = exception.args[0].code()

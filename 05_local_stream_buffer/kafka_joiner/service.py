@@ -21,6 +21,7 @@ from collections.abc import Callable
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
+from pipeline_core.data_loss import OffsetWatch
 from pipeline_core.kafka_clients import admin_client, produce, retry_transient
 from pipeline_core.lifecycle import StopSignal
 from pipeline_core.progress import ProgressReporter
@@ -68,6 +69,7 @@ class KafkaJoiner:
                                       log))
         self._producer = joiner_producer(settings, self.transactional_id)
         self._consumer = joiner_consumer(settings)
+        self._watch = OffsetWatch(self._consumer, self.stats, log)
         self._transaction = Transaction(self._producer, self._consumer, self.stats,
                                         settings.commit_interval_ms / 1000, settings.max_transaction_records)
         # Set up by start(), once the partition counts are known.
@@ -113,7 +115,7 @@ class KafkaJoiner:
             lambda on_release, on_evict: KeyedJoiner(
                 self.resolver, max_pending_per_side=settings.max_pending_per_side, on_release=on_release,
                 max_join_keys=settings.max_join_keys or None, on_evict=on_evict),
-            self._restorer, self.stats, self._forwarder, self._alignment)
+            self._restorer, self.stats, self._forwarder, self._alignment, self._watch)
         self._frames = FrameJoiner(self._producer, self._transaction, self.stats, settings.input_topic,
                                    settings.output_topic, settings.dlq_topic, frame_of, join_partitions,
                                    dead_letter_limit(admin, settings.dlq_topic, deadline_s))
@@ -176,8 +178,12 @@ class KafkaJoiner:
         changes = self._partitions.changes
         messages = self._consumer.consume(_BATCH, self._transaction.wait_s(_POLL_TIMEOUT_S))
         if self._partitions.changes != changes:
-            # A rebalance ran inside consume(): messages of this batch may predate it.
+            # A rebalance ran inside consume(): messages of this batch may predate it. Its errors still count: one may
+            # say why it ran (a topic deleted).
             self._partitions.reposition()
+            for message in messages:
+                if message.error() is not None:
+                    self._message_error(message)
             messages = []
         if messages:
             self._process(messages)
@@ -202,9 +208,10 @@ class KafkaJoiner:
             if error is None:
                 consumed.append(message)
             else:
-                self._consumer_error(error)
+                self._message_error(message)
         if not consumed:
             return
+        self._watch.consumed(consumed)
         if not self._transaction.open:
             self._transaction.begin()
         frames = consumed
@@ -253,6 +260,11 @@ class KafkaJoiner:
             if position is not None:
                 offsets.append(position)
         return offsets
+
+    def _message_error(self, message: Message) -> None:
+        error = message.error()
+        if not self._watch.consumer_error(error, message.topic()):
+            self._consumer_error(error)
 
     def _consumer_error(self, error: KafkaError) -> None:
         if error.fatal():

@@ -48,7 +48,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                               driver_memory=settings.driver_memory)
         sink = sink_started.result()
     query_progress = QueryProgress(SparkJoinerCounters(), sink.counters,
-                                   BrokerOffsets(settings.kafka_bootstrap_servers))
+                                   BrokerOffsets(settings.kafka_bootstrap_servers),
+                                   BrokerOffsets(settings.kafka_bootstrap_servers, earliest=True))
     query = query_progress.query = start_query(spark, settings, sink)
     tune_gc_for_streaming()  # the sink unpacks and produces every output record in this process
     progress = ProgressReporter.for_stage("spark_joiner", query_progress.counters, settings,

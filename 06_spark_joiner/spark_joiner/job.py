@@ -59,7 +59,8 @@ def kafka_source(spark: SparkSession, settings: SparkJoinerSettings) -> DataFram
         .option("startingOffsets", "earliest")
         # Only committed input; the connector writes without transactions, so this changes nothing there.
         .option("kafka.isolation.level", "read_committed")
-        # Records past retention are gone for every reader: log and go on rather than stop the pipeline.
+        # Records past retention are gone for every reader: go on rather than stop the pipeline. The progress
+        # updates show what was lost, and the joiner counts it (progress.batch_loss).
         .option("failOnDataLoss", "false")
     )
     if settings.max_offsets_per_trigger > 0:

@@ -7,6 +7,10 @@ batch, the latest one the state size and the end offsets of the last batch, whic
 commits. The input lag is what lies beyond those in the input partitions now: their latest offsets, asked
 of the broker at the report, minus the end offsets. (The updates' own `latestOffset` is what Spark saw when
 it planned the batch: a batch that takes everything then available shows no lag however long it runs.)
+
+Spark's Kafka source reads with `failOnDataLoss=false`, so records deleted before a batch read them, a topic
+deleted or its offsets going back only show as warnings in the JVM's log. The updates say it too, and
+`batch_loss` counts it (see `pipeline_core.data_loss` for the standalone consumers' side).
 """
 from __future__ import annotations
 
@@ -22,7 +26,8 @@ from pyspark.sql.streaming import StreamingQuery
 from pyspark.sql.streaming.listener import StreamingQueryProgress
 
 from pipeline_core.kafka_clients import admin_client
-from pipeline_core.progress import Observation, StageCounters
+from pipeline_core.data_loss import deleted_unread
+from pipeline_core.progress import ConsumerCounters, Observation
 
 from .sink import SinkCounters
 
@@ -39,22 +44,78 @@ LatestOffsets = Callable[[Iterable[Partition]], dict[Partition, int] | None]
 
 
 @dataclass
-class SparkJoinerCounters(StageCounters):
+class SparkJoinerCounters(ConsumerCounters):
     """records in: input rows of the micro-batches; records out and dead letters: what the sink committed."""
 
     batches: int = 0  # micro-batches the sink committed
     skipped_batches: int = 0  # batches whose input was all committed before: they only rebuilt state
 
 
-def end_offsets(update: Mapping[str, Any]) -> dict[Partition, int] | None:
-    """The end offset of the update's batch in every input partition; None when it has none (yet)."""
+def end_offsets(update: Mapping[str, Any], which: str = "endOffset") -> dict[Partition, int] | None:
+    """The end offset (or `which` offset) of the update's batch in every input partition; None when it has none."""
     ends: dict[Partition, int] = {}
     for source in update.get("sources") or []:
-        end = source.get("endOffset")
+        end = source.get(which)
         if isinstance(end, dict):
             for topic, partitions in end.items():
                 ends.update(((topic, int(partition)), int(offset)) for partition, offset in partitions.items())
     return ends or None
+
+
+@dataclass(frozen=True)
+class BatchLoss:
+    """What a micro-batch lost outside the job's control."""
+
+    skipped: int = 0  # records gone before they were read, or that the source went past (see batch_loss)
+    offset_resets: int = 0  # partitions whose offsets went back (the topic recreated or truncated)
+    topics_deleted: frozenset[str] = frozenset()  # topics gone, or whose offsets went back
+
+
+def batch_loss(update: Mapping[str, Any], previous_ends: Mapping[Partition, int] | None,
+               earliest_offsets: LatestOffsets) -> BatchLoss:
+    """The loss a batch's update shows against the end offsets of the batch before (None: none known).
+
+    * A topic of the previous ends missing from the batch's ends was deleted. A partition whose end lies below
+      its start (or whose start lies below the previous end) went back: the topic was recreated (or
+      truncated), and Spark's source goes on from the lower of the two, past the records the new partition
+      held below it (from its log start, `earliest_offsets`).
+    * A start beyond the previous end skipped the records between.
+    * Fewer input rows than the offset ranges hold: transaction markers and aborted records take offsets too,
+      so only the records of the ranges below each partition's log start count as deleted unread, at most the
+      rows missing.
+
+    The log starts are asked of the broker only when rows are missing or offsets went back.
+    """
+    ends = end_offsets(update)
+    if ends is None:
+        return BatchLoss()
+    starts = end_offsets(update, "startOffset") or {}
+    previous = previous_ends or {}
+    deleted = frozenset(topic for topic, _ in previous) - {topic for topic, _ in ends}
+    skipped = 0
+    went_back: dict[Partition, int] = {}  # partition -> the offset the source goes on from
+    ranges: dict[Partition, tuple[int, int]] = {}
+    for partition, end in ends.items():
+        start = starts.get(partition, previous.get(partition))
+        before = previous.get(partition)
+        if start is None:
+            continue  # a new partition: read from its start
+        if end < start or (before is not None and start < before):
+            went_back[partition] = min(start, end)
+            continue
+        if before is not None and start > before:
+            skipped += start - before
+        ranges[partition] = (start, end)
+    rows = sum(int(source.get("numInputRows") or 0) for source in update.get("sources") or [])
+    missing = sum(end - start for start, end in ranges.values()) - rows
+    if missing > 0 or went_back:
+        earliest = earliest_offsets([*ranges, *went_back]) or {}
+        if missing > 0:
+            skipped += min(missing, sum(deleted_unread(start, end, earliest[partition])
+                                        for partition, (start, end) in ranges.items() if partition in earliest))
+        # A recreated topic starts at 0 unless the broker says otherwise.
+        skipped += sum(max(resume - earliest.get(partition, 0), 0) for partition, resume in went_back.items())
+    return BatchLoss(skipped, len(went_back), deleted | {topic for topic, _ in went_back})
 
 
 def input_lag(ends: Mapping[Partition, int], latest: Mapping[Partition, int]) -> int | None:
@@ -67,12 +128,14 @@ def input_lag(ends: Mapping[Partition, int], latest: Mapping[Partition, int]) ->
 class BrokerOffsets:
     """The latest offsets of input partitions, as a read_committed reader sees them, in one request."""
 
-    def __init__(self, bootstrap_servers: str, timeout_s: float = LATEST_OFFSETS_TIMEOUT_S) -> None:
+    def __init__(self, bootstrap_servers: str, timeout_s: float = LATEST_OFFSETS_TIMEOUT_S, *,
+                 earliest: bool = False) -> None:
         self._admin = admin_client(bootstrap_servers)
         self._timeout_s = timeout_s
+        self._spec = OffsetSpec.earliest() if earliest else OffsetSpec.latest()  # earliest: the log start
 
     def __call__(self, partitions: Iterable[Partition]) -> dict[Partition, int] | None:
-        wanted = {TopicPartition(topic, partition): OffsetSpec.latest() for topic, partition in partitions}
+        wanted = {TopicPartition(topic, partition): self._spec for topic, partition in partitions}
         if not wanted:
             return None
         latest: dict[Partition, int] = {}
@@ -105,14 +168,17 @@ def batch_seconds(update: Mapping[str, Any]) -> float | None:
 class QueryProgress:
     """The progress of the running query (`query`, replaced on a restart) as the reporter's observation."""
 
-    def __init__(self, counters: SparkJoinerCounters, sink: SinkCounters, latest_offsets: LatestOffsets) -> None:
+    def __init__(self, counters: SparkJoinerCounters, sink: SinkCounters, latest_offsets: LatestOffsets,
+                 earliest_offsets: LatestOffsets | None = None) -> None:
         self.counters = counters
         self.query: StreamingQuery | None = None
         self._sink = sink
         self._latest_offsets = latest_offsets
+        self._earliest_offsets = earliest_offsets or (lambda _partitions: None)
         self._seen: tuple[str, str] = ("", "")  # runId and timestamp of the latest update read
         self._latest: dict[str, int | float | None] = {}  # what the latest updates said, until newer ones do
         self._ends: dict[Partition, int] | None = None  # the last batch's end offsets
+        self._loss_counted: tuple[Any, Any] | None = None  # run and batch id of the last update counted
 
     def observe(self) -> Observation:
         updates = self.new_updates(self.query.recentProgress if self.query is not None else [])
@@ -139,6 +205,7 @@ class QueryProgress:
                 longest = max(longest or 0.0, seconds)
                 latest["processed_rows_per_s"] = float(update.get("processedRowsPerSecond") or 0.0)
             latest["batch_id"] = update.get("batchId")
+            self._count_loss(update)
             self._ends = end_offsets(update) or self._ends
             size = state_size(update)
             if size is not None:
@@ -153,3 +220,24 @@ class QueryProgress:
                            values={"batch_id": latest.get("batch_id"), "batch_seconds": longest,
                                    "processed_rows_per_s": latest.get("processed_rows_per_s"),
                                    "state_rows": latest.get("state_rows"), "state_bytes": latest.get("state_bytes")})
+
+    def _count_loss(self, update: Mapping[str, Any]) -> None:
+        """Count and log what the update's batch lost outside the job's control (see `batch_loss`)."""
+        batch = (update.get("runId"), update.get("batchId"))
+        if batch == self._loss_counted:
+            return  # an idle update repeats the last batch
+        self._loss_counted = batch
+        loss = batch_loss(update, self._ends, self._earliest_offsets)
+        counters = self.counters
+        counters.records_skipped += loss.skipped
+        counters.offset_resets += loss.offset_resets
+        counters.topics_deleted += len(loss.topics_deleted)
+        if loss.topics_deleted:
+            log.warning("batch %s: input topic %s was deleted (or recreated: offsets went back in %d partitions); "
+                        "Spark's Kafka source goes on from its checkpoint's offsets, past what the new topic holds "
+                        "below them, and what was not read of the old one is gone", update.get("batchId"),
+                        ", ".join(sorted(loss.topics_deleted)), loss.offset_resets)
+        if loss.skipped:
+            log.warning("batch %s: %d input records skipped unread (deleted by retention, or below the checkpoint's "
+                        "offsets in a recreated topic); Spark's Kafka source went on past them (failOnDataLoss=false)",
+                        update.get("batchId"), loss.skipped)

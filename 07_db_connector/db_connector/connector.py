@@ -13,12 +13,13 @@ from dataclasses import dataclass, field
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 
+from pipeline_core.data_loss import WATERMARK_TIMEOUT_S, OffsetWatch
 from pipeline_core.influx import influx_client
 from pipeline_core.kafka_clients import (ACCESS_ERRORS, admin_client, consumer_config, is_transient, produce,
                                          producer_config, refused_for_itself)
 from pipeline_core.lifecycle import StopSignal
 from pipeline_core.logs import announce_ready
-from pipeline_core.progress import Observation, ProgressReporter, StageCounters
+from pipeline_core.progress import ConsumerCounters, Observation, ProgressReporter
 from pipeline_core.records import InvalidRecord, dead_letter, payload_omitted
 from pipeline_core.topics import partition_count
 
@@ -39,7 +40,7 @@ _GROUP_CHANGED = frozenset((KafkaError.REBALANCE_IN_PROGRESS, KafkaError.ILLEGAL
 
 
 @dataclass
-class DbConnectorCounters(StageCounters):
+class DbConnectorCounters(ConsumerCounters):
     """records in: consumed from the three topics; records out: points InfluxDB stored."""
 
     batches: int = 0
@@ -73,6 +74,7 @@ class DbConnector:
         self._consumer = Consumer(consumer_config(settings.kafka_bootstrap_servers, settings.group_id,
                                                   **{"client.id": STAGE}, **static_membership))
         self._producer = self._new_producer()
+        self._watch = OffsetWatch(self._consumer, self.counters, log)
         self._writer = InfluxWriter(influx_client(settings), settings.influxdb_database,
                                     retry_max_s=settings.retry_max_s, should_stop=self.stop.is_set,
                                     while_waiting=self._wait_polling)
@@ -133,13 +135,14 @@ class DbConnector:
                 timeout = max(0.0, self._batch.started + self.settings.flush_interval_s - time.monotonic())
             wanted = max(1, min(_CONSUME_CHUNK, self.settings.batch_size - len(self._batch)))
             messages = self._consumer.consume(wanted, min(timeout, 0.5))
+        self._watch.consumed([message for message in messages if message.error() is None])
         for message in messages:
             self._add(message)
 
     def _add(self, message: Message) -> None:
         error = message.error()
         if error is not None:
-            if error.code() != KafkaError._PARTITION_EOF:
+            if error.code() != KafkaError._PARTITION_EOF and not self._watch.consumer_error(error, message.topic()):
                 log.warning("consumer error: %s", error)
             return
         batch = self._batch
@@ -297,6 +300,15 @@ class DbConnector:
 
     def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         log.info("assigned %s", ", ".join(f"{p.topic}[{p.partition}]" for p in partitions) or "nothing")
+        try:
+            committed = consumer.committed(partitions, timeout=WATERMARK_TIMEOUT_S)
+        except KafkaException as error:
+            log.warning("committed offsets unknown (%s): a reset to the earliest offset now is not counted",
+                        error.args[0])
+            for partition in partitions:
+                self._watch.sought(TopicPartition(partition.topic, partition.partition))  # from wherever it resumes
+            return
+        self._watch.assigned(committed)
 
     def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         # Whatever is not committed is re-read by the next owner; dropping it here loses nothing.

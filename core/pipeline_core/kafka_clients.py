@@ -135,6 +135,9 @@ def consumer_config(bootstrap_servers: str, group_id: str, **overrides: Any) -> 
         "isolation.level": "read_committed",
         "fetch.max.bytes": DLQ_MAX_MESSAGE_BYTES * 2,
         "max.partition.fetch.bytes": DLQ_MAX_MESSAGE_BYTES + 64 * 1024,
+        # A subscribed topic deleted and created again is noticed (and assigned again) within this, not the
+        # default five minutes (see pipeline_core.data_loss).
+        "topic.metadata.refresh.interval.ms": 10_000,
     }
     config.update(overrides)
     return config

@@ -41,6 +41,16 @@ class StageCounters:
     dead_letters: int = 0
 
 
+@dataclass
+class ConsumerCounters(StageCounters):
+    """The counters of a stage that consumes Kafka topics, with what it lost outside its control (see
+    `pipeline_core.data_loss`)."""
+
+    records_skipped: int = 0  # records the broker deleted (retention, delete_records) before they were read
+    topics_deleted: int = 0  # subscribed topics deleted under the running stage
+    offset_resets: int = 0  # partitions the consumer moved to the earliest offset without being asked
+
+
 def counter_totals(counters: StageCounters) -> dict[str, int]:
     """The current total of every counter (int field) of `counters`."""
     totals = {}

@@ -5,11 +5,13 @@ import argparse
 import sys
 import time
 
+from pipeline_core.health import influxdb_ready
+from pipeline_core.influx import influx_client
 from pipeline_core.kafka_clients import admin_client, wait_for_kafka
 from pipeline_core.logs import configure_logging
 from pipeline_core.settings import ConnectionSettings, load_settings
 from pipeline_core.topics import ensure_topics
-from . import manager, supervision
+from . import losses, manager, supervision
 from .processes import StackError, tail
 
 TROUBLE_LOG_LINES = 10
@@ -22,7 +24,8 @@ def main(argv: list[str] | None = None) -> int:
     up.add_argument("--servers-only", action="store_true", help="Mosquitto, Kafka, InfluxDB only")
     commands.add_parser("down", help="stop everything this stack started, and supervisord")
     commands.add_parser("status", help="each service: its state, health, PID, uptime, restarts, "
-                                       "ports; and what keeps failing, with its log")
+                                       "ports; what keeps failing, with its log; and data lost outside "
+                                       "the pipeline's control (retention, deleted topics)")
     logs = commands.add_parser("logs", help="the last lines of a service's log (or supervisord's)")
     logs.add_argument("service")
     logs.add_argument("-n", "--lines", type=int, default=40)
@@ -79,12 +82,24 @@ def print_status(services: list) -> None:
         print("running without supervisord: "
               + ", ".join(f"{name} (pid {pid})" for name, pid in leftovers.items())
               + "; `make down` stops them, then `make up` runs them supervised")
+    print(loss_line())
     for entry in entries:
         if entry.trouble:
             print(f"\n{entry.name} keeps failing: {entry.trouble}")
             print(f"  log: {entry.log_file} (`make logs SERVICE={entry.name}` shows more); last lines:")
             for line in tail(entry.log_file, TROUBLE_LOG_LINES).splitlines():
                 print(f"    {line}")
+
+
+def loss_line() -> str:
+    """What the stages lost outside the pipeline's control, from their health metrics in InfluxDB."""
+    settings = load_settings(ConnectionSettings, [])
+    if not influxdb_ready(settings.influxdb_port, settings.influxdb_host):
+        return "loss outside the pipeline's control: unknown while InfluxDB does not answer"
+    try:
+        return losses.describe(losses.stage_losses(influx_client(settings, timeout_s=5.0)))
+    except Exception as error:  # noqa: BLE001 - the status of the services must show regardless
+        return f"loss outside the pipeline's control: unknown ({type(error).__name__}: {str(error)[:200]})"
 
 
 def health(entry: manager.ServiceStatus) -> str:

@@ -39,9 +39,9 @@ STAGE_POINTS = {
     "stream_connector": {"host-1": {"records_in_per_s": 900.0, "records_out_per_s": 3600.0, "dead_letters_per_s": 0.5,
                                     "lag": 40}},
     "kafka_joiner": {"host-1": {"records_in_per_s": 1000.0, "records_out_per_s": 100.0, "dead_letters_per_s": 0.0,
-                                "lag": 120},
+                                "lag": 120, "records_skipped": 40, "offset_resets": 1},
                      "host-2": {"records_in_per_s": 2000.0, "records_out_per_s": 300.0, "dead_letters_per_s": 1.0,
-                                "lag": 30}},
+                                "lag": 30, "records_skipped": 2, "offset_resets": 1, "topics_deleted": 1}},
     "spark_joiner": {"host-3": {"records_in_per_s": 5000.0, "records_out_per_s": 700.0, "dead_letters_per_s": 0.0,
                                 "lag": 2500, "batch_seconds": 0.8, "state_rows": 64, "state_bytes": 1_048_576}},
 }
@@ -140,6 +140,28 @@ def test_the_rate_panels_add_up_the_processes_of_a_stage(replayed) -> None:
     assert _panel_series(client, "Dead letters per second, by stage")["kafka_joiner"] == [1.0]
     assert _panel_series(client, "Spark micro-batch duration")["pipeline_health"] == [0.8]
     assert _panel_series(client, "Spark join state: memory")["pipeline_health"] == [1_048_576]
+
+
+def test_the_loss_panel_adds_up_the_processes_of_a_stage(replayed) -> None:
+    _, client = replayed
+    panel = next(panel for panel in HEALTH.panels if panel.title == "Lost outside the pipeline's control, by stage")
+    last = {}
+    for target in panel.targets:
+        query = substitute(target.query, TimeRange.last(panel.time_from), min_interval=panel.min_interval)
+        field = re.search(r'last\("(\w+)"\)', target.query).group(1)
+        for series in client.query(query).raw.get("series", []):
+            last[(series["tags"]["stage"], field)] = series["values"][-1][1]
+    assert last[("kafka_joiner", "records_skipped")] == 42  # 40 + 2 from its two processes
+    assert last[("kafka_joiner", "offset_resets")] == 2 and last[("kafka_joiner", "topics_deleted")] == 1
+    # The replay's DB connector reports its own counters: it lost nothing.
+    wait_for(lambda: _panel_last(client, panel, "db_connector") == 0, 30, "the DB connector's 0 on the loss panel")
+
+
+def _panel_last(client: InfluxDBClient, panel, stage: str) -> float | None:
+    query = substitute(panel.targets[0].query, TimeRange.last(panel.time_from), min_interval=panel.min_interval)
+    values = [series["values"][-1][1] for series in client.query(query).raw.get("series", [])
+              if series["tags"]["stage"] == stage]
+    return values[0] if values else None
 
 
 @pytest.mark.parametrize("dashboard", DASHBOARDS, ids=lambda dashboard: dashboard.uid)

@@ -86,3 +86,12 @@ def test_health_panels_add_up_the_processes_of_a_stage_at_their_reporting_interv
             if 'GROUP BY time($__interval), "stage"' in target.query:
                 assert target.query.startswith('SELECT sum("value") FROM (SELECT '), panel.title
                 assert 'GROUP BY time($__interval), "stage", "instance"' in target.query, panel.title
+
+
+def test_the_health_dashboard_shows_every_loss_counter_by_stage() -> None:
+    """Loss outside the pipeline's control (pipeline_core.data_loss) has a panel: each counter, per stage."""
+    (health,) = [dashboard for dashboard in load_dashboards() if dashboard.uid == "pipeline-health"]
+    (panel,) = [panel for panel in health.panels if panel.title == "Lost outside the pipeline's control, by stage"]
+    queried = {field for target in panel.targets for field in ("records_skipped", "topics_deleted",
+                                                                "offset_resets") if f'last("{field}")' in target.query}
+    assert queried == {"records_skipped", "topics_deleted", "offset_resets"}
