@@ -509,17 +509,24 @@ def main(argv: list[str] | None = None) -> int:
     workdir = Path(tempfile.mkdtemp(prefix="join-peers-"))
     results: dict[str, dict[str, RunResult]] = {}
 
+    failures: dict[str, str] = {}
+
     def measure(peer: Peer) -> None:
-        runs = results[peer.name] = {}
+        runs: dict[str, RunResult] = {}
         # The other interleaving first: the figures of the time-order run are then of a peer whose process (for
         # Spark, the session's JVM) has run a query before, as the second of both Spark peers' runs is anyway.
-        for name in (args.interleaving, "time order", DISORDERED):
-            runs[name] = backlog_run(peer, bootstrap, backlog[name], inputs[name], reference, args.settle_seconds,
-                                     900)
-            log.info("%s, %s: %s", peer.name, name, runs[name].comparison)
-        runs["live"] = live_run(peer, bootstrap, warm_messages, steady_messages, steady_records, live_input,
-                                live_reference, args.rate, args.settle_seconds)
-        log.info("%s, live: %s", peer.name, runs["live"].comparison)
+        try:
+            for name in (args.interleaving, "time order", DISORDERED):
+                runs[name] = backlog_run(peer, bootstrap, backlog[name], inputs[name], reference,
+                                         args.settle_seconds, 900)
+                log.info("%s, %s: %s", peer.name, name, runs[name].comparison)
+            runs["live"] = live_run(peer, bootstrap, warm_messages, steady_messages, steady_records, live_input,
+                                    live_reference, args.rate, args.settle_seconds)
+            log.info("%s, live: %s", peer.name, runs["live"].comparison)
+            results[peer.name] = runs
+        except Exception as error:  # noqa: BLE001 - one peer's failure is its result; the others still run
+            log.exception("%s failed", peer.name)
+            failures[peer.name] = f"{type(error).__name__}: {str(error).splitlines()[0][:200]}"
 
     specs = resolver.specs
     subprocess_peer = functools.partial(SubprocessPeer, bootstrap=bootstrap, workdir=workdir, specs=specs,
@@ -552,7 +559,9 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
     print_table(results, args.interleaving, args, references)
-    return 0
+    for name, failure in failures.items():
+        print(f"{name}: FAILED, {failure}")
+    return 1 if failures else 0
 
 if __name__ == "__main__":
     sys.exit(main())
