@@ -94,23 +94,19 @@ def main() -> None:
         records = pw.io.kafka.read(kafka, topic=settings["input_topic"], format="json", schema=Record,
                                    autocommit_duration_ms=100)
 
-        # Input records counted as processed once the output has closed the time they were read at: the count
-        # itself is ready long before the join's results of the same time.
-        counted: list[tuple[int, int]] = []  # (time, records read up to it)
-
-        def on_count(key: Any, row: dict[str, Any], time: int, is_addition: bool) -> None:
-            if is_addition:
-                counted.append((time, row["count"]))
-
-        def on_output_time_end(time: int) -> None:
-            done = [count for at, count in counted if at <= time]
-            if done and max(done) > status.values["inputs"]:
-                status.set(inputs=max(done))
-
         outputs = [joined(records, spec, settings["mode"]) for spec in peer_io.specs(settings)]
         output = outputs[0] if len(outputs) == 1 else pw.Table.concat_reindex(*outputs)
-        pw.io.subscribe(records.reduce(count=pw.reducers.count()), on_change=on_count)
-        pw.io.subscribe(output, on_change=lambda key, row, time, is_addition: None, on_time_end=on_output_time_end)
+        # The input count goes to the status through one sink with the output's count: a sink has a time's
+        # changes once every table it reads has closed that time, so the count of the records read by then
+        # comes when their results are out, not before.
+        counts = pw.Table.concat_reindex(records.reduce(count=pw.reducers.count(), inputs=True),
+                                         output.reduce(count=pw.reducers.count(), inputs=False))
+
+        def on_count(key: Any, row: dict[str, Any], time: int, is_addition: bool) -> None:
+            if is_addition and row["inputs"]:
+                status.set(inputs=row["count"])
+
+        pw.io.subscribe(counts, on_change=on_count)
         pw.io.kafka.write(output, {"bootstrap.servers": settings["bootstrap"]}, topic_name=settings["output_topic"],
                           format="json")
         # Its first input is read as the engine starts; the count below comes only with a mini-batch's results.
