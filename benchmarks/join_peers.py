@@ -442,7 +442,7 @@ def print_table(results: dict[str, dict[str, RunResult]], interleaving: str, arg
           f"s. Disordered: each machine's rows displaced in arrival by up to {args.disorder_seconds:g} s (seed "
           f"{args.seed}); (a), (c) " + (f"with {field} = {args.disorder_seconds:g}" if field else
                                          "without a disorder bound (this engine has none)") +
-          f"; (e)'s watermarks trail by {args.disorder_seconds:g} s there, by nothing in order. Load average at "
+          f"; (e)'s watermarks trail by {args.disorder_seconds:g} s and 1 ms there, by 1 ms in order. Load average at "
           f"the end: {os.getloadavg()[0]:.1f}")
 
 

@@ -53,7 +53,8 @@ def asof_pairs(first: pw.Table, second: pw.Table, direction: Any, first_is_left:
     pairs = joined.select(thing=first.thing, axis=first.axis, lq=left.quantity, lms=left.ms, lres=left.res,
                           rq=right.quantity, rms=right.ms, rres=right.res)
     matched = pairs.filter(pw.this.rms.is_not_none() & pw.this.lms.is_not_none())
-    return matched.with_columns(**{name: pw.unwrap(pw.this[name]) for name in ("lq", "lms", "lres", "rq", "rms", "rres")})
+    return matched.with_columns(**{name: pw.unwrap(pw.this[name])
+                                   for name in ("lq", "lms", "lres", "rq", "rms", "rres")})
 
 
 def joined(records: pw.Table, spec: peer_io.PeerSpec, mode: str) -> pw.Table:
