@@ -26,7 +26,7 @@ setup: $(INSTALLED)
 $(INSTALLED): pyproject.toml $(wildcard core/*/__init__.py ops/*/__init__.py 0*/*/__init__.py)
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	@echo "installing Python dependencies into $(VENV) ..."
-	@$(PY) -m pip install -q --disable-pip-version-check -e '.[test,bench]' > $(VENV)/pip-install.log 2>&1 \
+	@$(PY) -m pip install -q --disable-pip-version-check -e '.[test]' > $(VENV)/pip-install.log 2>&1 \
 		|| { tail -30 $(VENV)/pip-install.log; exit 1; }
 	@touch $@
 

@@ -9,9 +9,16 @@ each series is the reference every peer is held to. The peers:
   (b) Spark's own stream-stream join: an event-time interval join within delta_time, watermarks on both
       inputs, Spark's Kafka sink (at-least-once), as Spark's guide recommends (``peers.spark_interval``);
   (c) the standalone joiner (``kafka_joiner``), exactly once, one process, input joined where it lies;
-  (d) Quix Streams' ``join_asof`` (speed as of torque), exactly once (``peers.quix_asof``).
+  (d) Quix Streams' ``join_asof`` (speed as of torque), exactly once (``peers.quix_asof``);
+  (e) PyFlink SQL: an event-time interval join and an event-time temporal (as-of) join over the Kafka SQL
+      connector, with watermarks, exactly once (``peers.flink_sql``);
+  (f) Pathway's ``asof_join``: backward, and in both directions from both sides (``peers.pathway_asof``).
 
-Each peer runs three times on fresh topics (the other interleaving first, so that the measured backlog run is
+(d), (e) and (f) run in virtualenvs of their own under ``.cache/peers/``, made on first use
+(``peers.venvs``), as subprocesses the bench talks to through files and Kafka topics
+(``peers.subprocess_peer``): their packages are no part of this project's environment.
+
+Each peer runs four times on fresh topics (the other interleaving first, so that the measured backlog run is
 never a process's or a JVM's first):
 
 1. backlog, time order: the input pre-loaded as a live replay appends it; records/s from the peer's first
@@ -19,7 +26,10 @@ never a process's or a JVM's first):
    tree: driver, JVM and Python workers for Spark; the peer's process otherwise; the broker's excluded);
 2. backlog, another interleaving (``--interleaving``): the same records, each series still in its order,
    appended in another order across things and quantities; by the join's contract the pairs do not change;
-3. live: a steady ``--rate`` records/s in time order after a warm-up; per output, the time from the append
+3. backlog, bounded disorder (``--disorder-seconds``, ``--seed``): time order with each machine's rows
+   displaced in arrival by up to that much event time; this project's joiners run with
+   ``max_out_of_orderness`` set to the bound (where the engine has it), Flink's watermarks trail by it;
+4. live: a steady ``--rate`` records/s in time order after a warm-up; per output, the time from the append
    of the later of its two inputs to the moment a read_committed reader sees it: p50/p99.
 
 For every run the output is compared with the reference: pairs found, missing, extra (pairs that are not a
@@ -29,6 +39,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import datetime
 import json
 import logging
@@ -42,18 +53,19 @@ import time
 import uuid
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import NamedTuple, Protocol
+from typing import Protocol
 
 import numpy as np
 
 from pipeline_core.kafka_clients import admin_client
 from pipeline_core.logs import configure_logging
+from pipeline_core.partitioning import thing_partition
 from pipeline_core.records import MachineRecord
 from pipeline_core.settings import KafkaSettings
 from pipeline_core.topics import MACHINE_DATA
 from simulator.settings import DEFAULT_EVENTS_FILE
 
-from local_stream_buffer.specs import SpecResolver
+from local_stream_buffer.specs import JoinSpec, SpecResolver
 from kafka_joiner.settings import KafkaJoinerSettings
 from spark_joiner.job import start_query
 from spark_joiner.session import spark_session
@@ -63,10 +75,11 @@ from spark_joiner.sink import TransactionalBatchSink
 from benchmarks.kafka_joiner import InstanceResult, joiner_settings, run_instances
 from benchmarks.peers import workload
 from benchmarks.peers.harness import OutputReader, end_offsets, preload, produce_paced
+from benchmarks.peers import venvs
 from benchmarks.peers.pairs import (PairComparison, PairKey, asof_pairs, compare_pairs, interval_pairs,
-                                    neighbour_pairs, output_difference, pair_key, same_output, series_of)
-from benchmarks.peers.quix_asof import QuixAsofProgress, QuixAsofSettings, run_app
+                                    neighbour_pairs, output_difference, same_output, series_of, written_pairs)
 from benchmarks.peers.spark_interval import start_interval_join
+from benchmarks.peers.subprocess_peer import RunInput, SubprocessPeer, end_offsets_of
 from benchmarks.spark_joiner import (Topics, cpu_seconds_by_kind, delete_topics, make_topics, settings_for,
                                      stop_between_batches)
 
@@ -77,12 +90,32 @@ WARM_UP_PAIRS = 10
 DAY_MS = 86_400_000
 
 
-class RunInput(NamedTuple):
-    """What a run feeds a peer: records, those a join spec reads (per spec they feed), reference pairs."""
+DISORDERED = "disordered"
 
-    records: int
-    joinable: int
-    pairs: int
+
+def out_of_orderness_field() -> str | None:
+    """The engine's JoinSpec field for bounded disorder, if this engine has one."""
+    return next((field.name for field in dataclasses.fields(JoinSpec)
+                 if field.name.startswith("max_out_of_orderness")), None)
+
+
+def join_specs_for(run: RunInput, workdir: Path) -> Path | None:
+    """A join-spec file of the default specs with ``max_out_of_orderness`` set to the run's disorder bound; None
+    (the default specs) for an input in order or an engine without the setting."""
+    if not run.max_out_of_orderness_s or out_of_orderness_field() is None:
+        return None
+    path = workdir / f"join-specs-{run.max_out_of_orderness_s:g}s.toml"
+    entries = []
+    for spec in SpecResolver().specs:
+        lines = ["[[join]]", *(f"{key} = {json.dumps(getattr(spec, key))}"
+                               for key in ("name", "left", "right", "output", "formula")),
+                 f"axis = {json.dumps(spec.axis_pattern)}",
+                 f"max_out_of_orderness = {run.max_out_of_orderness_s}"]
+        if spec.delta_time is not None:
+            lines.append(f"delta_time = {spec.delta_time}")
+        entries.append("\n".join(lines))
+    path.write_text("\n\n".join(entries) + "\n")
+    return path
 
 
 class Peer(Protocol):
@@ -112,17 +145,18 @@ class SparkPeer:
         self.query = None
         self.cpu_before = 0.0
 
-    def settings(self, topics: Topics, live: bool) -> SparkJoinerSettings:
+    def settings(self, topics: Topics, run: RunInput, live: bool) -> SparkJoinerSettings:
         checkpoint = self.workdir / f"checkpoint-{uuid.uuid4().hex[:8]}"
         # A backlog in batches of --batch records back to back; live, a batch per trigger of what arrived.
         return settings_for(self.bootstrap, topics, checkpoint,
                             trigger_seconds=self.trigger_seconds if live else 0.0,
-                            max_offsets_per_trigger=0 if live else self.batch)
+                            max_offsets_per_trigger=0 if live else self.batch,
+                            join_specs=join_specs_for(run, self.workdir))
 
     def start(self, topics: Topics, run: RunInput, live: bool) -> None:
         self.input_topic, self.input_end = topics.data, None
         self.cpu_before = sum(cpu_seconds_by_kind().values())
-        self.query = self.start_query(self.settings(topics, live))
+        self.query = self.start_query(self.settings(topics, run, live))
 
     def start_query(self, settings: SparkJoinerSettings):
         raise NotImplementedError
@@ -189,8 +223,8 @@ class KafkaJoinerPeer:
 
     name = "(c) standalone joiner"
 
-    def __init__(self, connection: KafkaSettings, max_seconds: float) -> None:
-        self.connection, self.max_seconds = connection, max_seconds
+    def __init__(self, connection: KafkaSettings, max_seconds: float, workdir: Path) -> None:
+        self.connection, self.max_seconds, self.workdir = connection, max_seconds, workdir
         self.results: list[InstanceResult] = []
 
     def start(self, topics: Topics, run: RunInput, live: bool) -> None:
@@ -198,6 +232,7 @@ class KafkaJoinerPeer:
         settings = joiner_settings(self.connection, {"data": topics.data, "out": topics.out, "dlq": topics.dlq,
                                                      "group": group},
                                    KafkaJoinerSettings.commit_interval_ms, True, "peer-0")
+        settings = dataclasses.replace(settings, join_specs=join_specs_for(run, self.workdir))
         self.results = []
         self.thread = threading.Thread(target=lambda: self.results.extend(
             run_instances([settings], run.pairs, self.max_seconds)), daemon=True)
@@ -216,41 +251,6 @@ class KafkaJoinerPeer:
         return sum(result.cpu_s for result in self.results)
 
 
-class QuixPeer:
-    """The Quix Streams app in a process of its own; SIGTERM stops it after a last commit."""
-
-    name = "(d) Quix Streams join_asof"
-
-    def __init__(self, bootstrap: str, workdir: Path, resolver: SpecResolver) -> None:
-        self.bootstrap, self.workdir, self.resolver = bootstrap, workdir, resolver
-        self.context = multiprocessing.get_context("spawn")
-
-    def start(self, topics: Topics, run: RunInput, live: bool) -> None:
-        group = f"join-peers-quix.{topics.data}"
-        settings = QuixAsofSettings(self.bootstrap, topics.data, topics.out, group,
-                                    self.workdir / f"quix-{uuid.uuid4().hex[:8]}",
-                                    KafkaJoinerSettings.commit_interval_ms / 1000, self.resolver.specs)
-        self.progress = QuixAsofProgress.shared(self.context)
-        self.process = self.context.Process(target=run_app, args=(settings, self.progress))
-        self.process.start()
-
-    def done(self, run: RunInput) -> bool:
-        if self.process.exitcode is not None:
-            raise RuntimeError(f"{self.name}: the app exited with {self.process.exitcode}")
-        return self.progress.inputs.value >= run.records and self.progress.joinable.value >= run.joinable
-
-    def first_input_at(self) -> float | None:
-        return self.progress.first_input_at.value or None
-
-    def stop(self) -> float:
-        self.process.terminate()
-        self.process.join(60)
-        if self.process.exitcode is None:
-            self.process.kill()
-            self.process.join(10)
-        return self.progress.cpu_seconds.value
-
-
 @dataclasses.dataclass
 class RunResult:
     comparison: PairComparison
@@ -259,6 +259,7 @@ class RunResult:
     cpu_us_per_record: float = float("nan")
     p50_ms: float = float("nan")
     p99_ms: float = float("nan")
+    retractions: int = 0  # records that withdrew an earlier one (Pathway's diff -1)
 
 
 def wait_until(condition: Callable[[], bool], deadline_s: float, what: str) -> None:
@@ -288,7 +289,10 @@ def backlog_run(peer: Peer, bootstrap: str, messages: Sequence[workload.Message]
         peer.start(topics, run, live=False)
         try:
             wait_until(lambda: peer.done(run), deadline_s, f"{peer.name} to read {run.records:,} records")
-            wait_until(lambda: reader.idle_seconds() > settle_s, deadline_s, f"{peer.name}'s output to settle")
+            # Settled: no new output for settle_s since the peer read its input (a peer may count its input
+            # before it writes what that input joins).
+            done_at = time.time()
+            wait_until(lambda: reader.idle_seconds(done_at) > settle_s, deadline_s, f"{peer.name}'s output to settle")
             first = peer.first_input_at()
         finally:
             cpu_seconds = peer.stop()
@@ -298,11 +302,11 @@ def backlog_run(peer: Peer, bootstrap: str, messages: Sequence[workload.Message]
         cleanup(bootstrap, topics)
     if isinstance(peer, SparkPeer):
         cpu_seconds -= reader.cpu_seconds  # the reader shares the driver's process
-    written = [pair_key(json.loads(value)) for value in reader.values]
+    written, retractions = written_pairs(json.loads(value) for value in reader.values)
     last = reader.visible_at[-1] if reader.visible_at else float("nan")
     return RunResult(compare_pairs(reference, written), written,
                      records_per_s=run.records / (last - first) if first else float("nan"),
-                     cpu_us_per_record=cpu_seconds / run.records * 1e6)
+                     cpu_us_per_record=cpu_seconds / run.records * 1e6, retractions=retractions)
 
 
 def live_run(peer: Peer, bootstrap: str, warm_up: Sequence[workload.Message], steady: Sequence[workload.Message],
@@ -325,7 +329,8 @@ def live_run(peer: Peer, bootstrap: str, warm_up: Sequence[workload.Message], st
             append_times = appended.get(timeout=len(steady) / rate + 120)
             producer.join(30)
             wait_until(lambda: peer.done(run), 600, f"{peer.name} to read the steady input")
-            wait_until(lambda: reader.idle_seconds() > settle_s, 120, f"{peer.name}'s output to settle")
+            done_at = time.time()
+            wait_until(lambda: reader.idle_seconds(done_at) > settle_s, 120, f"{peer.name}'s output to settle")
         finally:
             peer.stop()
         reader.stop()
@@ -333,36 +338,61 @@ def live_run(peer: Peer, bootstrap: str, warm_up: Sequence[workload.Message], st
         cleanup(bootstrap, topics)
     appended_at = {(record["thing"], record["quantity"], record["phenomenonTime"]): moment
                    for record, moment in zip(steady_records, append_times)}
-    written, latencies = [], []
-    for value, visible in zip(reader.values, reader.visible_at):
-        output = json.loads(value)
-        key = pair_key(output)
-        if key.thing == WARM_UP_THING:
+    outputs = [json.loads(value) for value in reader.values]
+    written, retractions = written_pairs(output for output in outputs if not is_warm_up(output))
+    latencies = []
+    for output, visible in zip(outputs, reader.visible_at):
+        if is_warm_up(output) or output.get("diff", 1) < 0:
             continue
-        written.append(key)
-        inputs = [appended_at.get((output["thing"], output[side]["quantity"], key[2 + index]))
-                  for index, side in enumerate(("left", "right"))]
+        inputs = [appended_at.get((output["thing"], output[side]["quantity"], output[side]["phenomenonTime"]))
+                  for side in ("left", "right")]
         if None not in inputs:
             latencies.append(visible - max(inputs))
     p50, p99 = np.percentile(latencies, [50, 99]) * 1000 if latencies else (float("nan"), float("nan"))
-    return RunResult(compare_pairs(reference, written), written, p50_ms=p50, p99_ms=p99)
+    return RunResult(compare_pairs(reference, written), written, p50_ms=p50, p99_ms=p99, retractions=retractions)
+
+
+def warm_up_things(partitions: int) -> list[str]:
+    """One machine of its own per partition of machine.data: a peer whose event time is the least over its
+    partitions (Flink's watermark) moves on only once every partition has records."""
+    things: dict[int, str] = {}
+    index = 0
+    while len(things) < partitions:
+        name = f"{WARM_UP_THING}-{index}"
+        things.setdefault(thing_partition(name, partitions), name)
+        index += 1
+    return sorted(things.values())
+
+
+def is_warm_up(output: dict) -> bool:
+    return output["thing"].startswith(WARM_UP_THING)
 
 
 def warm_up_records(before_ms: int) -> list[MachineRecord]:
-    """A few speed and torque records of a machine of its own, a day before the input, in time order."""
+    """A few speed and torque records of a machine of its own in each partition, a day before the input, in
+    time order."""
     start = before_ms - DAY_MS
     records: list[MachineRecord] = []
     for index in range(WARM_UP_PAIRS):
-        records.append({"thing": WARM_UP_THING, "quantity": "actSpeed_C11", "phenomenonTime": start + index * 1000,
-                        "result": 100.0})
-        records.append({"thing": WARM_UP_THING, "quantity": "vaTorque_C11",
-                        "phenomenonTime": start + index * 1000 + 300, "result": 1.0})
+        for thing in warm_up_things(MACHINE_DATA.partitions):
+            records.append({"thing": thing, "quantity": "actSpeed_C11", "phenomenonTime": start + index * 1000,
+                            "result": 100.0})
+            records.append({"thing": thing, "quantity": "vaTorque_C11",
+                            "phenomenonTime": start + index * 1000 + 300, "result": 1.0})
     return records
 
 
-def run_input(records: Sequence[MachineRecord], resolver: SpecResolver, reference: set[PairKey]) -> RunInput:
+def run_input(records: Sequence[MachineRecord], resolver: SpecResolver, reference: set[PairKey],
+              messages: Sequence[workload.Message], max_out_of_orderness_s: float = 0.0) -> RunInput:
     return RunInput(len(records), sum(len(resolver.routes(record["quantity"])) for record in records),
-                    len(reference))
+                    len(reference), max_out_of_orderness_s, end_offsets_of(messages, MACHINE_DATA.partitions))
+
+
+def disorder_cell(result: RunResult) -> str:
+    check = result.comparison
+    if check.exact:
+        return "exact"
+    return f"{check.missing:,} missing, {check.extra:,} extra, {check.duplicates:,} dup"
 
 
 def print_table(results: dict[str, dict[str, RunResult]], interleaving: str, args: argparse.Namespace,
@@ -373,7 +403,8 @@ def print_table(results: dict[str, dict[str, RunResult]], interleaving: str, arg
           f"an interval join within delta {references['interval']:,}; a backward as-of join "
           f"{references['asof']:,}")
     header = (f"{'':<31} {'records/s':>9} {'CPU µs/rec':>10} {'p50 ms':>7} {'p99 ms':>7} | {'pairs out':>9} "
-              f"{'found':>7} {'missing':>7} {'extra':>7} {'dup':>5} | {interleaving}: same output?")
+              f"{'found':>7} {'missing':>7} {'extra':>7} {'dup':>5} | {interleaving}: same output? "
+              f"| disordered ≤ {args.disorder_seconds:g} s")
     print(header)
     print("-" * len(header))
     for name, runs in results.items():
@@ -383,10 +414,10 @@ def print_table(results: dict[str, dict[str, RunResult]], interleaving: str, arg
             changed = "same"
         else:
             only_first, only_other = output_difference(backlog.written, other.written)
-            changed = f"CHANGED: {only_first:,} pairs lost, {only_other:,} new"
+            changed = f"CHANGED: {only_first:,} lost, {only_other:,} new"
         print(f"{name:<31} {backlog.records_per_s:9,.0f} {backlog.cpu_us_per_record:10.1f} {live.p50_ms:7.0f} "
               f"{live.p99_ms:7.0f} | {check.outputs:9,} {check.found:7,} {check.missing:7,} {check.extra:7,} "
-              f"{check.duplicates:5,} | {changed}")
+              f"{check.duplicates:5,} | {changed:<{len(interleaving) + 14}} | {disorder_cell(runs[DISORDERED])}")
     spark_job = next((runs["time order"] for name, runs in results.items() if name.startswith("(a)")), None)
     interval = next((runs["time order"] for name, runs in results.items() if name.startswith("(b)")), None)
     if spark_job and interval:
@@ -394,21 +425,28 @@ def print_table(results: dict[str, dict[str, RunResult]], interleaving: str, arg
               f"join, {interval.cpu_us_per_record / spark_job.cpu_us_per_record:.2f}x less CPU per record, on the "
               f"same input in the same run, computing the neighbour join")
     print()
-    print(f"{'each run against the engine':<31} {'pairs out':>9} {'found':>7} {'missing':>7} {'extra':>7} {'dup':>5}")
+    print(f"{'each run against the engine':<31} {'pairs out':>9} {'found':>7} {'missing':>7} {'extra':>7} {'dup':>5}"
+          f" {'withdrawn':>9}")
     for name, runs in results.items():
         for label, result in runs.items():
             check = result.comparison
-            print(f"  {name[:3]} {label:<25} {check.outputs:9,} {check.found:7,} {check.missing:7,} "
-                  f"{check.extra:7,} {check.duplicates:5,}")
-    print(f"records/s and CPU: backlog in time order, from the peer's first input record to its last output visible; "
-          f"CPU of the peer's processes (Spark: driver, JVM, Python workers), not the broker's. Latency: live at "
-          f"{args.rate:,.0f} records/s for {args.live_seconds:.0f} s, from the append of a pair's later input to a "
-          f"read_committed reader seeing it. Spark: batches of {args.batch:,} records on a backlog, trigger "
-          f"{args.trigger_seconds} s live; (b) watermark {args.watermark_seconds:g} s. Load average at the end: "
-          f"{os.getloadavg()[0]:.1f}")
+            print(f"  {name[:4]:<4} {label:<24} {check.outputs:9,} {check.found:7,} {check.missing:7,} "
+                  f"{check.extra:7,} {check.duplicates:5,} {result.retractions:9,}")
+    field = out_of_orderness_field()
+    print(f"records/s and CPU: backlog in time order, from the peer's first input record (Flink: its job's tasks "
+          f"running) to its last output visible; CPU of the peer's processes (Spark: driver, JVM, Python workers; "
+          f"Flink: Python and its JVM), not the broker's. Latency: live at {args.rate:,.0f} records/s for "
+          f"{args.live_seconds:.0f} s, from the append of a pair's later input to a read_committed reader seeing "
+          f"it. Pairs out: records written less those withdrawn (Pathway). Spark: batches of {args.batch:,} "
+          f"records on a backlog, trigger {args.trigger_seconds} s live; (b) watermark {args.watermark_seconds:g} "
+          f"s. Disordered: each machine's rows displaced in arrival by up to {args.disorder_seconds:g} s (seed "
+          f"{args.seed}); (a), (c) " + (f"with {field} = {args.disorder_seconds:g}" if field else
+                                         "without a disorder bound (this engine has none)") +
+          f"; (e)'s watermarks trail by {args.disorder_seconds:g} s and 1 ms there, by 1 ms in order. Load average at "
+          f"the end: {os.getloadavg()[0]:.1f}")
 
 
-PEERS = ("a", "b", "c", "d")
+PEERS = ("a", "b", "c", "d", "e", "f")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -420,12 +458,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--interleaving", default="thing after thing",
                         choices=[name for name in workload.INTERLEAVINGS if name != "time order"],
                         help="the other interleaving the backlog is appended in")
+    parser.add_argument("--disorder-seconds", type=float, default=2.0,
+                        help="the disordered input: each machine's rows displaced in arrival by up to this much "
+                             "event time")
+    parser.add_argument("--seed", type=int, default=7, help="the disordered input's random displacements")
     parser.add_argument("--batch", type=int, default=5_000,
                         help="Spark's maxOffsetsPerTrigger on a backlog (the interval join's cost grows with it)")
     parser.add_argument("--trigger-seconds", type=float, default=SparkJoinerSettings.trigger_seconds,
                         help="Spark's trigger in the live run")
     parser.add_argument("--watermark-seconds", type=float, default=10.0,
                         help="(b): the watermark delay of both inputs, how late a record may arrive")
+    parser.add_argument("--flink-checkpoint-ms", type=int, default=1_000,
+                        help="(e): the checkpoint interval, which commits its exactly-once output")
     parser.add_argument("--rate", type=float, default=2_000, help="records/s of the live run")
     parser.add_argument("--live-seconds", type=float, default=10.0, help="length of the live run")
     parser.add_argument("--settle-seconds", type=float, default=2.0,
@@ -444,32 +488,51 @@ def main(argv: list[str] | None = None) -> int:
                   "asof": len(asof_pairs(series))}
     encoded = workload.messages(records, MACHINE_DATA.partitions)
     orders = {name: workload.INTERLEAVINGS[name](records) for name in ("time order", args.interleaving)}
+    orders[DISORDERED] = workload.bounded_disorder(records, args.disorder_seconds, args.seed)
+    late = [ms for ms in workload.lateness_ms(records, orders[DISORDERED]) if ms > 0]
+    log.info("disordered input: %d of %d records arrive behind a newer record of their series, by up to %.0f ms",
+             len(late), len(records), max(late, default=0))
     backlog = {name: [encoded[index] for index in order] for name, order in orders.items()}
-    full = run_input(records, resolver, reference)
+    inputs = {name: run_input(records, resolver, reference, encoded,
+                              args.disorder_seconds if name == DISORDERED else 0.0) for name in orders}
 
     steady_records = [records[index] for index in orders["time order"][:int(args.rate * args.live_seconds)]]
     warm = warm_up_records(int(steady_records[0]["phenomenonTime"]))
     live_reference = neighbour_pairs(series_of(steady_records, resolver))
-    # The peer reads the warm-up too; its pairs are left out of the comparison and the latencies.
-    live_input = run_input([*warm, *steady_records], resolver,
-                           live_reference | neighbour_pairs(series_of(warm, resolver)))
     warm_messages = workload.messages(warm, MACHINE_DATA.partitions)
     steady_messages = workload.messages(steady_records, MACHINE_DATA.partitions)
+    # The peer reads the warm-up too; its pairs are left out of the comparison and the latencies.
+    live_input = run_input([*warm, *steady_records], resolver,
+                           live_reference | neighbour_pairs(series_of(warm, resolver)),
+                           [*warm_messages, *steady_messages])
 
     workdir = Path(tempfile.mkdtemp(prefix="join-peers-"))
     results: dict[str, dict[str, RunResult]] = {}
 
+    failures: dict[str, str] = {}
+
     def measure(peer: Peer) -> None:
-        runs = results[peer.name] = {}
+        runs: dict[str, RunResult] = {}
         # The other interleaving first: the figures of the time-order run are then of a peer whose process (for
         # Spark, the session's JVM) has run a query before, as the second of both Spark peers' runs is anyway.
-        for name in (args.interleaving, "time order"):
-            runs[name] = backlog_run(peer, bootstrap, backlog[name], full, reference, args.settle_seconds, 900)
-            log.info("%s, %s: %s", peer.name, name, runs[name].comparison)
-        runs["live"] = live_run(peer, bootstrap, warm_messages, steady_messages, steady_records, live_input,
-                                live_reference, args.rate, args.settle_seconds)
-        log.info("%s, live: %s", peer.name, runs["live"].comparison)
+        try:
+            for name in (args.interleaving, "time order", DISORDERED):
+                runs[name] = backlog_run(peer, bootstrap, backlog[name], inputs[name], reference,
+                                         args.settle_seconds, 900)
+                log.info("%s, %s: %s", peer.name, name, runs[name].comparison)
+            runs["live"] = live_run(peer, bootstrap, warm_messages, steady_messages, steady_records, live_input,
+                                    live_reference, args.rate, args.settle_seconds)
+            log.info("%s, live: %s", peer.name, runs["live"].comparison)
+            results[peer.name] = runs
+        except Exception as error:  # noqa: BLE001 - one peer's failure is its result; the others still run
+            log.exception("%s failed", peer.name)
+            failures[peer.name] = f"{type(error).__name__}: {str(error).splitlines()[0][:200]}"
 
+    specs = resolver.specs
+    subprocess_peer = functools.partial(SubprocessPeer, bootstrap=bootstrap, workdir=workdir, specs=specs,
+                                        commit_interval_s=KafkaJoinerSettings.commit_interval_ms / 1000)
+    flink = {"connector_jar": str(venvs.flink_connector_jar()) if "e" in args.peers else "",
+             "checkpoint_interval_ms": args.flink_checkpoint_ms, "parallelism": os.cpu_count() or 1}
     try:
         if {"a", "b"} & set(args.peers):
             spark = spark_session("local[*]", driver_memory="2g")
@@ -480,14 +543,25 @@ def main(argv: list[str] | None = None) -> int:
                 measure(SparkIntervalPeer(*spark_args, watermark_seconds=args.watermark_seconds, resolver=resolver))
             spark.stop()  # its JVM would share the cores with the peers below
         if "c" in args.peers:
-            measure(KafkaJoinerPeer(KafkaSettings(kafka_bootstrap_servers=bootstrap), max_seconds=120))
+            measure(KafkaJoinerPeer(KafkaSettings(kafka_bootstrap_servers=bootstrap), max_seconds=60,
+                                    workdir=workdir))
         if "d" in args.peers:
-            measure(QuixPeer(bootstrap, workdir, resolver))
+            measure(subprocess_peer("(d) Quix Streams join_asof", "quix", "benchmarks.peers.quix_asof",
+                                    count_joinable=True))
+        if "e" in args.peers:
+            for mode in ("interval", "temporal"):
+                measure(subprocess_peer(f"(e) Flink SQL {mode} join", "flink", "benchmarks.peers.flink_sql",
+                                        options={**flink, "mode": mode}, runs_to_end=True))
+        if "f" in args.peers:
+            for mode, label in (("backward", "backward"), ("both", "both ways")):
+                measure(subprocess_peer(f"(f) Pathway asof_join {label}", "pathway", "benchmarks.peers.pathway_asof",
+                                        options={"mode": mode}))
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
     print_table(results, args.interleaving, args, references)
-    return 0
-
+    for name, failure in failures.items():
+        print(f"{name}: FAILED, {failure}")
+    return 1 if failures else 0
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -86,9 +86,10 @@ class OutputReader(threading.Thread):
         finally:
             self._consumer.close()
 
-    def idle_seconds(self) -> float:
-        """Seconds since the last record arrived (since the reader started, if none did)."""
-        last = self.visible_at[-1] if self.visible_at else self._started_at
+    def idle_seconds(self, since: float = 0.0) -> float:
+        """Seconds since the last record arrived, or since ``since`` (wall clock) or the reader started if that
+        was later."""
+        last = max(self.visible_at[-1] if self.visible_at else self._started_at, since)
         return time.time() - last
 
     def start(self) -> None:

@@ -41,6 +41,23 @@ def pair_key(output: Mapping[str, Any]) -> PairKey:
                    canonical_time(output["right"]["phenomenonTime"]))
 
 
+def written_pairs(outputs: Iterable[Mapping[str, Any]]) -> tuple[list[PairKey], int]:
+    """The pairs a peer's output records leave standing, and how many records withdrew one.
+
+    An output record of a peer that revises its results (Pathway) carries ``diff``: -1 withdraws one earlier
+    record of its pair, which then no longer counts; records without ``diff`` only add."""
+    written: Counter[PairKey] = Counter()
+    retractions = 0
+    for output in outputs:
+        key = pair_key(output)
+        if output.get("diff", 1) < 0:
+            retractions += 1
+            written[key] -= 1
+        else:
+            written[key] += 1
+    return [key for key, count in written.items() for _ in range(max(count, 0))], retractions
+
+
 def series_of(records: Iterable[Mapping[str, Any]], resolver: SpecResolver) -> list[Series]:
     """The records grouped into the series each join key reads, in arrival order (each series' own order)."""
     grouped: dict[tuple[str, SpecBinding], tuple[list, list]] = defaultdict(lambda: ([], []))

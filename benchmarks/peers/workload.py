@@ -7,10 +7,12 @@ its thing, keyed and encoded as the connector writes it (``stream_connector.rows
 
 An interleaving is the order the records are appended in, which decides what each partition holds in which
 order. Each keeps every series (a thing's quantity) in time order; by the join's contract the pairs are the
-same for all of them.
+same for all of them. ``bounded_disorder`` is another order: each row arrives up to a bound of event time
+late, as from gateways that buffer and resend; a join that absorbs that bound gives the same pairs again.
 """
 from __future__ import annotations
 
+import random
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import NamedTuple
@@ -60,6 +62,35 @@ def series_after_series(records: Sequence[MachineRecord]) -> list[int]:
     """Per machine, each quantity's whole series before the next one's: one sensor's buffer arriving late."""
     return sorted(range(len(records)), key=lambda index: (records[index]["thing"], records[index]["quantity"],
                                                           records[index]["phenomenonTime"]))
+
+
+def bounded_disorder(records: Sequence[MachineRecord], bound_s: float, seed: int) -> list[int]:
+    """Time order with each row (a thing's records of one time, which the connector appends together) displaced
+    in arrival by a seeded random delay of 0 to ``bound_s`` of event time: a row arrives after rows of its
+    machine up to ``bound_s`` newer than it, never after a newer one, so no record is later than the bound."""
+    generator = random.Random(seed)
+    delay_ms: dict[tuple[str, float], float] = {}
+    for record in sorted(records, key=lambda record: (record["thing"], record["phenomenonTime"])):
+        row = (record["thing"], record["phenomenonTime"])
+        if row not in delay_ms:
+            delay_ms[row] = generator.uniform(0, bound_s * 1000)
+    return sorted(range(len(records)), key=lambda index: (
+        records[index]["phenomenonTime"] + delay_ms[(records[index]["thing"], records[index]["phenomenonTime"])],
+        records[index]["thing"], records[index]["phenomenonTime"]))
+
+
+def lateness_ms(records: Sequence[MachineRecord], order: Sequence[int]) -> list[float]:
+    """Per record in ``order``, how far its series' newest record so far is ahead of it in event time (0 for
+    a record that is its series' newest)."""
+    newest: dict[tuple[str, str], float] = {}
+    late = []
+    for index in order:
+        record = records[index]
+        series = (record["thing"], record["quantity"])
+        ahead = newest.get(series, record["phenomenonTime"])
+        late.append(max(0.0, ahead - record["phenomenonTime"]))
+        newest[series] = max(ahead, record["phenomenonTime"])
+    return late
 
 
 # Each gives the order (indices into the records) to append them in.
