@@ -1,4 +1,5 @@
-"""The chaos run in brief, seeded, as part of `make test` (`make chaos` runs the full one)."""
+"""The chaos run in brief, seeded, as part of `make test` (`make chaos` runs the full one): each stage
+and each server (Kafka, Mosquitto, InfluxDB) killed with SIGKILL once."""
 from __future__ import annotations
 
 import pytest
@@ -9,6 +10,7 @@ pytestmark = pytest.mark.integration
 
 
 def test_a_short_storm_of_faults_loses_nothing_and_doubles_nothing(tmp_path_factory):
-    plan = ChaosPlan(joiner="lsb", rows=6_000, machines=20, rate=100.0, kills_per_stage=1, bad_rows=16)
+    plan = ChaosPlan(joiner="lsb", rows=6_000, machines=20, rate=100.0, kills_per_stage=1, bad_rows=16,
+                     server_faults=("kill",))
     report = run_chaos(plan, chaos_workdir("chaos"))
     print(report.summary())
