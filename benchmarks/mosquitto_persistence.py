@@ -22,6 +22,7 @@ import shutil
 import signal
 import subprocess
 import tempfile
+import threading
 import time
 import uuid
 from dataclasses import dataclass
@@ -182,20 +183,33 @@ def publish(settings: MqttSettings, first: int, rows: int, rate: float = 0.0) ->
     return seconds, missing
 
 
-def measure_loss(folder: Path, name: str, rows: int, kill_after_s: float) -> Measured:
+def measure_loss(folder: Path, name: str, rows: int, kill_after_s: float, rate: float = 0.0) -> Measured:
+    """With `rate`, the kill comes `kill_after_s` into a publication at that rate (the publisher rides
+    it out and sends its unacknowledged rows again); without, `kill_after_s` after the last PUBACK."""
     broker = Broker(folder, SETTINGS[name])
     broker.start()
+    saves = []
+
+    def kill_and_restart() -> None:
+        saves.append(broker.saves())
+        broker.kill()
+        broker.start()
+
     try:
         open_session(broker.settings)
         broker.save_now()  # the session exists on disk, as a connector's long-lived one does
-        _seconds, missing = publish(broker.settings, 0, rows)
+        if rate:
+            fault = threading.Timer(kill_after_s, kill_and_restart)
+            fault.start()
+            _seconds, missing = publish(broker.settings, 0, rows, rate)
+            fault.join()
+        else:
+            _seconds, missing = publish(broker.settings, 0, rows)
+            time.sleep(kill_after_s)  # the fault's moment, not a synchronisation
+            kill_and_restart()
         assert missing == 0, f"{missing} rows unacknowledged"
-        time.sleep(kill_after_s)  # the fault's moment, not a synchronisation
-        saves = broker.saves()
-        broker.kill()
-        broker.start()
         received = receive_session(broker.settings)
-        return Measured(name, rows, len(received & set(range(rows))), saves)
+        return Measured(name, rows, len(received & set(range(rows))), saves[0])
     finally:
         broker.stop()
 
@@ -235,6 +249,8 @@ def main() -> None:
     parser.add_argument("--settings", nargs="*", default=list(SETTINGS), choices=list(SETTINGS))
     parser.add_argument("--rows", type=int, default=2000)
     parser.add_argument("--kill-after-s", type=float, default=2.0)
+    parser.add_argument("--kill-rate", type=float, default=0.0,
+                        help="kill while publishing the rows at this rate (0: after the last PUBACK)")
     parser.add_argument("--queue", type=int, default=100_000, help="rows waiting when the cost is measured "
                                                                     "(0: skip the cost)")
     parser.add_argument("--cost-rows", type=int, default=5000)
@@ -245,8 +261,10 @@ def main() -> None:
     for name in args.settings:
         for _ in range(args.repeat):
             with tempfile.TemporaryDirectory(prefix="mosquitto-persistence-") as folder:
-                measured = measure_loss(Path(folder), name, args.rows, args.kill_after_s)
-            print(f"{name}: SIGKILL {args.kill_after_s:g} s after {measured.published:,} acknowledged rows: "
+                measured = measure_loss(Path(folder), name, args.rows, args.kill_after_s, args.kill_rate)
+            moment = (f"{args.kill_after_s:g} s into {measured.published:,} rows at {args.kill_rate:,.0f} rows/s"
+                      if args.kill_rate else f"{args.kill_after_s:g} s after {measured.published:,} acknowledged rows")
+            print(f"{name}: SIGKILL {moment}: "
                   f"{measured.received:,} delivered after the restart, {measured.published - measured.received:,} "
                   f"lost ({measured.saves} saves before the kill)", flush=True)
         if args.queue:

@@ -287,8 +287,8 @@ class ChaosReport:
     joins: int = 0
     dead_letters: int = 0
     broker_kills: list[BrokerKill] = field(default_factory=list)
-    # Rows (good and bad) a SIGKILL of Mosquitto lost: acknowledged by it after its last save.
-    lost_to_broker_kills: int = 0
+    # Rows (good and bad, as published) a SIGKILL of Mosquitto lost: acknowledged by it after its last save.
+    lost_to_broker_kills: list[bytes] = field(default_factory=list)
     # Rows acknowledged in such a window (each may have been lost; those not lost arrived).
     at_risk_in_broker_kills: int = 0
 
@@ -301,8 +301,19 @@ class ChaosReport:
                 f"({self.duplicates_in_data} redelivered copies), machine.out {self.joins} joins, "
                 f"machine.dlq {self.dead_letters}; Mosquitto SIGKILLs: {len(self.broker_kills)} "
                 f"(last save before each: {windows or '-'} earlier), rows acknowledged since that save "
-                f"{self.at_risk_in_broker_kills}, of which lost {self.lost_to_broker_kills}; "
-                f"faults: {faults}")
+                f"{self.at_risk_in_broker_kills}, of which lost {len(self.lost_to_broker_kills)}"
+                f"{': ' + self.lost_rows() if self.lost_to_broker_kills else ''}; faults: {faults}")
+
+    def lost_rows(self) -> str:
+        """The lost rows by machine and time (a bad row by its first bytes), the first 20."""
+        def name(payload: bytes) -> str:
+            try:
+                row = json.loads(payload)
+                return f"{row['Thing']}@{row['Timestamp']}"
+            except (ValueError, KeyError, TypeError):
+                return repr(payload[:30])
+        lost = [name(payload) for payload in self.lost_to_broker_kills]
+        return ", ".join(lost[:20]) + (f" and {len(lost) - 20} more" if len(lost) > 20 else "")
 
 
 def chaos_workdir(name: str) -> Path:
@@ -441,7 +452,7 @@ def check_outcome(stack: PrivateStack, report: ChaosReport, rows: dict[bytes, se
     # dead letter in machine.dlq: each bad row once.
     assert len(payloads) == len(set(payloads)), f"{len(payloads) - len(set(payloads))} bad rows dead-lettered twice"
     report.dead_letters = len(dead)
-    report.lost_to_broker_kills = len(missing) + len(bad_missing)
+    report.lost_to_broker_kills = [*missing, *sorted(bad_missing)]
 
     client = stack.influx()
     raw_points = len({(r["thing"], r["quantity"], r["phenomenonTime"]) for r in map(json.loads, arrived)})
