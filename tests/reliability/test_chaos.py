@@ -17,6 +17,8 @@ from chaos_support import ChaosPlan, chaos_workdir, run_chaos
 pytestmark = [pytest.mark.slow, pytest.mark.integration]
 
 
+# Twelve faults, three of them Kafka restarts, and the checks: 10-20 minutes on a busy machine.
+@pytest.mark.timeout(3600)
 @pytest.mark.parametrize("joiner", ["lsb", "spark"])
 def test_the_pipeline_survives_a_storm_of_faults(joiner):
     plan = ChaosPlan(joiner=joiner, rows=50_000, machines=20, rate=400.0, bad_rows=60)
