@@ -9,7 +9,7 @@ from chaos_support import ChaosPlan, chaos_workdir, run_chaos
 pytestmark = pytest.mark.integration
 
 
-def test_a_short_storm_of_faults_loses_nothing_and_doubles_nothing(tmp_path_factory):
+def test_a_short_storm_of_faults_loses_only_what_a_mosquitto_sigkill_lost_and_doubles_nothing(tmp_path_factory):
     plan = ChaosPlan(joiner="lsb", rows=6_000, machines=20, rate=100.0, kills_per_stage=1, bad_rows=16,
                      server_faults=("kill",))
     report = run_chaos(plan, chaos_workdir("chaos"))
