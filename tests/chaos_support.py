@@ -3,7 +3,15 @@ schedule of faults, and the checks of what the pipeline holds afterwards.
 
 The stack runs as `make up` runs it (`python -m stack up`, every process under supervisord), on its
 own ports and state folder, so a run never touches another stack on the machine. The run only
-injects faults and observes: stages come back by supervision alone.
+injects faults and observes: stages and servers come back by supervision alone.
+
+Kafka and InfluxDB keep what they acknowledged through a SIGKILL, so nothing may be missing from
+them. Mosquitto does not: it keeps its queues in memory and writes them to disk now and then
+(02_mqtt_broker/README.md), so a SIGKILL loses the rows it acknowledged since its last save and had
+not yet handed to the connector. The run accounts for exactly those: the publishers note when each
+row's PUBACK came and on which connection, each kill notes the time of the broker's last save (its
+database file's mtime), and a row may be missing only if the broker it was published to was killed
+after acknowledging it and before saving again. Any other missing row fails the run.
 """
 from __future__ import annotations
 
@@ -29,9 +37,11 @@ from connector_support import expected_records, read_rows
 from db_connector_support import count, free_port
 from local_stream_buffer.keyed import KeyedJoiner
 from pipeline_core.records import decode_record
-from pipeline_core.settings import MACHINE_STATES_TOPIC, MqttSettings
+from pipeline_core.settings import MACHINE_STATES_TOPIC, MqttSettings, load_settings
 from pipeline_core.topics import MACHINE_DATA, MACHINE_DLQ, MACHINE_OUT
 from simulator.publisher import Publisher
+from simulator.replay import publish_rows, selected_rows
+from simulator.settings import SimulatorSettings
 from support import Message, read_topic, wait_for
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -49,6 +59,8 @@ class ChaosPlan:
     seed: int = 20261124
     kills_per_stage: int = 2
     bad_rows: int = 40
+    # What is done to each server, once each: kill (SIGKILL), restart (graceful).
+    server_faults: tuple[str, ...] = ("kill", "restart")
 
     @property
     def stages(self) -> tuple[str, ...]:
@@ -58,17 +70,17 @@ class ChaosPlan:
 @dataclass(frozen=True)
 class Fault:
     at_s: float  # seconds after the replay started
-    # kill: SIGKILL to a stage's process group; stop / start / restart: a server, gracefully
+    # kill: SIGKILL to a stage's or a server's process group; stop / start / restart: a server, gracefully
     action: str
     target: str
 
 
 def fault_schedule(plan: ChaosPlan, replay_s: float) -> list[Fault]:
-    """Each pipeline stage killed `kills_per_stage` times and each server restarted once, at seeded
-    moments in slots spread over 10-85% of the replay."""
+    """Each pipeline stage killed `kills_per_stage` times and each server broken once in each of
+    `server_faults`' ways, at seeded moments in slots spread over 10-85% of the replay."""
     rng = random.Random(plan.seed)
     actions = ([("kill", stage) for stage in plan.stages for _ in range(plan.kills_per_stage)]
-               + [("restart", server) for server in SERVERS])
+               + [(action, server) for server in SERVERS for action in plan.server_faults])
     rng.shuffle(actions)
     slot = 0.75 * replay_s / len(actions)
     return [Fault(round(0.10 * replay_s + i * slot + rng.uniform(0, 0.5 * slot), 1), action, target)
@@ -91,6 +103,60 @@ def bad_payloads(how_many: int, seed: int) -> list[bytes]:
     return [makers[rng.randrange(len(makers))](n) for n in range(how_many)]
 
 
+@dataclass(frozen=True)
+class BrokerKill:
+    """A SIGKILL of Mosquitto: when it was sent, and when the broker had last saved its database."""
+
+    killed_at: float  # wall-clock seconds
+    saved_at: float  # the database file's mtime once the broker was dead; 0.0: it had never saved
+
+
+@dataclass(frozen=True)
+class Ack:
+    """When a row's PUBACK reached its publisher, and when the connection it came on was made."""
+
+    at: float  # wall-clock seconds
+    connected_at: float
+
+
+class AckTimedPublisher(Publisher):
+    """The simulator's publisher, noting for each payload its PUBACK's time and connection.
+
+    Callbacks run on the publishing thread: the old broker's last PUBACKs are handled before the
+    connection's loss, so before the CONNACK of the next connection."""
+
+    def __init__(self, settings: MqttSettings, client_id: str) -> None:
+        super().__init__(settings, client_id)
+        self.acks: dict[bytes, Ack] = {}
+        self._payloads: dict[int, bytes] = {}  # by mid, until acknowledged
+        self._connected_at = 0.0
+        send = self.client.publish
+
+        def publish_noting_mid(topic: str, payload: bytes | str, qos: int):
+            info = send(topic, payload, qos=qos)
+            self._payloads[info.mid] = payload.encode() if isinstance(payload, str) else payload
+            return info
+
+        self.client.publish = publish_noting_mid
+
+    def _on_connect(self, client, userdata, flags, reason_code, properties) -> None:
+        self._connected_at = time.time()
+        super()._on_connect(client, userdata, flags, reason_code, properties)
+
+    def _on_publish(self, client, userdata, mid, reason_code, properties) -> None:
+        super()._on_publish(client, userdata, mid, reason_code, properties)
+        payload = self._payloads.pop(mid, None)
+        if payload is not None:
+            self.acks[payload] = Ack(time.time(), self._connected_at)
+
+
+def lost_to_broker_kill(ack: Ack, kills: list[BrokerKill]) -> BrokerKill | None:
+    """The kill that may have lost a row: one whose broker acknowledged it (on a connection made before
+    the kill) after its last save. Rows acknowledged up to the save are in it; after the kill, the
+    publisher is on a connection to the next broker."""
+    return next((kill for kill in kills if ack.connected_at < kill.killed_at and ack.at > kill.saved_at), None)
+
+
 class PrivateStack:
     """`python -m stack` with its own state folder and free ports: the servers and the pipeline."""
 
@@ -104,6 +170,7 @@ class PrivateStack:
                     "KAFKA_BOOTSTRAP_SERVERS": self.bootstrap}
         self.mqtt = MqttSettings(mqtt_port=ports["MQTT_PORT"])
         self.influxdb_port = ports["INFLUXDB_PORT"]
+        self.broker_kills: list[BrokerKill] = []
 
     def stack(self, *args: str, timeout_s: float = 600) -> str:
         done = subprocess.run([sys.executable, "-m", "stack", *args], env=self.env, cwd=REPO_ROOT,
@@ -133,18 +200,54 @@ class PrivateStack:
             self.supervisorctl(fault.action, fault.target)
 
     def _kill(self, name: str) -> bool:
+        pid = self.pid(name)
+        killed_at = time.time()
         try:
-            os.killpg(self.pid(name), signal.SIGKILL)
+            os.killpg(pid, signal.SIGKILL)
         except ProcessLookupError:
             return False
+        if name == "mosquitto":
+            # Dead (gone, or a zombie until supervisord reaps it), it writes no more; its database file
+            # is the last save it completed (a save writes a new file and renames it).
+            wait_for(lambda: _dead(pid), 60, "mosquitto to die", interval_s=0.01)
+            database = self.state_dir / "mosquitto" / "data" / "mosquitto.db"
+            saved_at = database.stat().st_mtime_ns / 1e9 if database.exists() else 0.0
+            self.broker_kills.append(BrokerKill(killed_at, saved_at))
         return True
 
-    def simulator(self, *args: str) -> subprocess.Popen:
-        return subprocess.Popen([sys.executable, "-m", "simulator", "--no-progress", *args], env=self.env,
-                                cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    def simulator_settings(self, *args: str) -> SimulatorSettings:
+        return load_settings(SimulatorSettings, ["--no-progress", *args], environ=self.env)
 
     def influx(self) -> InfluxDBClient:
         return InfluxDBClient("127.0.0.1", self.influxdb_port, database="machinedata", timeout=30)
+
+
+def _dead(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] in ("Z", "X")
+    except FileNotFoundError:
+        return True
+
+
+class RowPublisher(threading.Thread):
+    """The simulator's replay of an events file, in this process so that each row's PUBACK is timed."""
+
+    def __init__(self, settings: SimulatorSettings) -> None:
+        super().__init__(name="rows", daemon=True)
+        self.settings = settings
+        self.publisher = AckTimedPublisher(settings, "chaos-rows")
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        try:
+            self.publisher.connect(deadline_s=30)
+            rows, total = selected_rows(self.settings)
+            summary = publish_rows(self.publisher, self.settings, rows, total)
+            if summary.failures or summary.rows != total:
+                raise AssertionError(f"the broker did not acknowledge every row: {summary}")
+            self.publisher.close()
+        except BaseException as error:  # the test thread reports it
+            self.error = error
 
 
 class BadRowPublisher(threading.Thread):
@@ -153,11 +256,12 @@ class BadRowPublisher(threading.Thread):
     def __init__(self, settings: MqttSettings, payloads: list[bytes], spread_s: float) -> None:
         super().__init__(name="bad-rows", daemon=True)
         self.settings, self.payloads, self.spread_s = settings, payloads, spread_s
+        self.publisher = AckTimedPublisher(settings, "chaos-bad-rows")
         self.error: BaseException | None = None
 
     def run(self) -> None:
         try:
-            publisher = Publisher(self.settings, "chaos-bad-rows")
+            publisher = self.publisher
             publisher.connect(deadline_s=30)
             pause_s = self.spread_s / max(1, len(self.payloads))
             for payload in self.payloads:
@@ -182,15 +286,34 @@ class ChaosReport:
     duplicates_in_data: int = 0
     joins: int = 0
     dead_letters: int = 0
+    broker_kills: list[BrokerKill] = field(default_factory=list)
+    # Rows (good and bad, as published) a SIGKILL of Mosquitto lost: acknowledged by it after its last save.
+    lost_to_broker_kills: list[bytes] = field(default_factory=list)
+    # Rows acknowledged in such a window (each may have been lost; those not lost arrived).
+    at_risk_in_broker_kills: int = 0
 
     def summary(self) -> str:
         faults = ", ".join(f"{f.action} {f.target} @{f.at_s:.0f}s" for f in self.faults)
+        windows = ", ".join(f"{kill.killed_at - kill.saved_at:.1f} s" for kill in self.broker_kills)
         return (f"chaos JOINER={self.plan.joiner}: {self.plan.rows} rows of {self.plan.machines} machines "
                 f"+ {self.plan.bad_rows} bad rows at {self.plan.rate:.0f} rows/s; replay {self.replay_s:.0f} s, "
                 f"all settled {self.settle_s:.0f} s later; machine.data {self.records} records "
                 f"({self.duplicates_in_data} redelivered copies), machine.out {self.joins} joins, "
-                f"machine.dlq {self.dead_letters}; "
-                f"faults: {faults}")
+                f"machine.dlq {self.dead_letters}; Mosquitto SIGKILLs: {len(self.broker_kills)} "
+                f"(last save before each: {windows or '-'} earlier), rows acknowledged since that save "
+                f"{self.at_risk_in_broker_kills}, of which lost {len(self.lost_to_broker_kills)}"
+                f"{': ' + self.lost_rows() if self.lost_to_broker_kills else ''}; faults: {faults}")
+
+    def lost_rows(self) -> str:
+        """The lost rows by machine and time (a bad row by its first bytes), the first 20."""
+        def name(payload: bytes) -> str:
+            try:
+                row = json.loads(payload)
+                return f"{row['Thing']}@{row['Timestamp']}"
+            except (ValueError, KeyError, TypeError):
+                return repr(payload[:30])
+        lost = [name(payload) for payload in self.lost_to_broker_kills]
+        return ", ".join(lost[:20]) + (f" and {len(lost) - 20} more" if len(lost) > 20 else "")
 
 
 def chaos_workdir(name: str) -> Path:
@@ -234,28 +357,31 @@ def run_chaos(plan: ChaosPlan, workdir: Path, faults: list[Fault] | None = None)
     subprocess.run([sys.executable, "-m", "simulator", "--synthetic", "--machines", str(plan.machines),
                     "--axes", "1", "--limit", str(plan.rows), "--seed", str(plan.seed),
                     "--output", str(rows_file)], check=True, cwd=REPO_ROOT, capture_output=True)
-    good = {canonical(record) for record in expected_records(read_rows(rows_file))}
+    # Each row as the simulator publishes it, with the records the connector makes of it.
+    rows = {json.dumps(row).encode(): {canonical(record) for record in expected_records([row])}
+            for row in read_rows(rows_file)}
     bad = bad_payloads(plan.bad_rows, plan.seed)
     stack = PrivateStack(workdir / "stack", plan.joiner)
     stack.stack("up", timeout_s=900)
     try:
         replay_s = plan.rows / plan.rate
         report.faults = faults if faults is not None else fault_schedule(plan, replay_s)
-        simulator = stack.simulator("--events-file", str(rows_file), "--rate", str(plan.rate),
-                                    "--order", "file", "--drain-timeout-s", "600")
+        replay = RowPublisher(stack.simulator_settings("--events-file", str(rows_file), "--rate", str(plan.rate),
+                                                       "--order", "file", "--drain-timeout-s", "600"))
         bad_rows = BadRowPublisher(stack.mqtt, bad, spread_s=0.8 * replay_s)
         began = time.monotonic()
+        replay.start()
         bad_rows.start()
         for fault in report.faults:
             # The schedule's own clock: faults happen at their seeded times, whatever the pipeline does.
             time.sleep(max(0.0, began + fault.at_s - time.monotonic()))
             stack.inject(fault)
-        output, _ = simulator.communicate(timeout=replay_s + 900)
-        assert simulator.returncode == 0, output
-        bad_rows.join(timeout=600)
-        assert bad_rows.error is None, bad_rows.error
+        for publisher in (replay, bad_rows):
+            publisher.join(timeout=replay_s + 900)
+            assert not publisher.is_alive(), f"{publisher.name}: still publishing"
+            assert publisher.error is None, publisher.error
         report.replay_s = time.monotonic() - began
-        check_outcome(stack, report, good, bad)
+        check_outcome(stack, report, rows, bad, {**replay.publisher.acks, **bad_rows.publisher.acks})
         report.settle_s = time.monotonic() - began - report.replay_s
     finally:
         stack.stack("down", timeout_s=300)
@@ -263,16 +389,43 @@ def run_chaos(plan: ChaosPlan, workdir: Path, faults: list[Fault] | None = None)
     return report
 
 
-def check_outcome(stack: PrivateStack, report: ChaosReport, good: set[str], bad: list[bytes]) -> None:
+def check_outcome(stack: PrivateStack, report: ChaosReport, rows: dict[bytes, set[str]], bad: list[bytes],
+                  acks: dict[bytes, Ack]) -> None:
+    """`rows`: each good row's payload and its records; `acks`: every row's PUBACK, good and bad."""
     bootstrap = stack.bootstrap
+    report.broker_kills = list(stack.broker_kills)
+    at_risk = {payload for payload, ack in acks.items() if lost_to_broker_kill(ack, report.broker_kills)}
+    report.at_risk_in_broker_kills = len(at_risk)
+    good = set().union(*rows.values())
+    required = set().union(*(records for payload, records in rows.items() if payload not in at_risk))
 
     def data_complete() -> list[Message]:
         messages = read_topic(bootstrap, MACHINE_DATA.name, idle_s=2.0, deadline_s=300)
-        return messages if {canonical(m.value) for m in messages} >= good else []
+        return messages if {canonical(m.value) for m in messages} >= required else []
 
-    data = wait_for(data_complete, 900, "every good record in machine.data", interval_s=5.0)
+    data = wait_for(data_complete, 900, "every good record not lost to a SIGKILL of Mosquitto in machine.data",
+                    interval_s=5.0)
+    present = {canonical(m.value) for m in data}
+    if any(not rows[payload] <= present for payload in at_risk if payload in rows):
+        # Rows at risk that were not lost may still be on their way: machine.data is complete once it stops
+        # growing (every publisher has its PUBACKs, no more faults come).
+        previous = [len(data)]
+
+        def data_settled() -> list[Message]:
+            messages = read_topic(bootstrap, MACHINE_DATA.name, idle_s=2.0, deadline_s=300)
+            settled, previous[0] = len(messages) == previous[0], len(messages)
+            return messages if settled else []
+
+        data = wait_for(data_settled, 900, "machine.data to stop growing", interval_s=10.0)
     arrived = Counter(canonical(m.value) for m in data)
-    assert set(arrived) == good, "machine.data holds records of no good row"
+    assert arrived.keys() <= good, "machine.data holds records of no good row"
+    missing = {payload: records - arrived.keys() for payload, records in rows.items()
+               if not records <= arrived.keys()}
+    # The connector writes a row whole or not at all.
+    partial = [payload for payload, records in missing.items() if records != rows[payload]]
+    assert not partial, f"{len(partial)} rows partly in machine.data, e.g. {partial[:3]}"
+    unexplained = [payload for payload in missing if payload not in at_risk]
+    assert not unexplained, f"{len(unexplained)} rows missing that no SIGKILL of Mosquitto can have lost: {unexplained[:3]}"
     report.records, report.duplicates_in_data = len(arrived), sum(arrived.values()) - len(arrived)
 
     expected_joins = offline_join(data)
@@ -293,14 +446,18 @@ def check_outcome(stack: PrivateStack, report: ChaosReport, good: set[str], bad:
     # cause such (the simulator's rows sent again after its reconnect went out behind newer ones).
     strangers = [json.loads(m.value) for m, payload in zip(dead, payloads) if payload not in bad]
     assert not strangers, f"{len(strangers)} dead letters of no bad row, e.g. {strangers[:3]}"
-    assert set(bad) <= set(payloads), f"bad rows missing from machine.dlq: {sorted(set(bad) - set(payloads))[:5]}"
+    bad_missing = set(bad) - set(payloads)
+    unexplained_bad = sorted(bad_missing - at_risk)
+    assert not unexplained_bad, f"bad rows missing from machine.dlq that no SIGKILL of Mosquitto can have lost: " \
+                                f"{unexplained_bad[:5]}"
     # A bad row sent again (a publisher's resend, a killed connector's unacknowledged rows) is known by its
     # dead letter in machine.dlq: each bad row once.
     assert len(payloads) == len(set(payloads)), f"{len(payloads) - len(set(payloads))} bad rows dead-lettered twice"
     report.dead_letters = len(dead)
+    report.lost_to_broker_kills = [*missing, *sorted(bad_missing)]
 
     client = stack.influx()
-    raw_points = len({(r["thing"], r["quantity"], r["phenomenonTime"]) for r in map(json.loads, good)})
+    raw_points = len({(r["thing"], r["quantity"], r["phenomenonTime"]) for r in map(json.loads, arrived)})
 
     def influx_complete() -> bool:
         raw, joined = count(client, "machinedata"), count(client, "joined")
