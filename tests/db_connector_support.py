@@ -8,16 +8,18 @@ import signal
 import socket
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import pytest
 from influxdb import InfluxDBClient
 
 from local_stream_buffer.keyed import KeyedJoiner
 from pipeline_core import paths
 from pipeline_core.health import influxdb_ready
 from pipeline_core.records import record_key
+from pipeline_core.settings import ConnectionSettings
 from stack.services import render
 from support import unique, wait_for
 
@@ -156,3 +158,28 @@ def chunks(items: list[Any], parts: int) -> Iterator[list[Any]]:
     size = -(-len(items) // parts)
     for start in range(0, len(items), size):
         yield items[start:start + size]
+
+
+@pytest.fixture
+def database(stack: ConnectionSettings, request: pytest.FixtureRequest) -> Iterator[tuple[str, InfluxDBClient]]:
+    """A database of this test only on the shared InfluxDB, dropped afterwards."""
+    name = unique(request.node.module.__name__.rpartition(".")[2]).replace(".", "_")
+    client = InfluxDBClient(stack.influxdb_host, stack.influxdb_port, database=name, timeout=30)
+    client.create_database(name)
+    yield name, client
+    client.drop_database(name)
+
+
+@pytest.fixture
+def connectors(tmp_path: Path) -> Iterator[Callable[..., ConnectorProcess]]:
+    """Starts connector subprocesses; every one is killed at the end of the test."""
+    started: list[ConnectorProcess] = []
+
+    def start(args: list[str], name: str = "connector") -> ConnectorProcess:
+        process = ConnectorProcess(tmp_path / f"{name}.log", args)
+        started.append(process)
+        return process.start()
+
+    yield start
+    for process in started:
+        process.kill()

@@ -10,9 +10,12 @@ import subprocess
 import sys
 import time
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 from local_stream_buffer.keyed import KeyedJoiner
 from local_stream_buffer.status import IngestStatus
@@ -239,3 +242,13 @@ def delete_internal_topics(bootstrap: str, group_ids: list[str]) -> None:
 
 def new_group() -> str:
     return unique("test-joiner")
+
+
+@pytest.fixture
+def joiners(bootstrap: str) -> Iterator[list[JoinerProcess]]:
+    """The joiner processes a test starts; every one is killed at its end, and their internal topics deleted."""
+    started: list[JoinerProcess] = []
+    yield started
+    for joiner in started:
+        joiner.kill()
+    delete_internal_topics(bootstrap, sorted({joiner.group_id for joiner in started}))

@@ -5,10 +5,12 @@ import os
 import signal
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pytest
 
 from spark_joiner.parse import RecordRouter
 from pipeline_core.records import encode_record
@@ -95,3 +97,12 @@ def routed_rows(records: list[dict[str, Any]], buckets: int = 8, raw: list[bytes
         "offset": pa.array(range(len(payloads)), pa.int64()),
     })
     return RecordRouter(None, buckets).route(batch)
+
+
+@pytest.fixture
+def spark_joiners() -> Iterator[list[SparkJoinerProcess]]:
+    """The Spark joiner processes a test starts; every one is killed at its end."""
+    started: list[SparkJoinerProcess] = []
+    yield started
+    for joiner in started:
+        joiner.kill()

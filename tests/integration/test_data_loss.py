@@ -5,18 +5,16 @@ from __future__ import annotations
 
 import re
 import signal
-from collections.abc import Callable, Iterator
-from pathlib import Path
 
 import pytest
 from confluent_kafka import Consumer, TopicPartition
 from influxdb import InfluxDBClient
 
 from data_loss_support import committed_offsets, delete_records_before, logged_total, produce, records, recreate
-from db_connector_support import ConnectorProcess, PrivateInfluxDB, connector_args, wait_for_count
-from kafka_joiner_support import JoinerProcess, delete_internal_topics
+from db_connector_support import (PrivateInfluxDB, connector_args, connectors, database,  # noqa: F401 (fixtures)
+                                  wait_for_count)
+from kafka_joiner_support import JoinerProcess, joiners  # noqa: F401 (a fixture)
 from pipeline_core.kafka_clients import consumer_config
-from pipeline_core.settings import ConnectionSettings
 from pipeline_core.topics import MACHINE_DATA, TopicSpec
 from stack.losses import stage_losses
 from support import unique, wait_for
@@ -24,27 +22,6 @@ from support import unique, wait_for
 pytestmark = pytest.mark.integration
 
 
-@pytest.fixture
-def database(stack: ConnectionSettings) -> Iterator[tuple[str, InfluxDBClient]]:
-    name = unique("test_data_loss").replace(".", "_")
-    client = InfluxDBClient(stack.influxdb_host, stack.influxdb_port, database=name, timeout=30)
-    client.create_database(name)
-    yield name, client
-    client.drop_database(name)
-
-
-@pytest.fixture
-def connectors(tmp_path: Path) -> Iterator[Callable[..., ConnectorProcess]]:
-    started: list[ConnectorProcess] = []
-
-    def start(args: list[str], name: str = "connector") -> ConnectorProcess:
-        process = ConnectorProcess(tmp_path / f"{name}.log", args)
-        started.append(process)
-        return process.start()
-
-    yield start
-    for process in started:
-        process.kill()
 
 
 def health_total(client: InfluxDBClient, field: str) -> int | None:
@@ -168,14 +145,6 @@ def test_the_db_connector_counts_a_deleted_topic_and_reads_it_again_from_its_sta
     # The recreated topic has no committed offsets: read from its start, which is no reset and no loss.
     assert health_total(client, "offset_resets") == 0 and health_total(client, "records_skipped") == 0
 
-
-@pytest.fixture
-def joiners(bootstrap: str) -> Iterator[list[JoinerProcess]]:
-    started: list[JoinerProcess] = []
-    yield started
-    for joiner in started:
-        joiner.kill()
-    delete_internal_topics(bootstrap, sorted({joiner.group_id for joiner in started}))
 
 
 def joiner_total(joiner: JoinerProcess, label: str) -> int:

@@ -5,19 +5,15 @@ import base64
 import json
 import math
 import signal
-from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 from confluent_kafka import Producer
-from influxdb import InfluxDBClient
 
 from conftest import EVENTS_FILE
-from db_connector_support import (ConnectorProcess, PrivateInfluxDB, connector_args, count, distinct_series_times,
-                                  join_results, key_of, raw_records, wait_for_count)
+from db_connector_support import (PrivateInfluxDB, connector_args, connectors, count,  # noqa: F401 (fixtures)
+                                  database, distinct_series_times, join_results, key_of, raw_records, wait_for_count)
 from pipeline_core.kafka_clients import producer_config
-from pipeline_core.settings import ConnectionSettings
 from support import produce_records, read_topic, unique, wait_for
 
 pytestmark = pytest.mark.integration
@@ -33,29 +29,6 @@ def joined(raw: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return join_results(raw)
 
 
-@pytest.fixture
-def database(stack: ConnectionSettings) -> Iterator[tuple[str, InfluxDBClient]]:
-    """A database of this test only, dropped afterwards."""
-    name = unique("test_db_connector").replace(".", "_")
-    client = InfluxDBClient(stack.influxdb_host, stack.influxdb_port, database=name, timeout=30)
-    client.create_database(name)
-    yield name, client
-    client.drop_database(name)
-
-
-@pytest.fixture
-def connectors(tmp_path: Path) -> Iterator[Callable[..., ConnectorProcess]]:
-    """Starts connector subprocesses; every one is killed at the end of the test."""
-    started: list[ConnectorProcess] = []
-
-    def start(args: list[str], name: str = "connector") -> ConnectorProcess:
-        process = ConnectorProcess(tmp_path / f"{name}.log", args)
-        started.append(process)
-        return process.start()
-
-    yield start
-    for process in started:
-        process.kill()
 
 
 def test_replay_lands_every_record_and_join_result_once(bootstrap, new_topics, database, connectors, raw, joined):

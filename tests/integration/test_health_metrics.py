@@ -15,12 +15,11 @@ from influxdb import InfluxDBClient
 from conftest import EVENTS_FILE
 from connector_support import connector, expected_records, read_rows, run_simulator, topic_size  # noqa: F401
 from db_connector_support import (ConnectorProcess, PrivateInfluxDB, connector_args, count, distinct_series_times,
-                                  free_port, key_of, raw_records, wait_for_count)
+                                  free_port, key_of, raw_records, wait_for_count, database)  # noqa: F401 (a fixture)
 from kafka_joiner_support import JoinerProcess, delete_internal_topics, new_group, offline_join, rows_as_records
-from pipeline_core.settings import ConnectionSettings
 from spark_joiner.progress import BrokerOffsets
 from spark_support import OUTPUT_DEADLINE_S, SparkJoinerProcess
-from support import produce_records, unique, wait_for
+from support import produce_records, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -30,15 +29,6 @@ def health_points(client: InfluxDBClient, stage: str) -> list[dict[str, Any]]:
     return list(client.query(f"SELECT * FROM \"pipeline_health\" WHERE \"stage\" = '{stage}'",
                              epoch="ns").get_points())
 
-
-@pytest.fixture
-def database(stack: ConnectionSettings) -> Iterator[tuple[str, InfluxDBClient]]:
-    """A database of this test only on the shared InfluxDB, dropped afterwards."""
-    name = unique("test_health").replace(".", "_")
-    client = InfluxDBClient(stack.influxdb_host, stack.influxdb_port, database=name, timeout=30)
-    client.create_database(name)
-    yield name, client
-    client.drop_database(name)
 
 
 @pytest.fixture

@@ -10,7 +10,6 @@ import json
 import random
 import shutil
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -20,7 +19,7 @@ from confluent_kafka import Producer
 from conftest import EVENTS_FILE
 from kafka_joiner_support import (JoinerProcess, as_multiset, delete_internal_topics, key_of, new_group,
                                   offline_join, rows_as_records)
-from spark_support import OUTPUT_DEADLINE_S, SparkJoinerProcess
+from spark_support import OUTPUT_DEADLINE_S, SparkJoinerProcess, spark_joiners  # noqa: F401 (a fixture)
 from pipeline_core.kafka_clients import producer_config
 from support import produce_records, read_topic, wait_for
 
@@ -29,13 +28,6 @@ pytestmark = [pytest.mark.integration, pytest.mark.spark]
 MALFORMED = [b'{"thing": "R0815", "quantity": "actSpeed_C11"', b'{"thing":"R0815","quantity":"actSpeed_C11"}',
              b'{"thing":"R0815","quantity":"actSpeed_C11","phenomenonTime":1554096460415,"result":"fast"}']
 
-
-@pytest.fixture
-def spark_joiners() -> Iterator[list[SparkJoinerProcess]]:
-    started: list[SparkJoinerProcess] = []
-    yield started
-    for joiner in started:
-        joiner.kill()
 
 
 def spark_joiner(started: list[SparkJoinerProcess], bootstrap: str, topics, tmp_path: Path,

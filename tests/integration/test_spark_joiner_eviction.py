@@ -5,13 +5,12 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterator
 
 import pytest
 
 from kafka_joiner_support import as_multiset, key_of, machine_records, offline_join
 from local_stream_buffer.keyed import KeyedJoiner
-from spark_support import OUTPUT_DEADLINE_S, SparkJoinerProcess
+from spark_support import OUTPUT_DEADLINE_S, SparkJoinerProcess, spark_joiners  # noqa: F401 (a fixture)
 from support import produce_records, read_topic, wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
@@ -19,13 +18,6 @@ pytestmark = [pytest.mark.integration, pytest.mark.spark]
 MACHINES = 60
 MAX_JOIN_KEYS = 20
 
-
-@pytest.fixture
-def spark_joiners() -> Iterator[list[SparkJoinerProcess]]:
-    started: list[SparkJoinerProcess] = []
-    yield started
-    for joiner in started:
-        joiner.kill()
 
 
 def state_rows(log: str) -> int | None:

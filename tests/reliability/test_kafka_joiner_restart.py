@@ -2,23 +2,14 @@
 others in its partition, kill -9 and a restart. Prints what the restart re-read and how long it took."""
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from kafka_joiner_support import JoinerProcess, delete_internal_topics, restart_after_a_quiet_machine
+from kafka_joiner_support import joiners, restart_after_a_quiet_machine  # noqa: F401 (a fixture)
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
-
-@pytest.fixture
-def joiners(bootstrap: str) -> Iterator[list[JoinerProcess]]:
-    started: list[JoinerProcess] = []
-    yield started
-    for joiner in started:
-        joiner.kill()
-    delete_internal_topics(bootstrap, sorted({joiner.group_id for joiner in started}))
 
 
 def test_a_restart_after_a_million_records_beside_a_quiet_machine(bootstrap, new_topics, joiners,

@@ -3,12 +3,11 @@ its rows after 50,000 machines and after 100,000 are the same bound, not twice a
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
 
 import pytest
 
 from kafka_joiner_support import key_of, machine_records
-from spark_support import OUTPUT_DEADLINE_S, SparkJoinerProcess
+from spark_support import OUTPUT_DEADLINE_S, SparkJoinerProcess, spark_joiners  # noqa: F401 (a fixture)
 from support import produce_records, wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark, pytest.mark.slow]
@@ -18,13 +17,6 @@ BUCKETS = 8  # the test command's --buckets
 MAX_JOIN_KEYS = 1_000  # per bucket
 JOINS_PER_MACHINE = 5  # of machine_records(..., 3): three ticks of speed and torque
 
-
-@pytest.fixture
-def spark_joiners() -> Iterator[list[SparkJoinerProcess]]:
-    started: list[SparkJoinerProcess] = []
-    yield started
-    for joiner in started:
-        joiner.kill()
 
 
 def last_figure(log: str, name: str) -> int | None:
