@@ -43,7 +43,7 @@ def test_a_sigkill_of_mosquitto_loses_only_rows_acknowledged_after_its_last_save
             publisher.publish(MACHINE_STATES_TOPIC, payload)
         assert publisher.drain(deadline_s=120) == 0, "rows the broker did not acknowledge"
         publisher.close()
-        time.sleep(2.0)  # the fault's moment, as in the issue: not a synchronisation
+        time.sleep(2.0)  # the fault's moment (rows acknowledged 2 s before the kill): not a synchronisation
         old_pid = stack.pid("mosquitto")
         stack.inject(Fault(0.0, "kill", "mosquitto"))
         wait_for(lambda: stack.pid("mosquitto") != old_pid and mqtt_ready("127.0.0.1", stack.mqtt.mqtt_port),
