@@ -53,6 +53,18 @@ def machine_records(thing: str, first_tick: int, ticks: int, tick_ms: int = 100)
     ]
 
 
+def machines_of_one_key(machines: int, ticks: int = 3) -> tuple[list[dict[str, Any]], int]:
+    """`machines` synthetic machines of one join key each, machine after machine, and how many of its records
+    each key still holds once its records are in (what an eviction gives up per key)."""
+    records = [record for index in range(machines) for record in machine_records(f"m{index}", 0, ticks)]
+    held = KeyedJoiner(max_join_keys=None)
+    for record in records:
+        held.ingest(record)
+    held_per_key = held.held_count() // machines
+    assert held.held_count() == held_per_key * machines and held_per_key > 0
+    return records, held_per_key
+
+
 def key_of(record: dict[str, Any]) -> str:
     return record_key(record["thing"], record["quantity"])
 

@@ -7,10 +7,9 @@ import json
 
 import pytest
 
-from kafka_joiner_support import (JoinerProcess, as_multiset, delete_internal_topics, key_of, machine_records,
+from kafka_joiner_support import (JoinerProcess, as_multiset, delete_internal_topics, key_of, machines_of_one_key,
                                   new_group, offline_join)
 from kafka_joiner.changelog import COVERAGE_KEY
-from local_stream_buffer.keyed import KeyedJoiner
 from pipeline_core.topics import MACHINE_DATA
 from support import produce_records, read_topic
 
@@ -24,12 +23,8 @@ def test_past_the_bound_keys_are_evicted_dead_lettered_and_deleted_from_the_chan
                                                                                       tmp_path) -> None:
     topics = new_topics()
     # One key per machine, machine after machine: each key is complete (its pairs out) before it is evicted.
-    records = [record for index in range(MACHINES) for record in machine_records(f"m{index}", 0, 3)]
+    records, held_per_key = machines_of_one_key(MACHINES)
     expected, _ = offline_join(records)
-    held = KeyedJoiner(max_join_keys=None)
-    for record in records:
-        held.ingest(record)
-    held_per_key = held.held_count() // MACHINES
     group = new_group()
     joiner = JoinerProcess(bootstrap, topics, group, tmp_path, None, "--input-partitioned-by-thing",
                            "--max-join-keys", str(MAX_JOIN_KEYS))

@@ -8,8 +8,7 @@ import re
 
 import pytest
 
-from kafka_joiner_support import as_multiset, key_of, machine_records, offline_join
-from local_stream_buffer.keyed import KeyedJoiner
+from kafka_joiner_support import as_multiset, key_of, machines_of_one_key, offline_join
 from spark_support import OUTPUT_DEADLINE_S, SparkJoinerProcess, spark_joiners  # noqa: F401 (a fixture)
 from support import produce_records, read_topic, wait_for
 
@@ -30,13 +29,8 @@ def test_past_the_bound_the_least_recently_used_keys_are_evicted_and_dead_letter
     topics = new_topics()
     # One key per machine (one axis), all in one micro-batch: every pair is certain within it, then the
     # bucket holds 60 keys, 40 past the bound of 20.
-    records = [record for index in range(MACHINES) for record in machine_records(f"m{index}", 0, 3)]
+    records, held_per_key = machines_of_one_key(MACHINES)
     expected, _ = offline_join(records)
-    held = KeyedJoiner(max_join_keys=None)
-    for record in records:
-        held.ingest(record)
-    held_per_key = held.held_count() // MACHINES
-    assert held.held_count() == held_per_key * MACHINES and held_per_key > 0
     produce_records(bootstrap, topics.data, records, key=key_of)
 
     joiner = SparkJoinerProcess(bootstrap, topics, tmp_path / "checkpoint", tmp_path, "--buckets", "1",
