@@ -202,7 +202,9 @@ def start_process(name: str) -> None:
     try:
         _rpc().supervisor.startProcess(name, False)
     except xmlrpc.client.Fault as fault:
-        if fault.faultCode != Faults.ALREADY_STARTED:
+        # SPAWN_ERROR: the process exited before supervisord answered (it retries it); the caller's wait for
+        # health sees that state and reports it with the log's tail, as for an exit a moment later.
+        if fault.faultCode not in (Faults.ALREADY_STARTED, Faults.SPAWN_ERROR):
             raise StackError(f"supervisord could not start {name}: {fault.faultString}") from None
 
 
