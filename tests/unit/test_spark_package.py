@@ -1,6 +1,7 @@
-"""The `--py-files` archive `make spark-package` builds holds what the Spark joiner's driver and executors import of
-the project: the packages the import graph lets the job import, and with them alone (no source tree, no editable
-install) every module the driver and the Python workers load imports, and the engine finds its join specs."""
+"""The Spark joiner under spark-submit, without a JVM. The `--py-files` archive `make spark-package` builds holds
+what the driver and executors import of the project: the packages the import graph lets the job import, and with
+them alone (no source tree, no editable install) every module the driver and the Python workers load imports, and
+the engine finds its join specs. The session's conf keeps what spark-submit set and adds the job's own options."""
 from __future__ import annotations
 
 import subprocess
@@ -8,7 +9,10 @@ import sys
 import sysconfig
 import zipfile
 
+from pyspark import SparkConf
+
 from spark_joiner.package import PACKAGES, build, write_archive
+from spark_joiner.session import submitted_conf
 from unit.test_import_graph import ALLOWED
 
 # What the driver runs (the entry script's main) and what the Python workers load (the router and the join, the
@@ -53,3 +57,17 @@ def test_the_job_imports_from_the_archive_alone(tmp_path) -> None:
         ["commons-pool2-2.12.1.jar", "kafka-clients-3.9.1.jar", "spark-sql-kafka-0-10_2.13-4.1.1.jar",
          "spark-token-provider-kafka-0-10_2.13-4.1.1.jar"])
     assert (package / "spark_joiner_job.py").is_file()
+
+
+def test_under_spark_submit_its_settings_win_over_the_project_defaults_and_the_job_sets_its_own() -> None:
+    given = {"spark.master": "spark://spark-master:7077", "spark.driver.memory": "3g", "spark.ui.enabled": "true",
+             "spark.jars": "/opt/jars/spark-sql-kafka-0-10_2.13-4.1.1.jar", "spark.sql.shuffle.partitions": "99"}
+    conf = submitted_conf(SparkConf(loadDefaults=False).setAll(list(given.items())), "spark-joiner",
+                          shuffle_partitions=16, quick_jit=True)
+    assert {key: conf.get(key) for key in ("spark.master", "spark.driver.memory", "spark.ui.enabled", "spark.jars")} \
+        == {key: given[key] for key in ("spark.master", "spark.driver.memory", "spark.ui.enabled", "spark.jars")}
+    assert conf.get("spark.app.name") == "spark-joiner"  # unset by spark-submit: the project's default
+    # The checkpoint's state partitions are the job's --shuffle-partitions, whatever the submitter's conf says.
+    assert conf.get("spark.sql.shuffle.partitions") == "16"
+    assert conf.get("spark.sql.streaming.stateStore.providerClass").endswith("RocksDBStateStoreProvider")
+    assert not conf.contains("spark.python.daemon.module") and not conf.contains("spark.driver.host")
