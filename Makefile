@@ -17,7 +17,7 @@ COMPOSE_UNUSED_JOINER = $(if $(filter lsb,$(JOINER)),spark-joiner,lsb-joiner)
 BENCHMARKS ?= benchmarks.join_engine benchmarks.mqtt_publish benchmarks.stream_connector \
 	benchmarks.kafka_joiner benchmarks.spark_joiner benchmarks.join_peers benchmarks.db_connector
 
-.PHONY: setup up down clean status logs data report test bench reliability chaos
+.PHONY: setup up down clean status logs data report test bench reliability chaos spark-package
 
 setup: $(INSTALLED)
 	@$(PY) -m stack.provision
@@ -86,3 +86,9 @@ bench: setup
 		fi; \
 		echo; echo "=== $$benchmark ==="; PYTHONPATH=$(CURDIR) $(PY) -m $$benchmark || exit 1; \
 	done
+
+# The Spark joiner as spark-submit takes it, in build/spark-joiner/: its entry script, the --py-files archive of
+# the packages its driver and executors import, and the Kafka connector jars for --jars
+# (06_spark_joiner/README.md, "Submit to a cluster").
+spark-package: setup
+	@$(PY) -m spark_joiner.package build/spark-joiner
