@@ -16,6 +16,7 @@ from paho.mqtt.enums import MQTTErrorCode, MQTTProtocolVersion
 from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 
+from db_connector.writer import InfluxWriter
 from pipeline_core import credentials, paths
 from pipeline_core.mqtt import DEVICE_CLIENT_ID, new_client, pump, wait_connected
 from pipeline_core.settings import MACHINE_STATES_TOPIC, InfluxSettings, MqttSettings
@@ -242,10 +243,24 @@ def test_no_other_user_takes_the_connectors_client_id(secure: SecureServers) -> 
 
 
 def test_mqtt_over_tls_with_the_same_users(secure: SecureServers) -> None:
-    assert _connack(dataclasses.replace(secure.mqtt_tls, mqtt_username="device",
-                                        mqtt_password=secure.values[credentials.mqtt_password_key("device")]),
-                    DEVICE_CLIENT_ID) == 0
-    assert _connack(secure.mqtt_tls, unique("anonymous")) in REFUSED
+    def over_tls(user: str | None) -> MqttSettings:
+        password = secure.values[credentials.mqtt_password_key(user)] if user else None
+        return dataclasses.replace(secure.mqtt_tls, mqtt_username=user, mqtt_password=password)
+
+    assert _connack(over_tls(None), unique("anonymous")) in REFUSED
+    connector_id = unique(CONNECTOR)
+    connector = Session(over_tls(CONNECTOR), connector_id)
+    device = Session(over_tls("device"), DEVICE_CLIENT_ID)
+    try:
+        assert connector.wait_connack() == 0 and device.wait_connack() == 0
+        assert connector.subscribe(MACHINE_STATES_TOPIC) == 1
+        rows = [unique("tls").encode() for _ in range(50)]
+        for row in rows:
+            assert device.publish(MACHINE_STATES_TOPIC, row) == 0
+        connector.pump_until(lambda: connector.received == rows, "the rows over TLS, in order")
+    finally:
+        device.close()
+        connector.close()
 
 
 def test_influxdb_users_have_their_privilege_only(secure: SecureServers) -> None:
@@ -255,7 +270,10 @@ def test_influxdb_users_have_their_privilege_only(secure: SecureServers) -> None
     assert anonymous.value.code == 401
     writer, reader = secure.influx_as("writer"), secure.influx_as("reader")
     line = f"security_check,test={unique('t')} value=1i"
-    writer.write_points([line], protocol="line")
+    # As the DB connector writes: it may not create the database, which the admin made.
+    db_writer = InfluxWriter(writer, "machinedata", retry_max_s=0.1)
+    db_writer.ensure_database()
+    assert db_writer.write([line]) == [] and db_writer.retries == 0
     assert list(reader.query('SELECT count("value") FROM "security_check"').get_points())[0]["count"] >= 1
     with pytest.raises(InfluxDBClientError) as reader_writes:
         reader.write_points([line], protocol="line")
