@@ -4,11 +4,13 @@ With `auth-enabled = true` and no user yet, InfluxDB 1.x accepts exactly one sta
 credentials: `CREATE USER ... WITH ALL PRIVILEGES`. `admin` is made that way; then, as `admin`, the
 pipeline's database, `writer` (WRITE on it: the DB connector and every stage's health points) and
 `reader` (READ: Grafana, `make report`, `make status`). Their passwords are set from the credentials
-file on every start, so rotating one is editing the file and restarting InfluxDB (the admin's own is
-the exception: the README says how).
+file on every start, so rotating one is editing the file and restarting InfluxDB. The admin's own
+authenticates all that: `python -m stack.influxdb_users` sets it from the file, asking for the old one.
 """
 from __future__ import annotations
 
+import getpass
+import sys
 from collections.abc import Mapping
 
 from influxdb import InfluxDBClient
@@ -16,7 +18,7 @@ from influxdb.exceptions import InfluxDBClientError
 
 from pipeline_core import credentials
 from pipeline_core.influx import influx_client
-from pipeline_core.settings import InfluxSettings
+from pipeline_core.settings import InfluxSettings, load_settings
 
 from .processes import StackError
 
@@ -70,8 +72,8 @@ def _ensure_first_admin(client: InfluxDBClient, password: str) -> None:
     except InfluxDBClientError as error:
         if error.code == 401:
             raise StackError("InfluxDB refuses the admin password of the credentials file "
-                             f"({credentials.credentials_file()}): set it back, or follow README "
-                             "\"Security\" to rotate it") from None
+                             f"({credentials.credentials_file()}): set it back, or run "
+                             "`python -m stack.influxdb_users` to make InfluxDB take it") from None
         if NO_ADMIN_YET not in str(error.content):
             raise
     client.query(f"CREATE USER {quote_identifier(ADMIN)} WITH PASSWORD {quote_string(password)} "
@@ -90,3 +92,23 @@ def ensure_database_and_users(settings: InfluxSettings, values: Mapping[str, str
     existing = {row["user"]: bool(row["admin"]) for row in client.query("SHOW USERS").get_points()}
     for statement in user_statements(settings.influxdb_database, existing, values):
         client.query(statement, method="POST")
+
+
+def main() -> int:
+    """Give InfluxDB's admin the password of the credentials file, authenticating with the old one
+    (asked for on the terminal, never a command-line argument)."""
+    values = credentials.read_credentials()
+    if not values:
+        print(f"no credentials file at {credentials.credentials_file()}: the stack is not secure", file=sys.stderr)
+        return 1
+    settings = load_settings(InfluxSettings, [])
+    old = dict(values)
+    old[credentials.influxdb_password_key(ADMIN)] = getpass.getpass("InfluxDB admin's current password: ")
+    new_password = quote_string(values[credentials.influxdb_password_key(ADMIN)])
+    admin_client(settings, old).query(f"SET PASSWORD FOR {quote_identifier(ADMIN)} = {new_password}", method="POST")
+    print("InfluxDB's admin now has the password of the credentials file")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

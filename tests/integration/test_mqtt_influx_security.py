@@ -20,6 +20,7 @@ from db_connector.writer import InfluxWriter
 from pipeline_core import credentials, paths
 from pipeline_core.mqtt import DEVICE_CLIENT_ID, new_client, pump, wait_connected
 from pipeline_core.settings import MACHINE_STATES_TOPIC, InfluxSettings, MqttSettings
+from stack import influxdb_users
 from stack.services import InfluxDB, Mosquitto, Service
 from support import free_ports, unique, wait_for
 
@@ -285,3 +286,25 @@ def test_influxdb_users_have_their_privilege_only(secure: SecureServers) -> None
         writer.query('SELECT count("value") FROM "security_check"')
     assert writer_reads.value.code == 403
     assert "machinedata" in [row["name"] for row in secure.influx_as("admin").get_list_database()]
+
+
+def test_influxdb_passwords_rotate(secure: SecureServers, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A password changed in the credentials file: writer's is taken on the next start, the admin's by
+    `python -m stack.influxdb_users` (which asks for the old one)."""
+    def rotate(to: dict[str, str], old_admin: str) -> None:
+        credentials.write_credentials(to)
+        monkeypatch.setattr(influxdb_users.getpass, "getpass", lambda _prompt: old_admin)
+        assert influxdb_users.main() == 0
+        InfluxDB().after_ready()  # what the next start does
+
+    admin_key, writer_key = credentials.influxdb_password_key("admin"), credentials.influxdb_password_key("writer")
+    rotated = {**secure.values, admin_key: unique("admin"), writer_key: unique("writer")}
+    rotate(rotated, secure.values[admin_key])
+    try:
+        with pytest.raises(InfluxDBClientError) as old_password:
+            secure.influx_as("writer").write_points(["rotation value=1i"], protocol="line")
+        assert old_password.value.code == 401
+        assert dataclasses.replace(secure, values=rotated).influx_as("writer").write_points(
+            ["rotation value=1i"], protocol="line")
+    finally:
+        rotate(secure.values, rotated[admin_key])
