@@ -20,7 +20,10 @@ from db_connector.writer import InfluxWriter
 from pipeline_core import credentials, paths
 from pipeline_core.mqtt import DEVICE_CLIENT_ID, new_client, pump, wait_connected
 from pipeline_core.settings import MACHINE_STATES_TOPIC, InfluxSettings, MqttSettings
+from connector_support import run_simulator
+from conftest import EVENTS_FILE
 from stack import influxdb_users
+from stack.__main__ import loss_line
 from stack.services import InfluxDB, Mosquitto, Service
 from support import free_ports, unique, wait_for
 
@@ -243,6 +246,19 @@ def test_no_other_user_takes_the_connectors_client_id(secure: SecureServers) -> 
         _connack(secure.mqtt_as(CONNECTOR), connector_id, clean=True)  # leave no session behind
 
 
+def test_make_data_publishes_as_the_device(secure: SecureServers) -> None:
+    """`python -m simulator` takes the device's identity from the credentials file, nothing given."""
+    topic = f"{MACHINE_STATES_TOPIC}/{unique('simulator')}"
+    connector = Session(secure.mqtt_as(CONNECTOR), unique(CONNECTOR))
+    try:
+        assert connector.wait_connack() == 0 and connector.subscribe(topic) == 1
+        result = run_simulator(topic, "--events-file", str(EVENTS_FILE), "--limit", "20")
+        assert result.returncode == 0 and "published 20 rows" in result.stdout, result.stdout + result.stderr
+        connector.pump_until(lambda: len(connector.received) >= 20, "the simulator's 20 rows")
+    finally:
+        connector.close()
+
+
 def test_mqtt_over_tls_with_the_same_users(secure: SecureServers) -> None:
     def over_tls(user: str | None) -> MqttSettings:
         password = secure.values[credentials.mqtt_password_key(user)] if user else None
@@ -286,6 +302,8 @@ def test_influxdb_users_have_their_privilege_only(secure: SecureServers) -> None
         writer.query('SELECT count("value") FROM "security_check"')
     assert writer_reads.value.code == 403
     assert "machinedata" in [row["name"] for row in secure.influx_as("admin").get_list_database()]
+    # `make status` reads the stages' losses as the reader.
+    assert loss_line().endswith("none")
 
 
 def test_influxdb_passwords_rotate(secure: SecureServers, monkeypatch: pytest.MonkeyPatch) -> None:
