@@ -105,7 +105,12 @@ def main() -> int:
     old = dict(values)
     old[credentials.influxdb_password_key(ADMIN)] = getpass.getpass("InfluxDB admin's current password: ")
     new_password = quote_string(values[credentials.influxdb_password_key(ADMIN)])
-    admin_client(settings, old).query(f"SET PASSWORD FOR {quote_identifier(ADMIN)} = {new_password}", method="POST")
+    try:
+        admin_client(settings, old).query(f"SET PASSWORD FOR {quote_identifier(ADMIN)} = {new_password}",
+                                          method="POST")
+    except InfluxDBClientError as error:
+        print(f"InfluxDB refused: {str(error.content)[:300]}", file=sys.stderr)
+        return 1
     print("InfluxDB's admin now has the password of the credentials file")
     return 0
 
