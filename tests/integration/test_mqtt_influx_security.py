@@ -8,13 +8,10 @@ import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
-import paho.mqtt.client as mqtt
 import pytest
 from influxdb import InfluxDBClient
 from influxdb.exceptions import InfluxDBClientError
 from paho.mqtt.enums import MQTTErrorCode, MQTTProtocolVersion
-from paho.mqtt.packettypes import PacketTypes
-from paho.mqtt.properties import Properties
 
 from db_connector.writer import InfluxWriter
 from pipeline_core import credentials, paths
@@ -62,10 +59,10 @@ class SecureServers:
     mqtt_tls: MqttSettings
     influx: InfluxSettings
 
-    def mqtt_as(self, user: str | None, password: str | None = None, **changes: object) -> MqttSettings:
+    def mqtt_as(self, user: str | None, password: str | None = None) -> MqttSettings:
         if user and password is None:
             password = self.values[credentials.mqtt_password_key(user)]
-        return dataclasses.replace(self.mqtt, mqtt_username=user, mqtt_password=password, **changes)
+        return dataclasses.replace(self.mqtt, mqtt_username=user, mqtt_password=password)
 
     def influx_as(self, user: str | None) -> InfluxDBClient:
         password = self.values[credentials.influxdb_password_key(user)] if user else None
@@ -134,9 +131,7 @@ class Session:
         self.client.on_subscribe = lambda _c, _u, _m, reasons, _p: self.granted.extend(r.value for r in reasons)
         self.client.on_publish = lambda _c, _u, mid, reason, _p: self.acked.__setitem__(mid, reason.value)
         self.client.on_message = lambda _c, _u, message: self.received.append(message.payload)
-        self.client.connect(settings.mqtt_host, settings.mqtt_port,
-                            clean_start=clean if v5 else mqtt.MQTT_CLEAN_START_FIRST_ONLY,
-                            properties=_session_expiry() if v5 and not clean else None)
+        self.client.connect(settings.mqtt_host, settings.mqtt_port)  # MQTT 5: a clean start
 
     def wait_connack(self) -> int:
         """The CONNACK's reason code (0: accepted), or -1 when the broker closed the connection first."""
@@ -162,12 +157,6 @@ class Session:
     def close(self) -> None:
         self.client.disconnect()
         pump(self.client, 0.1)
-
-
-def _session_expiry() -> Properties:
-    properties = Properties(PacketTypes.CONNECT)
-    properties.SessionExpiryInterval = 3600
-    return properties
 
 
 def _connack(settings: MqttSettings, client_id: str, **options: object) -> int:
