@@ -241,13 +241,13 @@ def tls_enabled() -> bool:
 
 
 def tls_files() -> mqtt_security.TlsFiles:
-    """The server certificate, key and CA (PEM) for TLS listeners: STACK_TLS_CERT_FILE, STACK_TLS_KEY_FILE,
-    STACK_TLS_CA_FILE, by default the stack's generated ones in its state dir's `tls/`."""
+    """Mosquitto's certificate, key and CA (PEM) for its TLS listener: STACK_TLS_CERT_FILE,
+    STACK_TLS_KEY_FILE, STACK_TLS_CA_FILE, by default the stack's own in its state dir's `tls/`."""
     default = paths.STATE_DIR / "tls"
     return mqtt_security.TlsFiles(
-        Path(os.environ.get("STACK_TLS_CERT_FILE", default / "server.crt")),
-        Path(os.environ.get("STACK_TLS_KEY_FILE", default / "server.key")),
-        Path(os.environ.get("STACK_TLS_CA_FILE", default / "ca.crt")))
+        Path(os.environ.get("STACK_TLS_CERT_FILE", default / "mosquitto.pem")),
+        Path(os.environ.get("STACK_TLS_KEY_FILE", default / "mosquitto-key.pem")),
+        Path(os.environ.get("STACK_TLS_CA_FILE", default / "ca.pem")))
 
 
 def _current_user() -> str:
