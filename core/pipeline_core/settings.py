@@ -99,6 +99,8 @@ class MqttSettings:
     mqtt_port: int = setting(1883, "MQTT_PORT", "MQTT broker port")
     mqtt_username: str | None = setting(None, "MQTT_USERNAME", "MQTT user name, if the broker requires one")
     mqtt_password: str | None = setting(None, "MQTT_PASSWORD", "MQTT password")
+    mqtt_tls_ca_file: Path | None = setting(None, "MQTT_TLS_CA_FILE",
+                                           "CA certificate (PEM) to verify the broker by: connects with TLS when set")
 
 
 # How long a stage's start-up asks Kafka again while it answers a transient error (kafka_clients.retry_transient).

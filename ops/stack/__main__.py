@@ -5,6 +5,7 @@ import argparse
 import sys
 import time
 
+from pipeline_core import credentials
 from pipeline_core.health import influxdb_ready
 from pipeline_core.influx import influx_client
 from pipeline_core.kafka_clients import admin_client, wait_for_kafka
@@ -93,7 +94,7 @@ def print_status(services: list) -> None:
 
 def loss_line() -> str:
     """What the stages lost outside the pipeline's control, from their health metrics in InfluxDB."""
-    settings = load_settings(ConnectionSettings, [])
+    settings = load_settings(ConnectionSettings, [], environ=credentials.environ_for("monitor"))
     if not influxdb_ready(settings.influxdb_port, settings.influxdb_host):
         return "loss outside the pipeline's control: unknown while InfluxDB does not answer"
     try:

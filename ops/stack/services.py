@@ -12,9 +12,10 @@ from abc import ABC, abstractmethod
 from pathlib import Path
 from string import Template
 
-from pipeline_core import paths
+from pipeline_core import credentials, paths
 from pipeline_core.health import influxdb_ready, mqtt_ready
 from pipeline_core.logs import ready_marker
+from . import influxdb_users, mqtt_security
 from .processes import StackError
 
 # Written into a service's log before `up` starts it, so readiness is read from the latest run only.
@@ -85,7 +86,10 @@ class Mosquitto(Service):
     name = "mosquitto"
 
     def ports(self) -> dict[str, int]:
-        return {"mqtt": env_port("MQTT_PORT", 1883)}
+        ports = {"mqtt": env_port("MQTT_PORT", 1883)}
+        if tls_enabled():
+            ports["mqtt-tls"] = env_port("MQTT_TLS_PORT", 8883)
+        return ports
 
     @property
     def config_file(self) -> Path:
@@ -93,15 +97,23 @@ class Mosquitto(Service):
 
     def prepare(self) -> None:
         (self.state_dir / "data").mkdir(parents=True, exist_ok=True)
+        values = credentials.read_credentials()
+        tls = tls_files() if tls_enabled() else None
+        if tls and not values:
+            raise StackError("STACK_TLS=on opens Mosquitto to other hosts: it needs a secure stack "
+                             "(`make up SECURITY=on`)")
+        ports = self.ports()
         render(paths.MQTT_BROKER_DIR / "mosquitto.conf", self.config_file,
-               port=self.ports()["mqtt"], data_dir=self.state_dir / "data",
-               user=_current_user())
+               port=ports["mqtt"], data_dir=self.state_dir / "data", user=_current_user(),
+               security=mqtt_security.security_config(values, self.state_dir),
+               tls_listener=mqtt_security.tls_listener_config(
+                   ports.get("mqtt-tls", 0), os.environ.get("MQTT_TLS_HOST", "0.0.0.0"), tls))
 
     def command(self) -> list[str]:
         return [require_binary("mosquitto", "mosquitto"), "-c", str(self.config_file)]
 
     def is_ready(self, pid: int | None = None) -> bool:
-        return mqtt_ready("127.0.0.1", self.ports()["mqtt"])
+        return mqtt_ready("127.0.0.1", self.ports()["mqtt"], refusal_counts=credentials.is_secure())
 
 
 class Kafka(Service):
@@ -179,7 +191,8 @@ class InfluxDB(Service):
     def prepare(self) -> None:
         ports = self.ports()
         render(paths.INFLUXDB_GRAFANA_DIR / "influxdb.conf", self.config_file,
-               port=ports["http"], rpc_port=ports["rpc"], data_dir=self.state_dir / "data")
+               port=ports["http"], rpc_port=ports["rpc"], data_dir=self.state_dir / "data",
+               auth_enabled=str(credentials.is_secure()).lower())
 
     def command(self) -> list[str]:
         return [require_binary("influxd", "influxdb"), "-config", str(self.config_file)]
@@ -188,10 +201,9 @@ class InfluxDB(Service):
         return influxdb_ready(self.ports()["http"])
 
     def after_ready(self) -> None:
-        from pipeline_core.influx import influx_client
-        from pipeline_core.settings import ConnectionSettings, load_settings
-        settings = load_settings(ConnectionSettings, [])
-        influx_client(settings).create_database(settings.influxdb_database)
+        from pipeline_core.settings import InfluxSettings, load_settings
+        settings = load_settings(InfluxSettings, [])
+        influxdb_users.ensure_database_and_users(settings, credentials.read_credentials())
 
 
 class PipelineProcess(Service):
@@ -221,6 +233,21 @@ class PipelineProcess(Service):
         except OSError:
             return False
         return ready_marker(pid) in latest_run
+
+
+def tls_enabled() -> bool:
+    """STACK_TLS=on: listeners for other hosts, with TLS (a secure stack only)."""
+    return os.environ.get("STACK_TLS", "off").strip().lower() in ("1", "on", "true", "yes")
+
+
+def tls_files() -> mqtt_security.TlsFiles:
+    """Mosquitto's certificate, key and CA (PEM) for its TLS listener: STACK_TLS_CERT_FILE,
+    STACK_TLS_KEY_FILE, STACK_TLS_CA_FILE, by default the stack's own in its state dir's `tls/`."""
+    default = paths.STATE_DIR / "tls"
+    return mqtt_security.TlsFiles(
+        Path(os.environ.get("STACK_TLS_CERT_FILE", default / "mosquitto.pem")),
+        Path(os.environ.get("STACK_TLS_KEY_FILE", default / "mosquitto-key.pem")),
+        Path(os.environ.get("STACK_TLS_CA_FILE", default / "ca.pem")))
 
 
 def _current_user() -> str:
