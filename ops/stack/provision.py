@@ -1,6 +1,7 @@
 """`python -m stack.provision`: install what the native stack needs, idempotently.
 
-Debian's mosquitto and influxdb packages (and Java/Maven if missing), Apache Kafka's jars and
+Debian's mosquitto and influxdb packages (and Java/Maven if missing, and docker-compose to validate
+the Compose file), Apache Kafka's jars and
 Spark's Kafka connector from Maven Central into the git-ignored cache. Fast when all is there.
 """
 from __future__ import annotations
@@ -20,6 +21,9 @@ DEBIAN_PACKAGES = {  # binary -> package
     "influxd": "influxdb",
     "java": "openjdk-17-jre-headless",
     "mvn": "maven",
+    # Validates docker-compose.yml in `make test` (`docker-compose config`) where no Docker is installed:
+    # Debian's Compose 1.29 installs in seconds and needs no engine for `config`.
+    "docker-compose": "docker-compose",
 }
 
 
