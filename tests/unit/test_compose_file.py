@@ -261,7 +261,7 @@ def test_make_up_generates_missing_secrets_and_refuses_placeholders(tmp_path: Pa
 
     # A copy of .env.example, or an emptied value, starts nothing and names what to set.
     shutil.copy(ROOT / ".env.example", dotenv)
-    with pytest.raises(env_file.PlaceholderError, match="KAFKA_ADMIN_PASSWORD.*python3 -c"):
+    with pytest.raises(env_file.PlaceholderError, match="(?s)KAFKA_ADMIN_PASSWORD.*python3 -c"):
         env_file.ensure_env_file(dotenv)
     assert env_file.main([str(dotenv)]) == 1
     credentials.write_credentials({**again, "MQTT_DEVICE_PASSWORD": ""}, dotenv)
