@@ -32,7 +32,17 @@ class ProvisionError(RuntimeError):
 
 
 def _installed(binary: str) -> bool:
+    if binary == "docker-compose" and compose_command() is not None:
+        return True
     return bool(shutil.which(binary) or any(os.access(f"{d}/{binary}", os.X_OK) for d in ("/usr/sbin", "/sbin")))
+
+
+def compose_command() -> list[str] | None:
+    """The Compose command line here: Docker's plugin (`docker compose`) where it answers, else
+    `docker-compose`; None when neither is installed."""
+    if shutil.which("docker") and subprocess.run(["docker", "compose", "version"], capture_output=True).returncode == 0:
+        return ["docker", "compose"]
+    return ["docker-compose"] if shutil.which("docker-compose") else None
 
 
 def install_debian_packages() -> None:

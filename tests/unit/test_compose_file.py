@@ -16,6 +16,7 @@ import pytest
 import yaml
 
 from pipeline_core import credentials
+from stack import provision
 
 ROOT = Path(__file__).resolve().parents[2]
 COMPOSE = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
@@ -306,14 +307,15 @@ def test_each_stage_is_health_probed_by_its_progress() -> None:
 
 @pytest.mark.parametrize("topology", TOPOLOGIES)
 def test_docker_compose_config_accepts_the_topology(topology: str, tmp_path: Path) -> None:
-    """The real `docker-compose config` (Debian's, installed by `make setup`) with a generated .env: the
-    file is valid Compose and resolves each secret from .env into the environment, never elsewhere."""
-    executable = shutil.which("docker-compose")
-    assert executable, "docker-compose is missing: `make setup` installs it (ops/stack/provision.py)"
+    """The real `docker compose config` (Docker's plugin, or Debian's docker-compose, which `make setup`
+    installs where Docker has none) with a generated .env: the file is valid Compose and resolves each
+    secret from .env into the environment, never elsewhere."""
+    compose = provision.compose_command()
+    assert compose, "no Compose is installed: `make setup` installs docker-compose (ops/stack/provision.py)"
     dotenv = tmp_path / ".env"
     secrets = env_file.ensure_env_file(dotenv)
     profiles = [word for profile in sorted(TOPOLOGIES[topology]) for word in ("--profile", profile)]
-    result = subprocess.run([executable, "-f", "docker-compose.yml", "--env-file", str(dotenv), *profiles, "config"],
+    result = subprocess.run([*compose, "-f", "docker-compose.yml", "--env-file", str(dotenv), *profiles, "config"],
                             cwd=ROOT, capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
     resolved = yaml.safe_load(result.stdout)["services"]
