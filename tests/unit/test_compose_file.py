@@ -116,6 +116,8 @@ def test_every_service_runs_as_an_unprivileged_user_or_says_why() -> None:
         assert user not in ("0", "root"), f"{name} runs as root"
     dockerfile = (ROOT / "Dockerfile").read_text()
     assert re.search(r"^USER 10001", dockerfile, re.MULTILINE)
+    # The image built from the checkout holds no secret, certificate or local state.
+    assert {".env", ".certs", ".stack", ".venv"} <= set((ROOT / ".dockerignore").read_text().splitlines())
 
 
 def test_nothing_mounts_the_checkout_or_env_writable() -> None:
