@@ -60,7 +60,7 @@ def test_every_service_has_an_image_or_build_and_a_healthcheck() -> None:
 
 
 def test_every_service_is_restarted_when_it_exits() -> None:
-    """All services run for good (the Kafka setup jobs stay up as the stages' readiness gate): a crash
+    """All services run for good (the setup jobs stay up as the stages' readiness gate): a crash
     restarts it, as supervisord restarts the native processes; `docker compose stop` still stops it."""
     for name, service in SERVICES.items():
         assert service.get("restart") in ("unless-stopped", "always"), f"{name} has no restart policy"
@@ -202,6 +202,9 @@ def test_the_cluster_submits_the_spark_joiner_to_a_master_and_two_workers() -> N
     joiner = cluster["cluster-spark-joiner"]["command"]
     assert joiner[joiner.index("--master") + 1] == "spark://spark-master:7077"
     assert joiner[joiner.index("--deploy-mode") + 1] == "client"
+    # Under spark-submit the driver's JVM runs before the job: the Kafka connector comes with --jars.
+    assert joiner[joiner.index("--jars") + 1] == "/opt/pipeline/.cache/spark/jars/*.jar"
+    assert "STACK_CACHE_DIR=/opt/pipeline/.cache" in (ROOT / "Dockerfile").read_text()
     # Executors write the checkpoint: driver and workers mount the same volume there.
     checkpoint = cluster["cluster-spark-joiner"]["environment"]["SPARK_JOINER_CHECKPOINT_DIR"]
     for service in [cluster["cluster-spark-joiner"], *workers]:
@@ -295,16 +298,27 @@ def test_certificates_are_signed_by_the_generated_ca_for_every_server_name(tmp_p
     assert (directory / "ca.crt").read_bytes() == ca_certificate
 
 
+# The stage names `stack.health_probe` takes, by the module each stage runs.
+STAGE_NAMES = {"stream_connector": "stream-connector", "spark_joiner": "spark-joiner", "kafka_joiner": "lsb-joiner",
+               "db_connector": "db-connector"}
+
+
 def test_each_stage_is_health_probed_by_its_progress() -> None:
-    """A stage's healthcheck asks `stack.health_probe` whether the stage made progress (its heartbeat in
-    PROGRESS_FILE) within its interval."""
+    """A stage's healthcheck asks `stack.health_probe STAGE` whether the stage made progress (its heartbeat
+    in $PROGRESS_FILE, in the container's writable /tmp) within its reporting interval."""
     stages = {name: service for name, service in SERVICES.items() if pipeline_module(service)}
     assert {"stream-connector", "spark-joiner", "lsb-joiner", "db-connector", "cluster-stream-connector",
             "cluster-spark-joiner", "db-connector-1", "db-connector-2"} <= stages.keys()
     for name, service in stages.items():
         probe = service["healthcheck"]["test"][-1]
-        assert probe.endswith(f"stack.health_probe {pipeline_module(service)}"), (name, probe)
+        assert probe == f"python -m stack.health_probe {STAGE_NAMES[pipeline_module(service)]}", (name, probe)
         assert service["environment"]["PROGRESS_FILE"].startswith("/tmp/"), name
+
+
+def test_every_container_log_is_bounded() -> None:
+    for name, service in SERVICES.items():
+        options = service.get("logging", {}).get("options", {})
+        assert options.get("max-size") and options.get("max-file"), f"{name} keeps its whole log"
 
 
 @pytest.mark.parametrize("topology", TOPOLOGIES)
@@ -322,7 +336,7 @@ def test_docker_compose_config_accepts_the_topology(topology: str, tmp_path: Pat
     assert result.returncode == 0, result.stderr
     resolved = yaml.safe_load(result.stdout)["services"]
     services = {name: resolved[name] for name in active(topology)}
-    assert services["grafana"]["environment"]["INFLUXDB_PASSWORD"] == secrets["INFLUXDB_READER_PASSWORD"]
+    assert services["grafana"]["environment"]["INFLUXDB_READER_PASSWORD"] == secrets["INFLUXDB_READER_PASSWORD"]
     for name, service in services.items():
         words = command_words(service)
         assert not any(value in words for value in secrets.values()), f"{name} has a secret on a command line"
