@@ -11,6 +11,9 @@ STACK ?= $(shell docker info >/dev/null 2>&1 && echo docker || echo native)
 # otherwise and the standalone one with the profile lsb: `up` enables the profile and scales the joiner not
 # chosen to zero, so exactly one runs, also after switching.
 COMPOSE_UNUSED_JOINER = $(if $(filter lsb,$(JOINER)),spark-joiner,lsb-joiner)
+# SECURITY=on: the native stack with authentication and least privilege (README, "Security"); it stays secure
+# until `make clean`. STACK_TLS=on adds TLS to Kafka's listener. `python -m stack` reads both.
+export SECURITY STACK_TLS
 
 # Every stage's benchmark, in pipeline order, and the joiners beside their peers (join_peers);
 # `make bench BENCHMARKS=benchmarks.db_connector` runs one.
