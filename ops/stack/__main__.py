@@ -35,6 +35,10 @@ def main(argv: list[str] | None = None) -> int:
     commands.add_parser("topics", help="create the pipeline's topics on KAFKA_BOOTSTRAP_SERVERS and, when "
                                        "secure, its Kafka users and ACLs (idempotent; `up` does it for the "
                                        "native stack)")
+    rotate = commands.add_parser("rotate-credential",
+                                 help="a new random Kafka password for a principal (README, \"Security\"): set on "
+                                      "Kafka, written to the credentials file, and the process using it restarted")
+    rotate.add_argument("principal")
     args = parser.parse_args(argv)
     configure_logging("WARNING")
 
@@ -65,6 +69,12 @@ def main(argv: list[str] | None = None) -> int:
             if client_security:
                 ensure_kafka_principals(admin, credentials.read_credentials())
                 print("Kafka users and ACLs: " + ", ".join(kafka_users()))
+        elif args.command == "rotate-credential":
+            settings = load_settings(ConnectionSettings, [])
+            restart = security.rotate_kafka_credential(args.principal, settings.kafka_bootstrap_servers)
+            print(f"{args.principal}: new Kafka password set and written to {credentials.credentials_file()}")
+            restarted = manager.restart_running(restart)
+            print("restarted: " + (", ".join(restarted) if restarted else "nothing (not running)"))
         elif args.command == "clean":
             manager.clean()
             print("stopped everything and deleted the stack's state")

@@ -7,6 +7,7 @@ generated CA (`certificates`). Without either, the stack is as before: loopback,
 from __future__ import annotations
 
 import os
+import secrets
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -14,6 +15,7 @@ from pathlib import Path
 from pipeline_core import credentials
 from pipeline_core.settings import KafkaSettings, load_settings
 from . import certificates
+from .processes import StackError
 
 SECURITY_ENV = "SECURITY"
 TLS_ENV = "STACK_TLS"
@@ -128,3 +130,23 @@ def write_private(path: Path, text: str) -> Path:
     with os.fdopen(descriptor, "w") as file:
         file.write(text)
     return path
+
+
+def rotate_kafka_credential(principal: str, bootstrap_servers: str) -> list[str]:
+    """Give `principal`'s Kafka user a new random password: on Kafka first (as admin), then in the credentials
+    file. Returns the services to restart so they use it: the stage that runs as the principal, or Kafka itself
+    for `admin` (its brokers log in to each other as admin; `up` writes the new password into its config)."""
+    from pipeline_core.kafka_clients import admin_client  # confluent-kafka only where a client is made
+    from .kafka_acls import set_scram_password
+    user = credentials.PRINCIPALS[principal].kafka_user if principal in credentials.PRINCIPALS else None
+    if not user:
+        raise StackError(f"{principal!r} is no Kafka principal: choose one of "
+                         + ", ".join(name for name, who in credentials.PRINCIPALS.items() if who.kafka_user))
+    values = credentials.read_credentials()
+    if not values:
+        raise StackError("the stack is not secure: there are no credentials to rotate (`make up SECURITY=on`)")
+    password = secrets.token_urlsafe(credentials.PASSWORD_BYTES)
+    admin = admin_client(bootstrap_servers, **client_security(ADMIN))
+    set_scram_password(admin, user, password)
+    credentials.write_credentials({**values, credentials.kafka_password_key(user): password})
+    return ["kafka"] if user == ADMIN else [principal]
