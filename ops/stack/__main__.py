@@ -2,12 +2,13 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 
+from pipeline_core import credentials
 from pipeline_core.health import influxdb_ready
 from pipeline_core.influx import influx_client
-from pipeline_core import credentials
 from pipeline_core.kafka_clients import admin_client, security_config, wait_for_kafka
 from pipeline_core.logs import configure_logging
 from pipeline_core.settings import ConnectionSettings, load_settings
@@ -67,7 +68,10 @@ def main(argv: list[str] | None = None) -> int:
             created = ensure_topics(admin)
             print("created: " + (", ".join(created) if created else "none, all topics exist"))
             if client_security:
-                ensure_kafka_principals(admin, credentials.read_credentials())
+                # The file, or (Compose's init job) the same keys in the environment.
+                secrets = {**credentials.read_credentials(),
+                           **{key: os.environ[key] for key in credentials.password_keys() if key in os.environ}}
+                ensure_kafka_principals(admin, secrets)
                 print("Kafka users and ACLs: " + ", ".join(kafka_users()))
         elif args.command == "rotate-credential":
             settings = load_settings(ConnectionSettings, [])

@@ -3,6 +3,8 @@ stages' users and ACLs set as `make up` sets them (ops/stack/kafka_acls.py). Eac
 not do and can do its own job. Own ports, state folder and credentials file: the shared stack is never touched."""
 from __future__ import annotations
 
+import subprocess
+import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,7 +18,8 @@ from pipeline_core.kafka_clients import (admin_client, consumer_config, kafka_re
                                          retry_transient, transactional_producer_config)
 from pipeline_core.topics import MACHINE_DATA, MACHINE_DLQ, MACHINE_OUT
 from stack import manager, security
-from stack.kafka_acls import DB_CONNECTOR_GROUP, LSB_JOINER_NAME, SPARK_JOINER_NAME
+from stack.kafka_acls import (DB_CONNECTOR_GROUP, LSB_JOINER_NAME, SPARK_JOINER_NAME, acl_bindings,
+                              existing_bindings, kafka_users)
 from stack.services import Kafka
 from support import free_ports
 
@@ -189,6 +192,16 @@ def test_the_db_connector_reads_both_topics_and_commits_in_its_group(secure_kafk
                         asynchronous=False)
     finally:
         consumer.close()
+
+
+def test_stack_topics_sets_the_users_and_acls_again_idempotently(secure_kafka: str) -> None:
+    """What Compose's init job runs; `make up` ran it once already."""
+    done = subprocess.run([sys.executable, "-m", "stack", "topics"], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "Kafka users and ACLs: admin, " in done.stdout
+    admin = admin_client(secure_kafka, **as_principal("admin"))
+    held = existing_bindings(admin, kafka_users())
+    assert sorted(map(str, held)) == sorted(str(b) for user in kafka_users() for b in acl_bindings(user))
 
 
 def first_record(consumer: Consumer, polls: int = 100):
