@@ -7,6 +7,7 @@ import subprocess
 import sys
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -17,7 +18,7 @@ from pipeline_core import credentials
 from pipeline_core.kafka_clients import (admin_client, consumer_config, kafka_ready, producer_config,
                                          retry_transient, transactional_producer_config)
 from pipeline_core.topics import MACHINE_DATA, MACHINE_DLQ, MACHINE_OUT
-from stack import manager, security
+from stack import certificates, manager, security
 from stack.kafka_acls import (DB_CONNECTOR_GROUP, LSB_JOINER_NAME, SPARK_JOINER_NAME, acl_bindings,
                               existing_bindings, kafka_users)
 from stack.services import Kafka
@@ -29,19 +30,21 @@ TIMEOUT_S = 15.0
 STAGES = ("stream-connector", "lsb-joiner", "spark-joiner", "db-connector", "monitor")
 
 
-@pytest.fixture(scope="module")
-def secure_kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """A Kafka started by the stack with SECURITY=on, on free ports and a state folder of its own."""
-    state_dir = tmp_path_factory.mktemp("secure") / "state"
+@contextmanager
+def secure_stack_kafka(state_dir: Path, tls: bool = False) -> Iterator[str]:
+    """A Kafka started by the stack with SECURITY=on (STACK_TLS=on with `tls`), on free ports and a state folder
+    of its own; the environment points at its credentials while it runs."""
     kafka_port, controller_port = free_ports(2)
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr("pipeline_core.paths.STATE_DIR", state_dir)
         patch.setenv("STACK_STATE_DIR", str(state_dir))
         patch.setenv(credentials.CREDENTIALS_FILE_ENV, str(state_dir / "credentials.env"))
         patch.setenv("SECURITY", "on")
+        patch.setenv("STACK_TLS", "on" if tls else "off")
         patch.setenv("KAFKA_PORT", str(kafka_port))
         patch.setenv("KAFKA_CONTROLLER_PORT", str(controller_port))
-        for name in ("KAFKA_SECURITY_PROTOCOL", "KAFKA_SASL_USERNAME", "KAFKA_SASL_PASSWORD", "KAFKA_BOOTSTRAP_SERVERS"):
+        for name in ("KAFKA_SECURITY_PROTOCOL", "KAFKA_SASL_USERNAME", "KAFKA_SASL_PASSWORD", "KAFKA_SSL_CA_LOCATION",
+                     "KAFKA_BOOTSTRAP_SERVERS"):
             patch.delenv(name, raising=False)
         security.ensure_credentials()
         kafka = Kafka()
@@ -50,6 +53,12 @@ def secure_kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
             yield kafka.bootstrap_servers
         finally:
             manager.down([kafka])
+
+
+@pytest.fixture(scope="module")
+def secure_kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    with secure_stack_kafka(tmp_path_factory.mktemp("secure") / "state") as bootstrap:
+        yield bootstrap
 
 
 def as_principal(principal: str) -> dict[str, str]:
@@ -202,6 +211,19 @@ def test_stack_topics_sets_the_users_and_acls_again_idempotently(secure_kafka: s
     admin = admin_client(secure_kafka, **as_principal("admin"))
     held = existing_bindings(admin, kafka_users())
     assert sorted(map(str, held)) == sorted(str(b) for user in kafka_users() for b in acl_bindings(user))
+
+
+def test_with_tls_clients_trust_the_generated_ca_and_no_other(tmp_path: Path) -> None:
+    with secure_stack_kafka(tmp_path / "state", tls=True) as bootstrap:
+        admin = as_principal("admin")
+        assert admin["security.protocol"] == "SASL_SSL"
+        ca = Path(admin["ssl.ca.location"])
+        assert ca.parent == tmp_path / "state" / "tls"
+        assert all(path.stat().st_mode & 0o777 == 0o600 for path in ca.parent.glob("*key*.pem"))
+        assert delivery_errors(bootstrap, "stream-connector", MACHINE_DATA.name) == [None]
+        other_ca = certificates.ensure_ca(tmp_path / "other-ca")
+        assert not kafka_ready(bootstrap, security={**admin, "ssl.ca.location": str(other_ca)})
+        assert not kafka_ready(bootstrap, security={**admin, "security.protocol": "SASL_PLAINTEXT"})
 
 
 def first_record(consumer: Consumer, polls: int = 100):
