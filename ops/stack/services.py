@@ -177,7 +177,9 @@ class Kafka(Service):
 
     def is_ready(self, pid: int | None = None) -> bool:
         from pipeline_core.kafka_clients import kafka_ready
-        return kafka_ready(self.bootstrap_servers, timeout=1.0, security=security.client_security())
+        client_security = security.client_security()
+        # A SASL (and TLS) handshake with a just started JVM takes longer than a plain metadata request.
+        return kafka_ready(self.bootstrap_servers, timeout=3.0 if client_security else 1.0, security=client_security)
 
     def after_ready(self) -> None:
         from pipeline_core.kafka_clients import admin_client
