@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from pipeline_core import credentials
+from pipeline_core import credentials, paths
 from pipeline_core.settings import KafkaSettings, load_settings
 from . import certificates
 from .processes import StackError
@@ -41,6 +41,10 @@ def ensure_credentials() -> dict[str, str] | None:
     the stack runs without security."""
     if not requested():
         return None
+    if not credentials.is_secure() and (paths.STATE_DIR / "kafka" / "data" / "meta.properties").exists():
+        raise StackError("SECURITY=on starts a stack from nothing: this one's Kafka was formatted without "
+                         "authentication (it has no admin user). `make clean` (deletes all of its data), then "
+                         "`make up SECURITY=on`")
     if tls_requested():
         extra = {"KAFKA_SECURITY_PROTOCOL": "SASL_SSL", "KAFKA_SSL_CA_LOCATION": str(certificates.ensure_ca())}
     else:

@@ -1,7 +1,8 @@
-"""The Kafka ACL table (ops/stack/kafka_acls.py) and a secure node's properties: least privilege, and the names the
-stages use by default are the names the table grants."""
+"""The Kafka ACL table (ops/stack/kafka_acls.py) and the security switch (ops/stack/security.py): least privilege, the
+names the stages use by default are the names the table grants, and a secure node trusts only the admin."""
 from __future__ import annotations
 
+import pytest
 from confluent_kafka.admin import AclOperation, ResourcePatternType, ResourceType
 
 from db_connector.settings import DbConnectorSettings
@@ -14,6 +15,7 @@ from spark_joiner.job import SOURCE_GROUP_PREFIX
 from spark_joiner.settings import SparkJoinerSettings
 from stack import kafka_acls, security
 from stack.kafka_acls import KAFKA_GRANTS, acl_bindings, kafka_users
+from stack.processes import StackError
 
 
 def allowed(user: str, resource: ResourceType, name: str, operation: AclOperation) -> bool:
@@ -108,3 +110,14 @@ def test_a_secure_nodes_properties_trust_only_the_admin() -> None:
     assert "allow.everyone.if.no.acl.found=false" in lines
     assert "sasl.mechanism.controller.protocol=PLAIN" in lines
     assert "sasl.mechanism.inter.broker.protocol=SCRAM-SHA-512" in lines
+
+
+def test_security_is_not_switched_on_over_a_kafka_formatted_without_it(tmp_path, monkeypatch) -> None:
+    monkeypatch.setattr("pipeline_core.paths.STATE_DIR", tmp_path)
+    monkeypatch.setenv(credentials.CREDENTIALS_FILE_ENV, str(tmp_path / "credentials.env"))
+    monkeypatch.setenv(security.SECURITY_ENV, "on")
+    (tmp_path / "kafka" / "data").mkdir(parents=True)
+    (tmp_path / "kafka" / "data" / "meta.properties").write_text("node.id=1\n")
+    with pytest.raises(StackError, match="make clean"):
+        security.ensure_credentials()
+    assert not credentials.is_secure()
