@@ -19,6 +19,9 @@ COMPOSE_UP = $(if $(filter cluster,$(TOPOLOGY)),\
 	docker compose --profile single --profile lsb up -d --build --wait --scale $(COMPOSE_UNUSED_JOINER)=0)
 # down and clean stop every profile's services, whichever topology runs.
 COMPOSE_ALL = docker compose --profile single --profile lsb --profile cluster
+# SECURITY=on: the native stack with authentication and least privilege (README, "Security"); it stays secure
+# until `make clean`. STACK_TLS=on adds TLS to Kafka's listener. `python -m stack` reads both.
+export SECURITY STACK_TLS
 
 # Every stage's benchmark, in pipeline order, and the joiners beside their peers (join_peers);
 # `make bench BENCHMARKS=benchmarks.db_connector` runs one.

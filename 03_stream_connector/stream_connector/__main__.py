@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import sys
 
+from pipeline_core import credentials
 from pipeline_core.lifecycle import process_stop_signal
 from pipeline_core.logs import configure_logging
 from pipeline_core.runtime import tune_gc_for_streaming
@@ -13,7 +14,8 @@ from .settings import ConnectorSettings
 
 
 def main(argv: list[str] | None = None) -> int:
-    settings = load_settings(ConnectorSettings, argv, prog="python -m stream_connector")
+    settings = load_settings(ConnectorSettings, argv, prog="python -m stream_connector",
+                             environ=credentials.environ_for("stream-connector"))
     configure_logging()
     connector = Connector(settings, process_stop_signal())
     tune_gc_for_streaming()

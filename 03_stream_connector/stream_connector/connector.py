@@ -33,7 +33,7 @@ from confluent_kafka import KafkaError, KafkaException, Message, Producer
 from paho.mqtt.enums import MQTTErrorCode, MQTTProtocolVersion
 
 from pipeline_core.kafka_clients import (ACCESS_ERRORS, KafkaStartupError, admin_client, produce, producer_config,
-                                         refused_for_itself)
+                                         refused_for_itself, security_config)
 from pipeline_core.lifecycle import StopSignal
 from pipeline_core.logs import announce_ready
 from pipeline_core.mqtt import FastClient, new_client, pump
@@ -112,7 +112,7 @@ class Connector:
         self.in_flight: dict[bytes, list[PendingRow]] = {}
 
     def _new_producer(self) -> Producer:
-        return Producer(producer_config(self.settings.kafka_bootstrap_servers, **{
+        return Producer(producer_config(self.settings.kafka_bootstrap_servers, **security_config(self.settings), **{
             "linger.ms": self.settings.linger_ms,
             # 0 (the default): never give up on a record while Kafka is away; see the module docstring.
             "message.timeout.ms": self.settings.delivery_timeout_ms,
@@ -347,7 +347,8 @@ class Connector:
         """Create the topics if missing and read the data topic's partitions. At start, Kafka has
         `--kafka-startup-deadline-s` to answer; `without_end` (a restart of the Kafka side while
         running) waits for it as long as it takes, as the rows wait in the broker's queue."""
-        admin = admin_client(self.settings.kafka_bootstrap_servers)
+        security = security_config(self.settings)
+        admin = admin_client(self.settings.kafka_bootstrap_servers, **security)
         deadline_s = self.settings.kafka_startup_deadline_s
         while not self.stop.is_set():
             try:
@@ -356,11 +357,12 @@ class Connector:
                               deadline_s=deadline_s)
                 self.data_partitions = partition_count(admin, self.settings.data_topic, deadline_s)
                 self.written = read_tail(self.settings.kafka_bootstrap_servers, self.settings.data_topic,
-                                         self.data_partitions, self.settings.redelivery_window_records)
+                                         self.data_partitions, self.settings.redelivery_window_records,
+                                         security=security)
                 self.dead_lettered = read_tail(self.settings.kafka_bootstrap_servers, self.settings.dlq_topic,
                                                partition_count(admin, self.settings.dlq_topic, deadline_s),
                                                self.settings.redelivery_window_records,
-                                               functools.partial(dead_letter_key, STAGE))
+                                               functools.partial(dead_letter_key, STAGE), security=security)
                 return
             except KafkaStartupError as error:
                 if not without_end:

@@ -129,8 +129,8 @@ class BrokerOffsets:
     """The latest offsets of input partitions, as a read_committed reader sees them, in one request."""
 
     def __init__(self, bootstrap_servers: str, timeout_s: float = LATEST_OFFSETS_TIMEOUT_S, *,
-                 earliest: bool = False) -> None:
-        self._admin = admin_client(bootstrap_servers)
+                 earliest: bool = False, security: Mapping[str, str] | None = None) -> None:
+        self._admin = admin_client(bootstrap_servers, **(security or {}))
         self._timeout_s = timeout_s
         self._spec = OffsetSpec.earliest() if earliest else OffsetSpec.latest()  # earliest: the log start
 

@@ -16,7 +16,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Produ
 from pipeline_core.data_loss import WATERMARK_TIMEOUT_S, OffsetWatch
 from pipeline_core.influx import influx_client
 from pipeline_core.kafka_clients import (ACCESS_ERRORS, admin_client, consumer_config, is_transient, produce,
-                                         producer_config, refused_for_itself)
+                                         producer_config, refused_for_itself, security_config)
 from pipeline_core.lifecycle import StopSignal
 from pipeline_core.logs import announce_ready
 from pipeline_core.progress import ConsumerCounters, Observation, ProgressReporter
@@ -72,7 +72,8 @@ class DbConnector:
         self._levels = PowerLevels.parse(settings.level_thresholds)
         static_membership = {"group.instance.id": settings.group_instance_id} if settings.group_instance_id else {}
         self._consumer = Consumer(consumer_config(settings.kafka_bootstrap_servers, settings.group_id,
-                                                  **{"client.id": STAGE}, **static_membership))
+                                                  **security_config(settings), **{"client.id": STAGE},
+                                                  **static_membership))
         self._producer = self._new_producer()
         self._watch = OffsetWatch(self._consumer, self.counters, log)
         self._writer = InfluxWriter(influx_client(settings), settings.influxdb_database,
@@ -90,7 +91,8 @@ class DbConnector:
 
     def _new_producer(self) -> Producer:
         # No delivery timeout: dead letters wait out a Kafka outage (their batch stays uncommitted).
-        return Producer(producer_config(self.settings.kafka_bootstrap_servers, **{"message.timeout.ms": 0}))
+        return Producer(producer_config(self.settings.kafka_bootstrap_servers, **security_config(self.settings),
+                                        **{"message.timeout.ms": 0}))
 
     def run(self) -> None:
         settings = self.settings
@@ -101,7 +103,7 @@ class DbConnector:
             self._writer.ensure_database()
             # A topic that does not exist yet would only show as consumer warnings: wait for all of them, or
             # end the start with a clear message.
-            admin = admin_client(settings.kafka_bootstrap_servers)
+            admin = admin_client(settings.kafka_bootstrap_servers, **security_config(settings))
             for topic in (settings.data_topic, settings.out_topic, settings.dlq_topic):
                 partition_count(admin, topic, settings.kafka_startup_deadline_s)
             self._consumer.subscribe([settings.data_topic, settings.out_topic, settings.dlq_topic],

@@ -2,17 +2,19 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 
 from pipeline_core import credentials
 from pipeline_core.health import influxdb_ready
 from pipeline_core.influx import influx_client
-from pipeline_core.kafka_clients import admin_client, wait_for_kafka
+from pipeline_core.kafka_clients import admin_client, security_config, wait_for_kafka
 from pipeline_core.logs import configure_logging
 from pipeline_core.settings import ConnectionSettings, load_settings
 from pipeline_core.topics import ensure_topics
-from . import losses, manager, supervision
+from . import losses, manager, security, supervision
+from .kafka_acls import ensure_kafka_principals, kafka_users
 from .processes import StackError, tail
 
 TROUBLE_LOG_LINES = 10
@@ -31,13 +33,19 @@ def main(argv: list[str] | None = None) -> int:
     logs.add_argument("service")
     logs.add_argument("-n", "--lines", type=int, default=40)
     commands.add_parser("clean", help="stop everything and delete all state")
-    commands.add_parser("topics", help="create the pipeline's topics on KAFKA_BOOTSTRAP_SERVERS "
-                                       "(idempotent; `up` does it for the native stack)")
+    commands.add_parser("topics", help="create the pipeline's topics on KAFKA_BOOTSTRAP_SERVERS and, when "
+                                       "secure, its Kafka users and ACLs (idempotent; `up` does it for the "
+                                       "native stack)")
+    rotate = commands.add_parser("rotate-credential",
+                                 help="a new random Kafka password for a principal (README, \"Security\"): set on "
+                                      "Kafka, written to the credentials file, and the process using it restarted")
+    rotate.add_argument("principal")
     args = parser.parse_args(argv)
     configure_logging("WARNING")
 
     try:
         if args.command == "up":
+            security.ensure_credentials()  # SECURITY=on: before any server starts
             services = manager.servers() if args.servers_only else manager.all_services()
             began = time.monotonic()
             started = manager.up(services)
@@ -53,10 +61,24 @@ def main(argv: list[str] | None = None) -> int:
         elif args.command == "logs":
             print(tail(manager.log_file_of(args.service), args.lines))
         elif args.command == "topics":
-            settings = load_settings(ConnectionSettings, [])
-            wait_for_kafka(settings.kafka_bootstrap_servers)
-            created = ensure_topics(admin_client(settings.kafka_bootstrap_servers))
+            settings = load_settings(ConnectionSettings, [], environ=credentials.environ_for("admin"))
+            client_security = security_config(settings)
+            wait_for_kafka(settings.kafka_bootstrap_servers, security=client_security)
+            admin = admin_client(settings.kafka_bootstrap_servers, **client_security)
+            created = ensure_topics(admin)
             print("created: " + (", ".join(created) if created else "none, all topics exist"))
+            if client_security:
+                # The file, or (Compose's init job) the same keys in the environment.
+                secrets = {**credentials.read_credentials(),
+                           **{key: os.environ[key] for key in credentials.password_keys() if key in os.environ}}
+                ensure_kafka_principals(admin, secrets)
+                print("Kafka users and ACLs: " + ", ".join(kafka_users()))
+        elif args.command == "rotate-credential":
+            settings = load_settings(ConnectionSettings, [])
+            restart = security.rotate_kafka_credential(args.principal, settings.kafka_bootstrap_servers)
+            print(f"{args.principal}: new Kafka password set and written to {credentials.credentials_file()}")
+            restarted = manager.restart_running(restart)
+            print("restarted: " + (", ".join(restarted) if restarted else "nothing (not running)"))
         elif args.command == "clean":
             manager.clean()
             print("stopped everything and deleted the stack's state")

@@ -166,6 +166,19 @@ def up(services: Iterable[Service]) -> list[str]:
             raise
 
 
+def restart_running(names: Iterable[str]) -> list[str]:
+    """Stop and start again, each healthy before the next, those of `names` that run now (say, to read new
+    credentials); the names restarted."""
+    wanted = set(names)
+    with supervision.exclusive():
+        active = set(supervision.active_programs())
+        restarted = [service for service in every_service() if service.name in wanted and service.name in active]
+        for service in restarted:
+            supervision.stop_process(service.name)
+            start(service)
+    return [service.name for service in restarted]
+
+
 def down(services: Iterable[Service]) -> list[str]:
     """Stop in reverse order: the pipeline first, so it can still flush to the servers. supervisord
     exits too once nothing runs under it. Names of the processes stopped."""

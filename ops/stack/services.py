@@ -15,7 +15,7 @@ from string import Template
 from pipeline_core import credentials, paths
 from pipeline_core.health import influxdb_ready, mqtt_ready
 from pipeline_core.logs import ready_marker
-from . import influxdb_users, mqtt_security
+from . import influxdb_users, mqtt_security, security
 from .processes import StackError
 
 # Written into a service's log before `up` starts it, so readiness is read from the latest run only.
@@ -146,18 +146,36 @@ class Kafka(Service):
     def prepare(self) -> None:
         data_dir = self.state_dir / "data"
         ports = self.ports()
-        render(paths.KAFKA_DIR / "server.properties", self.config_file,
-               port=ports["kafka"], controller_port=ports["controller"], data_dir=data_dir)
+        values = credentials.read_credentials()
+        tls = security.node_tls(values, self.name, ["127.0.0.1", "localhost"]) if values else None
+        protocol = security.listener_protocol(values) if values else "PLAINTEXT"
+        # Owner-only: with security on it holds the admin's passwords.
+        security.write_private(self.config_file, Template((paths.KAFKA_DIR / "server.properties").read_text()).substitute(
+            port=ports["kafka"], controller_port=ports["controller"], data_dir=data_dir, client_protocol=protocol,
+            controller_protocol="SASL_PLAINTEXT" if values else "PLAINTEXT",
+            security=security.kafka_node_security_properties(values, tls) if values else ""))
+        scram_marker = self.state_dir / "scram-bootstrapped"
         if (data_dir / "meta.properties").exists():
+            if values and not scram_marker.exists():
+                raise StackError("Kafka's storage was formatted without authentication, so it has no admin user: "
+                                 "`make clean` (deletes every topic), then `make up SECURITY=on`")
             return
         cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
-        formatted = subprocess.run(
-            # `=`: a URL-safe id may start with '-', which would otherwise read as a flag (1 start in 64).
-            [*self._java(), *self._jvm_flags(), "kafka.tools.StorageTool", "format",
-             f"--cluster-id={cluster_id}", "--config", str(self.config_file)],
-            capture_output=True, text=True, timeout=120)
+        # `=`: a URL-safe id may start with '-', which would otherwise read as a flag (1 start in 64).
+        arguments = ["kafka.tools.StorageTool", "format", f"--cluster-id={cluster_id}", "--config",
+                     str(self.config_file), *(security.kafka_storage_scram_arguments(values) if values else [])]
+        # The java launcher reads the main class and its arguments from the file: the admin's password stays off
+        # the command line.
+        argument_file = security.write_private(self.state_dir / "format.args", "\n".join(arguments) + "\n")
+        try:
+            formatted = subprocess.run([*self._java(), *self._jvm_flags(), f"@{argument_file}"],
+                                       capture_output=True, text=True, timeout=120)
+        finally:
+            argument_file.unlink(missing_ok=True)
         if formatted.returncode != 0:
             raise StackError(f"formatting Kafka's KRaft storage failed:\n{formatted.stdout}{formatted.stderr}")
+        if values:
+            scram_marker.touch()
 
     def _jvm_flags(self) -> list[str]:
         heap = os.environ.get("KAFKA_HEAP_OPTS", "-Xms256m -Xmx1g").split()
@@ -170,12 +188,18 @@ class Kafka(Service):
 
     def is_ready(self, pid: int | None = None) -> bool:
         from pipeline_core.kafka_clients import kafka_ready
-        return kafka_ready(self.bootstrap_servers, timeout=1.0)
+        client_security = security.client_security()
+        # A SASL (and TLS) handshake with a just started JVM takes longer than a plain metadata request.
+        return kafka_ready(self.bootstrap_servers, timeout=3.0 if client_security else 1.0, security=client_security)
 
     def after_ready(self) -> None:
         from pipeline_core.kafka_clients import admin_client
         from pipeline_core.topics import ensure_topics
-        ensure_topics(admin_client(self.bootstrap_servers))
+        from .kafka_acls import ensure_kafka_principals
+        admin = admin_client(self.bootstrap_servers, **security.client_security())
+        ensure_topics(admin)
+        if credentials.is_secure():
+            ensure_kafka_principals(admin, credentials.read_credentials())
 
 
 class InfluxDB(Service):
