@@ -53,7 +53,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     query = query_progress.query = start_query(spark, settings, sink)
     tune_gc_for_streaming()  # the sink unpacks and produces every output record in this process
     progress = ProgressReporter.for_stage("spark_joiner", query_progress.counters, settings,
-                                          observe=query_progress.observe, logger=log, labels=LABELS)
+                                          observe=query_progress.observe, logger=log, labels=LABELS,
+                                          progress_counters=("batches",))
     ready = False
     restarts = 0
     try:

@@ -96,7 +96,7 @@ class DbConnector:
         settings = self.settings
         progress = self._progress = ProgressReporter.for_stage(
             STAGE, self.counters, settings, observe=self._observe, logger=log,
-            labels={"records_out": "points written"})
+            labels={"records_out": "points written"}, progress_counters=("batches",))
         try:
             self._writer.ensure_database()
             # A topic that does not exist yet would only show as consumer warnings: wait for all of them, or
@@ -322,8 +322,11 @@ class DbConnector:
     # -- progress ---------------------------------------------------------------------------------
 
     def _observe(self) -> Observation:
+        # In hand: the batch being collected or written (its offsets uncommitted), and what a paused consumer
+        # handed out meanwhile.
         return Observation(lag=self.lag(), values={"influxdb_requests": self._writer.requests,
-                                                   "influxdb_retries": self._writer.retries})
+                                                   "influxdb_retries": self._writer.retries},
+                           pending=len(self._batch) + len(self._held_back))
 
     def lag(self) -> int | None:
         """Records of the assigned partitions not read yet: their ends as the consumer last fetched them
