@@ -165,6 +165,7 @@ class ProgressReporter:
         self._wall_clock = wall_clock
         self._started_at = wall_clock()
         self._last_progress_at: float | None = None
+        self._waiting_since: float | None = None
         self._heartbeat_failed = False
         # At once: the stage is judged by this run's heartbeat from its start, not by a predecessor's.
         self._write_heartbeat(self._started_at, Observation())
@@ -213,8 +214,13 @@ class ProgressReporter:
     def _write_heartbeat(self, wall_now: float, observation: Observation) -> None:
         if self._heartbeat_file is None:
             return
+        if not observation.work_waiting:
+            self._waiting_since = None
+        elif self._waiting_since is None:
+            self._waiting_since = wall_now
         heartbeat = Heartbeat(self.stage, os.getpid(), self.interval_s, self._started_at, wall_now,
-                              self._last_progress_at, observation.work_waiting, observation.lag, observation.pending)
+                              self._last_progress_at, observation.work_waiting, observation.lag, observation.pending,
+                              self._waiting_since)
         try:
             write_heartbeat(self._heartbeat_file, heartbeat)
         except OSError as error:  # the stage's work goes on; its healthcheck says it is not healthy

@@ -8,7 +8,7 @@ for it and how much. `assess` judges one heartbeat; `make status` and the Compos
 * **stale**: the heartbeat is older than `STALE_AFTER_INTERVALS` intervals (plus `REPORT_SLACK_S` for a
   report's own work): the stage's loop no longer turns (dead, wedged in a call, or hung).
 * **stuck**: the heartbeat is fresh, work waits (input lag, rows queued, records in flight), and its work has
-  not moved for `STUCK_AFTER_INTERVALS` intervals: a DB connector retrying writes InfluxDB refuses, a
+  not moved for `STUCK_AFTER_INTERVALS` intervals while it waited: a DB connector retrying writes InfluxDB refuses, a
   connector whose Kafka side cannot deliver, a Spark query failing the same batch again and again.
 * **healthy**: fresh, and either its work moved within the last intervals ("progressing") or nothing waits
   for it ("idle").
@@ -45,6 +45,9 @@ class Heartbeat:
     work_waiting: bool  # input lag, rows queued or records in flight at the report
     lag: int | None  # records waiting for the stage, when it knows
     pending: int | None = None  # records taken in but not done yet (a batch, unacknowledged rows)
+    # The first report of the reports in a row that saw work waiting: a stage idle for an hour that gets work
+    # is not stuck at once.
+    waiting_since: float | None = None
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), sort_keys=True)
@@ -78,6 +81,8 @@ def assess(heartbeat: Heartbeat | None, now: float) -> StageHealth:
     if heartbeat is None:
         return StageHealth("missing", "no heartbeat: the stage has not reported (yet)")
     since = heartbeat.last_progress_at if heartbeat.last_progress_at is not None else heartbeat.started_at
+    if heartbeat.waiting_since is not None:
+        since = max(since, heartbeat.waiting_since)
     progress_age_s = max(0.0, now - heartbeat.last_progress_at) if heartbeat.last_progress_at is not None else None
     lag = heartbeat.lag
     age_s = now - heartbeat.reported_at
@@ -87,8 +92,7 @@ def assess(heartbeat: Heartbeat | None, now: float) -> StageHealth:
     waiting = describe_waiting(heartbeat)
     quiet_s = heartbeat.reported_at - since
     if heartbeat.work_waiting and quiet_s > STUCK_AFTER_INTERVALS * heartbeat.interval_s:
-        moved = "no progress" if heartbeat.last_progress_at is not None else "no progress since it started"
-        return StageHealth("stuck", f"{waiting}, {moved} for {format_age(now - since)}", lag, progress_age_s)
+        return StageHealth("stuck", f"{waiting}, no progress for {format_age(now - since)}", lag, progress_age_s)
     if heartbeat.work_waiting or heartbeat.last_progress_at == heartbeat.reported_at:
         return StageHealth("progressing", waiting if heartbeat.work_waiting else "work moved at the last report",
                            lag, progress_age_s)

@@ -1,6 +1,7 @@
 """The health rule (`pipeline_core.stage_health`) and the heartbeat the progress reporter writes for it."""
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -15,9 +16,9 @@ START = 1_000_000.0
 
 
 def heartbeat(reported_at: float, last_progress_at: float | None, *, lag: int | None = 0,
-              pending: int | None = None) -> Heartbeat:
+              pending: int | None = None, waiting_since: float | None = None) -> Heartbeat:
     return Heartbeat("db_connector", 42, INTERVAL_S, START, reported_at, last_progress_at,
-                     bool(lag) or bool(pending), lag, pending)
+                     bool(lag) or bool(pending), lag, pending, waiting_since)
 
 
 def test_no_heartbeat_is_not_healthy() -> None:
@@ -54,9 +55,17 @@ def test_records_in_hand_alone_are_work_waiting() -> None:
 
 def test_a_stage_that_never_progressed_is_stuck_from_its_start() -> None:
     verdict = assess(heartbeat(START + 4 * INTERVAL_S, None, lag=7), START + 4 * INTERVAL_S)
-    assert verdict.state == "stuck"
-    assert "since it started" in verdict.detail
+    assert (verdict.state, verdict.progress_age_s) == ("stuck", None)
+    assert verdict.detail == "7 records waiting, no progress for 40s"
     assert assess(heartbeat(START + 2 * INTERVAL_S, None, lag=7), START + 2 * INTERVAL_S).healthy
+
+
+def test_work_that_just_arrived_at_a_long_idle_stage_is_no_sign_of_being_stuck() -> None:
+    now = START + 3600
+    assert assess(heartbeat(now, START + 5, lag=7, waiting_since=now - INTERVAL_S), now).healthy
+    assert assess(heartbeat(now, None, lag=7, waiting_since=now - INTERVAL_S), now).healthy
+    verdict = assess(heartbeat(now, START + 5, lag=7, waiting_since=now - 4 * INTERVAL_S), now)
+    assert verdict.detail == "7 records waiting, no progress for 40s"
 
 
 def test_a_stale_heartbeat_is_unhealthy_even_if_it_said_idle() -> None:
@@ -107,14 +116,15 @@ def test_the_reporter_writes_a_heartbeat_at_start_and_moves_progress_only_with_i
                                 heartbeat_file=path)
     first = read_heartbeat(path)
     assert first is not None and (first.reported_at, first.last_progress_at, first.work_waiting) == (START, None, False)
+    assert first.pid == os.getpid()
 
     clocks.now = 10
     counters.batches += 1
     counters.records_in += 500
     reporter.maybe_report()
     beat = read_heartbeat(path)
-    assert (beat.reported_at, beat.last_progress_at, beat.lag, beat.pending, beat.work_waiting) == (
-        START + 10, START + 10, 100, 10, True)
+    assert (beat.reported_at, beat.last_progress_at, beat.lag, beat.pending, beat.work_waiting, beat.waiting_since) == (
+        START + 10, START + 10, 100, 10, True, START + 10)
 
     for clocks.now in (20, 30, 40, 50):
         counters.records_in += 500  # taken in, nothing done: no progress
@@ -126,3 +136,4 @@ def test_the_reporter_writes_a_heartbeat_at_start_and_moves_progress_only_with_i
     clocks.now = 60
     reporter.maybe_report()
     assert assess(read_heartbeat(path), START + 60).state == "idle"
+    assert read_heartbeat(path).waiting_since is None
