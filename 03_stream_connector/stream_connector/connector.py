@@ -353,6 +353,11 @@ class Connector:
         running) waits for it as long as it takes, as the rows wait in the broker's queue."""
         admin = admin_client(self.settings.kafka_bootstrap_servers)
         deadline_s = self.settings.kafka_startup_deadline_s
+        if without_end:
+            # Ask in rounds of a reporting interval, reporting between them: the heartbeat goes on saying the
+            # connector waits for Kafka with rows in hand (stuck), where silence would say it hangs.
+            deadline_s = min(deadline_s, self.settings.progress_interval_s)
+        warn_at = 0.0
         while not self.stop.is_set():
             try:
                 ensure_topics(admin, (dataclasses.replace(MACHINE_DATA, name=self.settings.data_topic),
@@ -369,7 +374,11 @@ class Connector:
             except KafkaStartupError as error:
                 if not without_end:
                     raise
-                log.warning("%s; still waiting for Kafka", error)
+                if self.progress is not None:
+                    self.progress.maybe_report()
+                if time.monotonic() >= warn_at:
+                    log.warning("%s; still waiting for Kafka", error)
+                    warn_at = time.monotonic() + self.settings.kafka_startup_deadline_s
 
     def _pause(self, seconds: float) -> None:
         """Wait, serving Kafka's callbacks, until `seconds` passed or a stop was requested."""
