@@ -7,9 +7,11 @@ from pathlib import Path
 
 import pytest
 
+from pipeline_core import paths
 from pipeline_core.progress import Observation, ProgressReporter, StageCounters
 from pipeline_core.stage_health import (Heartbeat, assess, format_age, read_heartbeat, stale_after_s,
                                         write_heartbeat)
+from stack.health_probe import heartbeat_file, main, probe
 
 INTERVAL_S = 10.0
 START = 1_000_000.0
@@ -137,3 +139,12 @@ def test_the_reporter_writes_a_heartbeat_at_start_and_moves_progress_only_with_i
     reporter.maybe_report()
     assert assess(read_heartbeat(path), START + 60).state == "idle"
     assert read_heartbeat(path).waiting_since is None
+
+
+def test_the_probe_reads_progress_file_else_the_stages_place_in_the_state_dir(tmp_path: Path) -> None:
+    assert heartbeat_file("db-connector", {"PROGRESS_FILE": "/tmp/x/progress.json"}) == Path("/tmp/x/progress.json")
+    assert heartbeat_file("db-connector", {}) == paths.STATE_DIR / "db-connector" / "progress.json"
+    path = tmp_path / "progress.json"
+    assert main(["db-connector", "--file", str(path)]) == 1  # no heartbeat: not healthy
+    write_heartbeat(path, heartbeat(START, START))
+    assert probe(path, START + 1).healthy
