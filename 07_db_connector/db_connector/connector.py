@@ -322,11 +322,14 @@ class DbConnector:
     # -- progress ---------------------------------------------------------------------------------
 
     def _observe(self) -> Observation:
-        # In hand: the batch being collected or written (its offsets uncommitted), and what a paused consumer
-        # handed out meanwhile.
+        # In hand: the batch being written (or due, its offsets uncommitted), and what a paused consumer handed
+        # out meanwhile. A batch still collecting within its flush interval is no work held up.
+        batch = self._batch
+        due = self._flushing or (not batch.is_empty()
+                                 and time.monotonic() - batch.started >= self.settings.flush_interval_s)
         return Observation(lag=self.lag(), values={"influxdb_requests": self._writer.requests,
                                                    "influxdb_retries": self._writer.retries},
-                           pending=len(self._batch) + len(self._held_back))
+                           pending=(len(batch) if due else 0) + len(self._held_back))
 
     def lag(self) -> int | None:
         """Records of the assigned partitions not read yet: their ends as the consumer last fetched them
