@@ -329,7 +329,9 @@ class DbConnector:
                                  and time.monotonic() - batch.started >= self.settings.flush_interval_s)
         return Observation(lag=self.lag(), values={"influxdb_requests": self._writer.requests,
                                                    "influxdb_retries": self._writer.retries},
-                           pending=(len(batch) if due else 0) + len(self._held_back))
+                           pending=(len(batch) if due else 0) + len(self._held_back),
+                           # Also before any record: a database it cannot create, credentials InfluxDB refuses.
+                           waiting_for="InfluxDB" if self._writer.failing else None)
 
     def lag(self) -> int | None:
         """Records of the assigned partitions not read yet: their ends as the consumer last fetched them

@@ -77,10 +77,12 @@ class Observation:
     # Records taken in but not done (a batch not yet written, rows not yet acknowledged): work waiting
     # that the lag does not show. Only in the heartbeat; the stage's gauges carry what it logs.
     pending: int | None = None
+    # A server the stage keeps trying and failing to use ("InfluxDB"): work waits on it, records known or not.
+    waiting_for: str | None = None
 
     @property
     def work_waiting(self) -> bool:
-        return bool(self.lag) or bool(self.pending)
+        return bool(self.lag) or bool(self.pending) or self.waiting_for is not None
 
 
 @dataclass(frozen=True)
@@ -220,7 +222,7 @@ class ProgressReporter:
             self._waiting_since = wall_now
         heartbeat = Heartbeat(self.stage, os.getpid(), self.interval_s, self._started_at, wall_now,
                               self._last_progress_at, observation.work_waiting, observation.lag, observation.pending,
-                              self._waiting_since)
+                              self._waiting_since, observation.waiting_for)
         try:
             write_heartbeat(self._heartbeat_file, heartbeat)
         except OSError as error:  # the stage's work goes on; its healthcheck says it is not healthy

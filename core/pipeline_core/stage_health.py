@@ -48,6 +48,7 @@ class Heartbeat:
     # The first report of the reports in a row that saw work waiting: a stage idle for an hour that gets work
     # is not stuck at once.
     waiting_since: float | None = None
+    waiting_for: str | None = None  # a server it keeps failing to use
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), sort_keys=True)
@@ -103,7 +104,7 @@ def describe_waiting(heartbeat: Heartbeat) -> str:
     """`12,345 records waiting (500 in hand)`, as far as the stage knows."""
     if not heartbeat.work_waiting:
         return "nothing waiting"
-    parts = []
+    parts = [f"waiting for {heartbeat.waiting_for}"] if heartbeat.waiting_for else []
     if heartbeat.lag:
         parts.append(f"{heartbeat.lag:,} records waiting")
     if heartbeat.pending:

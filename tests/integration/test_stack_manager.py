@@ -136,7 +136,7 @@ def test_a_db_connector_whose_influxdb_refuses_writes_is_named_stuck_then_health
 
     status = wait_for(named_stuck, 60, "status to name the DB connector stuck", interval_s=0.5)
     line = next(line for line in status.splitlines() if line.startswith("stuck: db-connector:"))
-    assert "in hand" in line and "no progress" in line, line
+    assert "waiting for InfluxDB" in line and "in hand" in line and "no progress" in line, line
     assert line.endswith(f"log: {private_stack.state_dir / 'db-connector' / 'db-connector.log'}"), line
     assert private_stack.status()["db-connector"]["health"] == "stuck"
     unhealthy = private_stack.python(*probe)

@@ -55,6 +55,13 @@ def test_records_in_hand_alone_are_work_waiting() -> None:
     assert assess(heartbeat(now, now - 4 * INTERVAL_S, lag=None, pending=None), now).state == "idle"
 
 
+def test_a_server_the_stage_keeps_failing_to_use_is_work_waiting_with_no_record_known() -> None:
+    now = START + 4 * INTERVAL_S
+    beat = Heartbeat("db_connector", 42, INTERVAL_S, START, now, None, True, None, None, START, "InfluxDB")
+    verdict = assess(beat, now)
+    assert (verdict.state, verdict.detail) == ("stuck", "waiting for InfluxDB, no progress for 40s")
+
+
 def test_a_stage_that_never_progressed_is_stuck_from_its_start() -> None:
     verdict = assess(heartbeat(START + 4 * INTERVAL_S, None, lag=7), START + 4 * INTERVAL_S)
     assert (verdict.state, verdict.progress_age_s) == ("stuck", None)
