@@ -79,6 +79,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             # (a NullPointerException in its progress metrics, apache/spark#55236) once the batch itself
             # is committed. Restarting the query from the checkpoint resumes cleanly.
             restarts += 1
+            query_progress.query_failures += 1
             if restarts > settings.max_query_restarts:
                 log.error("query failed %d times, giving up: %s", restarts, error)
                 return 1
