@@ -453,7 +453,7 @@ class Connector:
         # The lag: rows read from MQTT whose records Kafka has not all confirmed, so not acknowledged yet.
         # Work waiting as well: rows let go by a restart of the Kafka side, until the broker sends them again.
         return Observation(lag=len(self.unacked), values={"kafka_queue": len(self.producer)},
-                           pending=self.rows_to_redeliver)
+                           pending=self.rows_to_redeliver, waiting_for="Kafka" if self.rows_to_redeliver else None)
 
     def _shutdown(self) -> int:
         """Flush Kafka, ack what it confirmed, then leave the broker; unread rows stay in the session."""

@@ -7,9 +7,11 @@ for it and how much. `assess` judges one heartbeat; `make status` and the Compos
 
 * **stale**: the heartbeat is older than `STALE_AFTER_INTERVALS` intervals (plus `REPORT_SLACK_S` for a
   report's own work): the stage's loop no longer turns (dead, wedged in a call, or hung).
-* **stuck**: the heartbeat is fresh, work waits (input lag, rows queued, records in flight), and its work has
-  not moved for `STUCK_AFTER_INTERVALS` intervals while it waited: a DB connector retrying writes InfluxDB refuses, a
-  connector whose Kafka side cannot deliver, a Spark query failing the same batch again and again.
+* **stuck**: the heartbeat is fresh, work waits (input lag, records in hand, a server the stage keeps failing
+  to use), and its work has not moved for `STUCK_AFTER_INTERVALS` intervals while it waited: a DB connector
+  retrying writes InfluxDB refuses, a connector whose Kafka side cannot deliver, a Spark query failing again
+  and again.
+* **missing**: no heartbeat (of this process): not reported yet, or the stage writes none.
 * **healthy**: fresh, and either its work moved within the last intervals ("progressing") or nothing waits
   for it ("idle").
 """
@@ -101,7 +103,7 @@ def assess(heartbeat: Heartbeat | None, now: float) -> StageHealth:
 
 
 def describe_waiting(heartbeat: Heartbeat) -> str:
-    """`12,345 records waiting (500 in hand)`, as far as the stage knows."""
+    """`waiting for InfluxDB, 12,345 records waiting, 500 in hand`, as far as the stage knows."""
     if not heartbeat.work_waiting:
         return "nothing waiting"
     parts = [f"waiting for {heartbeat.waiting_for}"] if heartbeat.waiting_for else []
