@@ -79,6 +79,7 @@ class ConnectorCounters(StageCounters):
 
     rejected_rows: int = 0
     acked: int = 0
+    rows_done: int = 0  # rows whose records Kafka confirmed (or took as dead letters): acknowledged, or QoS 0 let go
     reconnects: int = 0
     kafka_restarts: int = 0
     redelivered_records: int = 0  # of rows sent again, records Kafka already held: not written twice
@@ -96,6 +97,7 @@ class Connector:
         # Rows in arrival order: MQTT wants QoS 1 acks in the order the messages came.
         self.unacked: deque[PendingRow] = deque()
         self.subscribed = False
+        self.rows_to_redeliver = 0
         # Set when the connector must stop: says what is wrong and what to do.
         self.failure: str | None = None
         # Set when Kafka failed in a way a fresh producer fixes; the loop restarts the Kafka side.
@@ -212,14 +214,16 @@ class Connector:
 
     def _ack_delivered(self) -> None:
         """Acknowledge, in order, every row whose records Kafka has all confirmed."""
-        unacked, done = self.unacked, []
+        unacked, done, popped = self.unacked, [], 0
         while unacked and unacked[0].remaining == 0 and not unacked[0].failed:
             pending = unacked[0]
             unacked.popleft()
+            popped += 1
             if pending.qos == 1:  # a QoS 0 row has nothing to acknowledge
                 done.append(pending.mid)
         self.client.ack_all(done)
         self.counters.acked += len(done)
+        self.counters.rows_done += popped
 
     # --- Kafka side ----------------------------------------------------------------------------
 
@@ -350,6 +354,11 @@ class Connector:
         security = security_config(self.settings)
         admin = admin_client(self.settings.kafka_bootstrap_servers, **security)
         deadline_s = self.settings.kafka_startup_deadline_s
+        if without_end:
+            # Ask in rounds of a reporting interval, reporting between them: the heartbeat goes on saying the
+            # connector waits for Kafka with rows in hand (stuck), where silence would say it hangs.
+            deadline_s = min(deadline_s, self.settings.progress_interval_s)
+        warn_at = 0.0
         while not self.stop.is_set():
             try:
                 ensure_topics(admin, (dataclasses.replace(MACHINE_DATA, name=self.settings.data_topic),
@@ -367,7 +376,11 @@ class Connector:
             except KafkaStartupError as error:
                 if not without_end:
                     raise
-                log.warning("%s; still waiting for Kafka", error)
+                if self.progress is not None:
+                    self.progress.maybe_report()
+                if time.monotonic() >= warn_at:
+                    log.warning("%s; still waiting for Kafka", error)
+                    warn_at = time.monotonic() + self.settings.kafka_startup_deadline_s
 
     def _pause(self, seconds: float) -> None:
         """Wait, serving Kafka's callbacks, until `seconds` passed or a stop was requested."""
@@ -383,7 +396,8 @@ class Connector:
         self._connect()
         ready = False
         progress = self.progress = ProgressReporter.for_stage(
-            STAGE, self.counters, self.settings, observe=self._observe, logger=log, labels={"records_in": "rows in"})
+            STAGE, self.counters, self.settings, observe=self._observe, logger=log, labels={"records_in": "rows in"},
+            progress_counters=("rows_done",))
         while not self.stop.is_set() and self.failure is None:
             # While rows wait for Kafka, come back quickly to ack them; otherwise wait for input.
             rc = pump(self.client, 0.002 if self.unacked else 0.2)
@@ -421,6 +435,8 @@ class Connector:
         row again, in order: what a restart of the connector would do, without exiting."""
         log.error("Kafka did not take a record (%s): starting the Kafka client afresh in %.1f s; the broker sends "
                   "the %d unacknowledged rows again", self.kafka_trouble, self.kafka_retry_delay_s, len(self.unacked))
+        # Until the broker sends them again, the heartbeat still counts them as work waiting.
+        self.rows_to_redeliver = len(self.unacked)
         self._abandon_unacked()
         # Dropped records (their callbacks report a purge, ignored) come again with their rows.
         self.producer.purge()
@@ -433,10 +449,13 @@ class Connector:
         self.counters.kafka_restarts += 1
         self._prepare_topics(without_end=True)
         self._connect()
+        self.rows_to_redeliver = 0
 
     def _observe(self) -> Observation:
         # The lag: rows read from MQTT whose records Kafka has not all confirmed, so not acknowledged yet.
-        return Observation(lag=len(self.unacked), values={"kafka_queue": len(self.producer)})
+        # Work waiting as well: rows let go by a restart of the Kafka side, until the broker sends them again.
+        return Observation(lag=len(self.unacked), values={"kafka_queue": len(self.producer)},
+                           pending=self.rows_to_redeliver, waiting_for="Kafka" if self.rows_to_redeliver else None)
 
     def _shutdown(self) -> int:
         """Flush Kafka, ack what it confirmed, then leave the broker; unread rows stay in the session."""

@@ -64,7 +64,7 @@ class KafkaJoiner:
         self.state_topic = settings.state_topic_name()
         self.stats = JoinerStats()
         self._progress = ProgressReporter.for_stage(
-            "kafka_joiner", self.stats, settings, logger=log, labels=LABELS,
+            "kafka_joiner", self.stats, settings, logger=log, labels=LABELS, progress_counters=("transactions",),
             observe=JoinerObservation(self.stats, lambda: self._partitions.figures() if self._partitions is not None else None,
                                       log))
         self._producer = joiner_producer(settings, self.transactional_id)

@@ -58,7 +58,8 @@ def main(argv: Sequence[str] | None = None, prog: str = "python -m spark_joiner"
     query = query_progress.query = start_query(spark, settings, sink)
     tune_gc_for_streaming()  # the sink unpacks and produces every output record in this process
     progress = ProgressReporter.for_stage("spark_joiner", query_progress.counters, settings,
-                                          observe=query_progress.observe, logger=log, labels=LABELS)
+                                          observe=query_progress.observe, logger=log, labels=LABELS,
+                                          progress_counters=("batches",))
     ready = False
     restarts = 0
     try:
@@ -83,6 +84,7 @@ def main(argv: Sequence[str] | None = None, prog: str = "python -m spark_joiner"
             # (a NullPointerException in its progress metrics, apache/spark#55236) once the batch itself
             # is committed. Restarting the query from the checkpoint resumes cleanly.
             restarts += 1
+            query_progress.query_failures += 1
             if restarts > settings.max_query_restarts:
                 log.error("query failed %d times, giving up: %s", restarts, error)
                 return 1

@@ -98,7 +98,7 @@ class DbConnector:
         settings = self.settings
         progress = self._progress = ProgressReporter.for_stage(
             STAGE, self.counters, settings, observe=self._observe, logger=log,
-            labels={"records_out": "points written"})
+            labels={"records_out": "points written"}, progress_counters=("batches",))
         try:
             self._writer.ensure_database()
             # A topic that does not exist yet would only show as consumer warnings: wait for all of them, or
@@ -324,8 +324,16 @@ class DbConnector:
     # -- progress ---------------------------------------------------------------------------------
 
     def _observe(self) -> Observation:
+        # In hand: the batch being written (or due, its offsets uncommitted), and what a paused consumer handed
+        # out meanwhile. A batch still collecting within its flush interval is no work held up.
+        batch = self._batch
+        due = self._flushing or (not batch.is_empty()
+                                 and time.monotonic() - batch.started >= self.settings.flush_interval_s)
         return Observation(lag=self.lag(), values={"influxdb_requests": self._writer.requests,
-                                                   "influxdb_retries": self._writer.retries})
+                                                   "influxdb_retries": self._writer.retries},
+                           pending=(len(batch) if due else 0) + len(self._held_back),
+                           # Also before any record: a database it cannot create, credentials InfluxDB refuses.
+                           waiting_for="InfluxDB" if self._writer.failing else None)
 
     def lag(self) -> int | None:
         """Records of the assigned partitions not read yet: their ends as the consumer last fetched them

@@ -50,6 +50,7 @@ class InfluxWriter:
         self._while_waiting = while_waiting
         self.requests = 0
         self.retries = 0
+        self.failing = False  # the last attempt failed and is being retried: work waits on InfluxDB
 
     def ensure_database(self) -> None:
         """CREATE DATABASE (idempotent), retried until InfluxDB answers. A user without the admin
@@ -107,8 +108,10 @@ class InfluxWriter:
         while True:
             try:
                 action()
+                self.failing = False
                 return
             except (requests.exceptions.RequestException, InfluxDBServerError, InfluxDBClientError) as error:
+                self.failing = True
                 if isinstance(error, InfluxDBClientError) and error.code == 404:
                     # The database was dropped or never made: make it, then retry the write.
                     self._try_create_database()

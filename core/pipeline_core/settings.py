@@ -153,6 +153,9 @@ class ProgressSettings(InfluxSettings):
                                          "seconds between progress log lines and health points")
     health_metrics: bool = setting(True, "HEALTH_METRICS",
                                    "write the health metrics to InfluxDB (measurement pipeline_health)")
+    progress_file: Path | None = setting(None, "PROGRESS_FILE",
+                                         "heartbeat file written at each progress report, read by `make status` and "
+                                         "the healthcheck (pipeline_core.stage_health); none when unset")
 
 
 @dataclasses.dataclass(frozen=True)

@@ -12,6 +12,7 @@ from pipeline_core.influx import influx_client
 from pipeline_core.kafka_clients import admin_client, security_config, wait_for_kafka
 from pipeline_core.logs import configure_logging
 from pipeline_core.settings import ConnectionSettings, load_settings
+from pipeline_core.stage_health import StageHealth, format_age
 from pipeline_core.topics import ensure_topics
 from . import losses, manager, security, supervision
 from .kafka_acls import ensure_kafka_principals, kafka_users
@@ -90,12 +91,14 @@ def main(argv: list[str] | None = None) -> int:
 
 def print_status(services: list) -> None:
     entries = manager.status(services)
-    print(f"{'service':<18}{'state':<10}{'health':<11}{'pid':>8}{'uptime':>12}{'restarts':>10}  ports")
+    print(f"{'service':<18}{'state':<10}{'health':<13}{'pid':>8}{'uptime':>12}{'restarts':>10}{'lag':>10}"
+          f"{'last progress':>15}  ports")
     for entry in entries:
         ports = ", ".join(f"{role} {port}" for role, port in entry.ports.items()) or "-"
         uptime = format_duration(entry.uptime_s) if entry.uptime_s is not None else "-"
-        print(f"{entry.name:<18}{entry.state:<10}{health(entry):<11}{entry.pid or '-':>8}{uptime:>12}"
-              f"{entry.restarts.count:>10}  {ports}")
+        lag, progress_age = stage_figures(entry.stage)
+        print(f"{entry.name:<18}{entry.state:<10}{health(entry):<13}{entry.pid or '-':>8}{uptime:>12}"
+              f"{entry.restarts.count:>10}{lag:>10}{progress_age:>15}  {ports}")
     pid = supervision.daemon_pid()
     print()
     print(f"supervisord: pid {pid}, config {supervision.config_file()}, log {supervision.daemon_log()}"
@@ -106,6 +109,9 @@ def print_status(services: list) -> None:
               + ", ".join(f"{name} (pid {pid})" for name, pid in leftovers.items())
               + "; `make down` stops them, then `make up` runs them supervised")
     print(loss_line())
+    for entry in entries:
+        if entry.stage is not None and not entry.stage.healthy:
+            print(f"{entry.stage.state}: {entry.name}: {entry.stage.detail}; log: {entry.log_file}")
     for entry in entries:
         if entry.trouble:
             print(f"\n{entry.name} keeps failing: {entry.trouble}")
@@ -126,9 +132,20 @@ def loss_line() -> str:
 
 
 def health(entry: manager.ServiceStatus) -> str:
+    """A server's health check, or a ready stage's verdict by its heartbeat (README, "Operations")."""
+    if entry.stage is not None:
+        return "healthy" if entry.stage.healthy else entry.stage.state
     if entry.healthy:
         return "healthy"
     return {"STARTING": "starting", "RUNNING": "not ready"}.get(entry.state, "-")
+
+
+def stage_figures(stage: StageHealth | None) -> tuple[str, str]:
+    """A stage's lag (records waiting for it, as it knows them) and the age of its last progress."""
+    if stage is None:
+        return "-", "-"
+    lag = "?" if stage.lag is None else f"{stage.lag:,}"
+    return lag, f"{format_age(stage.progress_age_s)} ago" if stage.progress_age_s is not None else "none yet"
 
 
 def format_duration(seconds: float) -> str:

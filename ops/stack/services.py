@@ -15,6 +15,7 @@ from string import Template
 from pipeline_core import credentials, paths
 from pipeline_core.health import influxdb_ready, mqtt_ready
 from pipeline_core.logs import ready_marker
+from pipeline_core.stage_health import StageHealth, assess, read_heartbeat
 from . import influxdb_users, mqtt_security, security
 from .processes import StackError
 
@@ -232,7 +233,8 @@ class InfluxDB(Service):
 
 class PipelineProcess(Service):
     """A Python stage of the pipeline, run as `python -m <module>`; ready when the running process
-    has logged READY (with its PID: a restarted process is not ready on its predecessor's word)."""
+    has logged READY (with its PID: a restarted process is not ready on its predecessor's word).
+    Once ready, its health is its heartbeat's (`progress_file`, judged by `pipeline_core.stage_health`)."""
 
     def __init__(self, name: str, module: str, *args: str, start_deadline_s: float = 30.0,
                  stop_grace_s: float = 10.0, startsecs: float = 5.0) -> None:
@@ -246,8 +248,17 @@ class PipelineProcess(Service):
     def ports(self) -> dict[str, int]:
         return {}
 
+    @property
+    def progress_file(self) -> Path:
+        return self.state_dir / "progress.json"
+
     def command(self) -> list[str]:
-        return [sys.executable, "-m", self.module, *self.args]
+        return [sys.executable, "-m", self.module, "--progress-file", str(self.progress_file), *self.args]
+
+    def stage_health(self, pid: int | None, now: float) -> StageHealth:
+        """Its health by the heartbeat of the process `pid` (a predecessor's heartbeat says nothing of it)."""
+        heartbeat = read_heartbeat(self.progress_file)
+        return assess(heartbeat if heartbeat is not None and heartbeat.pid == pid else None, now)
 
     def is_ready(self, pid: int | None = None) -> bool:
         if pid is None:
