@@ -8,6 +8,7 @@ is killed (-9) the other carries on, with nothing lost and nothing twice.
 """
 from __future__ import annotations
 
+import json
 import re
 import signal
 from collections.abc import Iterator
@@ -25,6 +26,8 @@ from pipeline_core.mqtt import drop_session
 from pipeline_core.partitioning import thing_partition
 from pipeline_core.records import decode_record
 from pipeline_core.topics import MACHINE_DATA
+from simulator.publisher import Publisher
+from simulator.topics import row_topic
 from support import produce_records, read_topic, unique, wait_for
 
 pytestmark = pytest.mark.integration
@@ -62,15 +65,23 @@ def rows_in(log: str) -> int:
     return int(found[-1])
 
 
-def test_two_connectors_with_disjoint_filters_write_every_row_once_in_order(two_connectors, bootstrap):
+def test_two_connectors_with_disjoint_filters_write_every_row_once_in_order(two_connectors, stack, bootstrap):
     template, instances = two_connectors
     rows = read_rows(EVENTS_FILE)
     expected = expected_records(rows)
     simulated = run_simulator(template, "--events-file", str(EVENTS_FILE))
     assert simulated.returncode == 0 and ", 0 failures" in simulated.stdout, simulated.stdout + simulated.stderr
+    # A row without a Thing goes to the base topic, which instance 0 takes: dead-lettered, not lost.
+    thingless = {"Timestamp": rows[0]["Timestamp"], "id": "no-thing", "vaTorque_C11": 1.0}
+    publisher = Publisher(stack, f"{instances[0].client_id}-publisher")
+    publisher.connect()
+    publisher.publish(row_topic(template)(thingless), json.dumps(thingless))
+    assert publisher.drain(30) == 0
+    publisher.close()
 
     data_topic = instances[0].data_topic
     messages = read_topic(bootstrap, data_topic, expected=len(expected), deadline_s=90)
+    letters = read_topic(bootstrap, instances[0].dlq_topic, expected=1, deadline_s=30)
     assert [instance.terminate() for instance in instances] == [0, 0]
     assert topic_size(bootstrap, data_topic) == len(expected)  # none came twice, even after the reads stopped
     records = [decode_record(message.value) for message in messages]
@@ -81,8 +92,10 @@ def test_two_connectors_with_disjoint_filters_write_every_row_once_in_order(two_
                                for key, series in by_key(expected).items()}
     # Both took part, and together they read every row once.
     read = [rows_in(instance.log()) for instance in instances]
-    assert sum(read) == len(rows) and min(read) > 0
-    assert topic_size(bootstrap, instances[0].dlq_topic) == 0
+    assert sum(read) == len(rows) + 1 and min(read) > 0
+    assert topic_size(bootstrap, instances[0].dlq_topic) == 1
+    letter = json.loads(letters[0].value)
+    assert letter["mqttTopic"] == template.split("/{thing}")[0] and "missing field Thing" in letter["reason"]
 
 
 def test_two_db_connectors_one_killed_mid_stream_store_every_point_once(bootstrap, new_topics, database,
