@@ -39,9 +39,10 @@ from pipeline_core.logs import announce_ready
 from pipeline_core.mqtt import FastClient, new_client, pump
 from pipeline_core.progress import Observation, ProgressReporter, StageCounters
 from pipeline_core.records import dead_letter, payload_omitted
+from pipeline_core.settings import MACHINE_STATES_TOPIC
 from pipeline_core.topics import MACHINE_DATA, MACHINE_DLQ, ensure_topics, partition_count
 
-from .filters import parse_filters
+from .filters import covers, parse_filters
 from .redelivery import WrittenRecords, dead_letter_key, read_tail, rejected_row_key
 from .rows import kafka_messages, split_row
 from .settings import ConnectorSettings
@@ -49,6 +50,8 @@ from .settings import ConnectorSettings
 log = logging.getLogger(__name__)
 
 STAGE = "stream_connector"
+# Where devices publish (the broker's ACL): what the instances' filters together must cover.
+DEVICE_TOPICS = f"{MACHINE_STATES_TOPIC}/#"
 MAX_RECONNECT_DELAY_S = 5.0
 MAX_KAFKA_RETRY_DELAY_S = 30.0
 # Records in the producer's queue before `produce` waits: far above what the broker's window of
@@ -380,6 +383,10 @@ class Connector:
 
     def run(self) -> int:
         """Bridge until SIGTERM/SIGINT or an error that needs someone; returns the exit code."""
+        if not any(covers(topic_filter, DEVICE_TOPICS) for topic_filter in self.topic_filters):
+            log.warning("this instance takes only part of %s (%s): the filters of the other instances must cover "
+                        "the rest, since the broker drops a row no session subscribes to, unseen by any connector",
+                        DEVICE_TOPICS, self.settings.topic_filters)
         self._prepare_topics()
         self._connect()
         ready = False

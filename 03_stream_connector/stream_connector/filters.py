@@ -44,6 +44,19 @@ def overlap(first: str, second: str) -> bool:
         index += 1
 
 
+def covers(wider: str, narrower: str) -> bool:
+    """True when every topic that matches `narrower` matches `wider` too."""
+    a, b = wider.split("/"), narrower.split("/")
+    for index, level in enumerate(a):
+        if level == "#":
+            return True
+        if index == len(b):
+            return False  # `narrower` ends here (a topic one level short of `wider`'s)
+        if b[index] == "#" or (level != "+" and (b[index] == "+" or b[index] != level)):
+            return False
+    return len(a) == len(b)
+
+
 def parse_filters(text: str) -> list[str]:
     """The comma-separated filters of `text`, or `FilterError`: each valid, no shared subscription,
     no two overlapping (a row on both would come twice)."""

@@ -6,7 +6,7 @@ import re
 import pytest
 
 from simulator.topics import row_topic
-from stream_connector.filters import FilterError, overlap, parse_filters
+from stream_connector.filters import FilterError, covers, overlap, parse_filters
 
 
 def test_the_default_filter_takes_every_device_topic():
@@ -43,6 +43,22 @@ def test_filters_that_would_break_order_or_bring_a_row_twice_are_refused(text, s
 def test_overlap(first, second, expected):
     assert overlap(first, second) is expected
     assert overlap(second, first) is expected
+
+
+@pytest.mark.parametrize("wider, narrower, expected", [
+    ("machine/states/#", "machine/states/#", True),
+    ("#", "machine/states/#", True),
+    ("machine/+/#", "machine/states/#", True),
+    ("machine/states/+", "machine/states/#", False),  # not machine/states itself, nor deeper levels
+    ("machine/states", "machine/states/#", False),
+    ("machine/states/+/hall-1/#", "machine/states/#", False),
+    ("machine/states/+", "machine/states/R0815", True),
+    ("machine/states/R0815", "machine/states/+", False),
+    ("machine/states/#", "machine/states", True),
+    ("machine/states/+/#", "machine/states", False),
+])
+def test_covers(wider, narrower, expected):
+    assert covers(wider, narrower) is expected
 
 
 def test_each_machine_publishes_on_a_topic_of_its_own():
