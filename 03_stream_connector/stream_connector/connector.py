@@ -39,8 +39,10 @@ from pipeline_core.logs import announce_ready
 from pipeline_core.mqtt import FastClient, new_client, pump
 from pipeline_core.progress import Observation, ProgressReporter, StageCounters
 from pipeline_core.records import dead_letter, payload_omitted
+from pipeline_core.settings import MACHINE_STATES_TOPIC
 from pipeline_core.topics import MACHINE_DATA, MACHINE_DLQ, ensure_topics, partition_count
 
+from .filters import covers, parse_filters
 from .redelivery import WrittenRecords, dead_letter_key, read_tail, rejected_row_key
 from .rows import kafka_messages, split_row
 from .settings import ConnectorSettings
@@ -48,6 +50,8 @@ from .settings import ConnectorSettings
 log = logging.getLogger(__name__)
 
 STAGE = "stream_connector"
+# Where devices publish (the broker's ACL): what the instances' filters together must cover.
+DEVICE_TOPICS = f"{MACHINE_STATES_TOPIC}/#"
 MAX_RECONNECT_DELAY_S = 5.0
 MAX_KAFKA_RETRY_DELAY_S = 30.0
 # Records in the producer's queue before `produce` waits: far above what the broker's window of
@@ -63,11 +67,12 @@ class PendingRow:
     acknowledged, the broker sends it again. `abandoned`: the connector let the row go (a new MQTT
     connection or Kafka client); the broker sends it again, and late callbacks are ignored."""
 
-    __slots__ = ("mid", "qos", "remaining", "failed", "abandoned")
+    __slots__ = ("mid", "qos", "topic", "remaining", "failed", "abandoned")
 
-    def __init__(self, mid: int, qos: int) -> None:
+    def __init__(self, mid: int, qos: int, topic: str) -> None:
         self.mid = mid
         self.qos = qos
+        self.topic = topic  # the MQTT topic it came on: named in its dead letters
         self.remaining = 0
         self.failed = False
         self.abandoned = False
@@ -89,6 +94,7 @@ class ConnectorCounters(StageCounters):
 class Connector:
     def __init__(self, settings: ConnectorSettings, stop: StopSignal | None = None) -> None:
         self.settings = settings
+        self.topic_filters = parse_filters(settings.topic_filters)  # FilterError before anything starts
         self.stop = stop or StopSignal()
         self.counters = ConnectorCounters()
         self.progress: ProgressReporter | None = None
@@ -152,21 +158,21 @@ class Connector:
             return
         log.info("connected to MQTT %s:%d as %r (session present: %s)", self.settings.mqtt_host,
                  self.settings.mqtt_port, self.settings.mqtt_client_id, flags.session_present)
-        client.subscribe(self.settings.mqtt_topic, qos=1)
+        client.subscribe([(topic_filter, 1) for topic_filter in self.topic_filters])
         # A present session still holds the subscription: rows flow (and come again) before the SUBACK.
         self.subscribed = self.subscribed or flags.session_present
 
     def _on_subscribe(self, client, userdata, mid, reason_codes, properties) -> None:
         refused = [code for code in reason_codes if code.is_failure]
         if refused:
-            self.failure = (f"MQTT broker refused the subscription to {self.settings.mqtt_topic!r}: {refused[0]}; "
-                            "check --mqtt-topic and the broker's ACL, then start again")
+            self.failure = (f"MQTT broker refused the subscription to {self.settings.topic_filters!r}: {refused[0]}; "
+                            "check --topic-filters and the broker's ACL, then start again")
             return
         self.subscribed = True
 
     def _on_message(self, client, userdata, message) -> None:
         self.counters.records_in += 1
-        pending = PendingRow(message.mid, message.qos)
+        pending = PendingRow(message.mid, message.qos, message.topic)
         self.unacked.append(pending)
         delivered = self._delivery_callback(pending)
         settings = self.settings
@@ -337,7 +343,7 @@ class Connector:
         its size); one refused even then needs someone."""
         if topic == self.settings.data_topic:
             self._dead_letter(pending, delivered, f"Kafka refused the record: {error.str()}", value,
-                              self.settings.mqtt_topic, key=(key or b"").decode(errors="replace") or None)
+                              pending.topic, key=(key or b"").decode(errors="replace") or None)
             return
         pending.remaining += 1
         refused = produce(self.producer, self.settings.dlq_topic, payload_omitted(value or b"", error.str(), STAGE),
@@ -392,6 +398,10 @@ class Connector:
 
     def run(self) -> int:
         """Bridge until SIGTERM/SIGINT or an error that needs someone; returns the exit code."""
+        if not any(covers(topic_filter, DEVICE_TOPICS) for topic_filter in self.topic_filters):
+            log.warning("this instance takes only part of %s (%s): the filters of the other instances must cover "
+                        "the rest, since the broker drops a row no session subscribes to, unseen by any connector",
+                        DEVICE_TOPICS, self.settings.topic_filters)
         self._prepare_topics()
         self._connect()
         ready = False
@@ -409,7 +419,7 @@ class Connector:
                 self._restart_kafka_side()
             if not ready and self.subscribed:
                 ready = True
-                announce_ready(log, f"stream connector {self.settings.mqtt_topic!r} -> "
+                announce_ready(log, f"stream connector {self.settings.topic_filters!r} -> "
                                     f"{self.settings.data_topic!r} (dead letters: {self.settings.dlq_topic!r})")
             progress.maybe_report()
         try:

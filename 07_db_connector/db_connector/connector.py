@@ -72,7 +72,8 @@ class DbConnector:
         self._levels = PowerLevels.parse(settings.level_thresholds)
         static_membership = {"group.instance.id": settings.group_instance_id} if settings.group_instance_id else {}
         self._consumer = Consumer(consumer_config(settings.kafka_bootstrap_servers, settings.group_id,
-                                                  **security_config(settings), **{"client.id": STAGE},
+                                                  **security_config(settings), **{"client.id": STAGE,
+                                                     "session.timeout.ms": settings.session_timeout_ms},
                                                   **static_membership))
         self._producer = self._new_producer()
         self._watch = OffsetWatch(self._consumer, self.counters, log)
