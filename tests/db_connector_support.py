@@ -18,6 +18,8 @@ from influxdb import InfluxDBClient
 from local_stream_buffer.keyed import KeyedJoiner
 from pipeline_core import paths
 from pipeline_core.health import influxdb_ready
+from pipeline_core.influx_retention import (DATA_MEASUREMENT, DEADLETTER_MEASUREMENT, JOINED_MEASUREMENT,
+                                            JOINED_POLICY, RAW_POLICY)
 from pipeline_core.records import record_key
 from pipeline_core.settings import ConnectionSettings
 from stack.services import render
@@ -56,9 +58,13 @@ def distinct_series_times(records: list[dict[str, Any]]) -> int:
     return len({(r["thing"], r["quantity"], r["phenomenonTime"]) for r in records})
 
 
+# The retention policy the DB connector writes each of its measurements into.
+POLICY_OF = {DATA_MEASUREMENT: RAW_POLICY, JOINED_MEASUREMENT: JOINED_POLICY, DEADLETTER_MEASUREMENT: RAW_POLICY}
+
+
 def count(client: InfluxDBClient, measurement: str, field: str = "result") -> int:
     # An explicit time range: InfluxQL's default upper bound is now(), the data lies anywhere.
-    points = list(client.query(f'SELECT count("{field}") FROM "{measurement}" '
+    points = list(client.query(f'SELECT count("{field}") FROM "{POLICY_OF[measurement]}"."{measurement}" '
                                f"WHERE time > 0 AND time < '2200-01-01T00:00:00Z'").get_points())
     return int(points[0]["count"]) if points else 0
 

@@ -7,6 +7,7 @@ import time
 
 from pipeline_core.health import influxdb_ready
 from pipeline_core.influx import influx_client
+from pipeline_core.influx_retention import RetentionSettings, provision
 from pipeline_core.kafka_clients import admin_client, wait_for_kafka
 from pipeline_core.logs import configure_logging
 from pipeline_core.settings import ConnectionSettings, load_settings
@@ -32,6 +33,9 @@ def main(argv: list[str] | None = None) -> int:
     commands.add_parser("clean", help="stop everything and delete all state")
     commands.add_parser("topics", help="create the pipeline's topics on KAFKA_BOOTSTRAP_SERVERS "
                                        "(idempotent; `up` does it for the native stack)")
+    commands.add_parser("influxdb", help="create the pipeline's InfluxDB database, retention policies and "
+                                         "continuous queries, or bring them to INFLUXDB_*_RETENTION "
+                                         "(idempotent; `up` does it for the native stack)")
     args = parser.parse_args(argv)
     configure_logging("WARNING")
 
@@ -56,6 +60,10 @@ def main(argv: list[str] | None = None) -> int:
             wait_for_kafka(settings.kafka_bootstrap_servers)
             created = ensure_topics(admin_client(settings.kafka_bootstrap_servers))
             print("created: " + (", ".join(created) if created else "none, all topics exist"))
+        elif args.command == "influxdb":
+            settings = load_settings(RetentionSettings, [])
+            changes = provision(settings)
+            print(f"InfluxDB {settings.influxdb_database}: " + ("; ".join(changes) if changes else "up to date"))
         elif args.command == "clean":
             manager.clean()
             print("stopped everything and deleted the stack's state")

@@ -188,10 +188,9 @@ class InfluxDB(Service):
         return influxdb_ready(self.ports()["http"])
 
     def after_ready(self) -> None:
-        from pipeline_core.influx import influx_client
-        from pipeline_core.settings import ConnectionSettings, load_settings
-        settings = load_settings(ConnectionSettings, [])
-        influx_client(settings).create_database(settings.influxdb_database)
+        from pipeline_core.influx_retention import RetentionSettings, provision
+        from pipeline_core.settings import load_settings
+        provision(load_settings(RetentionSettings, []))
 
 
 class PipelineProcess(Service):
