@@ -15,10 +15,12 @@ from string import Template
 from pipeline_core import paths
 from pipeline_core.health import influxdb_ready, mqtt_ready
 from pipeline_core.logs import ready_marker
-from .processes import StackError
+from .processes import StackError, process_start_ticks, tail_bytes
 
 # Written into a service's log before `up` starts it, so readiness is read from the latest run only.
 START_MARKER = "--- stack: starting"
+# How much of the end of a pipeline process's log (and of its newest backup) is searched for its READY line.
+READY_SCAN_BYTES = 1024 * 1024
 
 
 def env_port(name: str, default: int) -> int:
@@ -195,7 +197,8 @@ class InfluxDB(Service):
 
 class PipelineProcess(Service):
     """A Python stage of the pipeline, run as `python -m <module>`; ready when the running process
-    has logged READY (with its PID: a restarted process is not ready on its predecessor's word)."""
+    has logged READY (with its PID: a restarted process is not ready on its predecessor's word). Once seen,
+    that is recorded with the process's start time, so a log rotated since still finds it ready."""
 
     def __init__(self, name: str, module: str, *args: str, start_deadline_s: float = 30.0,
                  stop_grace_s: float = 10.0, startsecs: float = 5.0) -> None:
@@ -212,14 +215,38 @@ class PipelineProcess(Service):
     def command(self) -> list[str]:
         return [sys.executable, "-m", self.module, *self.args]
 
+    @property
+    def ready_record(self) -> Path:
+        """Which process was seen ready (PID and start time): its READY line may rotate out of the log."""
+        return self.state_dir / "ready"
+
     def is_ready(self, pid: int | None = None) -> bool:
         if pid is None:
             return False
+        started = process_start_ticks(pid)
+        identity = f"{pid} {started}"
         try:
-            latest_run = self.log_file.read_text(errors="replace").rsplit(START_MARKER, 1)[-1]
+            if self.ready_record.read_text() == identity:
+                return True
         except OSError:
+            pass
+        if started is None or not self._logged_ready(pid):
             return False
-        return ready_marker(pid) in latest_run
+        self.ready_record.write_text(identity)
+        return True
+
+    def _logged_ready(self, pid: int) -> bool:
+        """The READY line of `pid` after the latest START_MARKER, in the end of the log and of its newest
+        backup (supervisord rotates the log; only a bounded tail of each is read)."""
+        text = ""
+        for log in (self.log_file, self.log_file.with_name(self.log_file.name + ".1")):
+            try:
+                text = tail_bytes(log, READY_SCAN_BYTES).decode(errors="replace") + text
+            except OSError:
+                continue
+            if START_MARKER in text:
+                break
+        return ready_marker(pid) in text.rsplit(START_MARKER, 1)[-1]
 
 
 def _current_user() -> str:
