@@ -89,12 +89,25 @@ def policies(settings: RetentionSettings) -> dict[str, str]:
     return wanted
 
 
-def history_query(database: str, measurement: str, policy: str) -> str:
-    """The SELECT INTO of one continuous query: per minute, thing and quantity, the mean, min, max and
-    count of `result` in `policy`.`measurement`, into history.`measurement`_1m."""
+def history_query(database: str, measurement: str, policy: str, where: str = "") -> str:
+    """The SELECT INTO of one continuous query: per minute, thing and quantity, the mean, min, max, sum and
+    count of `result` in `policy`.`measurement`, into history.`measurement`_1m (sum and count let a coarser
+    view weigh the minutes: sum("sum") / sum("count")). `where`: a time range, when run by hand."""
     return (f'SELECT mean("result") AS "mean", min("result") AS "min", max("result") AS "max", '
-            f'count("result") AS "count" INTO "{database}"."{HISTORY_POLICY}"."{measurement}{HISTORY_SUFFIX}" '
-            f'FROM "{database}"."{policy}"."{measurement}" GROUP BY time({HISTORY_INTERVAL}), "thing", "quantity"')
+            f'sum("result") AS "sum", count("result") AS "count" '
+            f'INTO "{database}"."{HISTORY_POLICY}"."{measurement}{HISTORY_SUFFIX}" '
+            f'FROM "{database}"."{policy}"."{measurement}" {f"WHERE {where} " if where else ""}'
+            f'GROUP BY time({HISTORY_INTERVAL}), "thing", "quantity"')
+
+
+def backfill_history(client: InfluxDBClient, database: str, start: str, end: str) -> int:
+    """Compute the history of a time range by hand (RFC 3339 times): what the continuous queries did not see,
+    such as data loaded more than 10 minutes after its time. Returns the points written."""
+    written = 0
+    for measurement, policy in ((DATA_MEASUREMENT, RAW_POLICY), (JOINED_MEASUREMENT, JOINED_POLICY)):
+        query = history_query(database, measurement, policy, f"time >= '{start}' AND time < '{end}'")
+        written += sum(int(point["written"]) for point in client.query(query, method="POST").get_points())
+    return written
 
 
 def continuous_queries(database: str) -> dict[str, str]:

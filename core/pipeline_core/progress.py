@@ -10,6 +10,8 @@ The fields of the point (see 08_influxdb_grafana/README.md for what each stage p
 * ``records_in``, ``records_out``, ``dead_letters``: totals since the process started;
 * ``records_in_per_s``, ``records_out_per_s``, ``dead_letters_per_s``: rates over the last interval;
 * ``lag``: records waiting for the stage (consumer lag, or rows in flight), when it knows it;
+* ``disk_free_bytes``, ``disk_used_ratio``: the filesystem of the stage's state (the stack's state dir, else
+  its working dir): bytes still free to it, and the share used as `df` shows it;
 * every further counter of the stage's `StageCounters` subclass, and the observation's values.
 """
 from __future__ import annotations
@@ -17,11 +19,14 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
+import shutil
 import socket
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 
+from . import paths
 from .health_metrics import HealthMetrics, health_line
 from .settings import ProgressSettings
 
@@ -117,6 +122,21 @@ def _number(value: int | float | None) -> str:
     return f"{value:,.2f}" if abs(value) < 100 else f"{value:,.0f}"
 
 
+def disk_fields(path: Path) -> dict[str, int | float]:
+    """Free bytes and used share (as `df` shows it) of the filesystem holding `path`; none if unreadable."""
+    try:
+        usage = shutil.disk_usage(path)
+    except OSError:
+        return {}
+    usable = usage.used + usage.free
+    return {"disk_free_bytes": usage.free, "disk_used_ratio": usage.used / usable if usable else 0.0}
+
+
+def state_dir() -> Path:
+    """Where a stage keeps its state: the stack's state dir when there is one, else the working dir."""
+    return paths.STATE_DIR if paths.STATE_DIR.is_dir() else Path.cwd()
+
+
 def instance_name() -> str:
     """This process among the stage's instances: host and PID."""
     return f"{socket.gethostname()}-{os.getpid()}"
@@ -128,7 +148,8 @@ class ProgressReporter:
     def __init__(self, stage: str, counters: StageCounters, *, interval_s: float,
                  observe: Callable[[], Observation] = Observation, health: HealthMetrics | None = None,
                  logger: logging.Logger | None = None, labels: Mapping[str, str] | None = None,
-                 instance: str | None = None, clock: Callable[[], float] = time.monotonic) -> None:
+                 instance: str | None = None, clock: Callable[[], float] = time.monotonic,
+                 disk_path: Path | None = None) -> None:
         self.stage = stage
         self.counters = counters
         self.interval_s = interval_s
@@ -137,6 +158,7 @@ class ProgressReporter:
         self._logger = logger or log
         self._labels = labels
         self._tags = {"stage": stage, "instance": instance or instance_name()}
+        self._disk_path = disk_path or state_dir()
         self._clock = clock
         self._last_at = clock()
         self._next_at = self._last_at + interval_s
@@ -165,7 +187,7 @@ class ProgressReporter:
         self._last_at, self._next_at, self._last_totals = now, now + self.interval_s, totals
         self._logger.info("%s", report.describe(self._labels))
         if self.health is not None:
-            line = health_line(self._tags, report.fields(), time.time_ns())
+            line = health_line(self._tags, {**report.fields(), **disk_fields(self._disk_path)}, time.time_ns())
             if line is not None:
                 self.health.record(line)
         return report

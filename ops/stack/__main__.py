@@ -12,7 +12,7 @@ from pipeline_core.kafka_clients import admin_client, wait_for_kafka
 from pipeline_core.logs import configure_logging
 from pipeline_core.settings import ConnectionSettings, load_settings
 from pipeline_core.topics import ensure_topics
-from . import losses, manager, supervision
+from . import disk, losses, manager, supervision
 from .processes import StackError, tail
 
 TROUBLE_LOG_LINES = 10
@@ -91,6 +91,7 @@ def print_status(services: list) -> None:
               + ", ".join(f"{name} (pid {pid})" for name, pid in leftovers.items())
               + "; `make down` stops them, then `make up` runs them supervised")
     print(loss_line())
+    print(disk.describe())
     for entry in entries:
         if entry.trouble:
             print(f"\n{entry.name} keeps failing: {entry.trouble}")
