@@ -4,6 +4,9 @@ the continuous queries exist and their SELECT INTO, run by hand, computes the 1-
 from __future__ import annotations
 
 import dataclasses
+import os
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 
@@ -92,3 +95,18 @@ def test_a_point_older_than_its_policy_is_refused_not_stored(fresh_database) -> 
         client.write_points([{"measurement": "machinedata", "tags": {"thing": "M1", "quantity": "speed"},
                               "time": 1554096380468, "fields": {"result": 1.0}}],
                             time_precision="ms", retention_policy="raw")
+
+
+def test_python_m_stack_influxdb_provisions_any_influxdb(fresh_database, stack: ConnectionSettings) -> None:
+    """What Compose's set-up runs: the database's policies from INFLUXDB_*_RETENTION, idempotently."""
+    database, client = fresh_database
+    env = {**os.environ, "INFLUXDB_DATABASE": database, "INFLUXDB_PORT": str(stack.influxdb_port),
+           "INFLUXDB_JOINED_RETENTION": "180d"}
+    first = subprocess.run([sys.executable, "-m", "stack", "influxdb"], env=env, capture_output=True, text=True,
+                           timeout=60)
+    assert first.returncode == 0, first.stderr
+    assert "created policy joined (180d)" in first.stdout
+    assert policies(client, database)["joined"] == ("4320h0m0s", False)
+    again = subprocess.run([sys.executable, "-m", "stack", "influxdb"], env=env, capture_output=True, text=True,
+                           timeout=60)
+    assert again.stdout.strip() == f"InfluxDB {database}: up to date"
