@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import yaml
 
 from pipeline_core.influx_retention import RetentionSettings, duration_s, policies
 from pipeline_core.topics import PIPELINE_TOPICS
@@ -81,3 +82,10 @@ def test_status_sizes_the_servers_data(tmp_path: Path, monkeypatch) -> None:
     assert f"on the filesystem of {tmp_path}; data: Kafka " in text and "InfluxDB 0 B, Mosquitto 0 B" in text
     assert disk.directory_bytes(tmp_path / "kafka") >= 100_000
     assert text.splitlines()[1].startswith("WARNING: the disk holding")
+
+
+def test_every_compose_container_s_log_rotates() -> None:
+    compose = yaml.safe_load((Path(__file__).resolve().parents[2] / "docker-compose.yml").read_text())
+    for name, service in compose["services"].items():
+        options = service.get("logging", {}).get("options", {})
+        assert options.get("max-size") and options.get("max-file"), name
