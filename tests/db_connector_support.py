@@ -19,9 +19,9 @@ from local_stream_buffer.keyed import KeyedJoiner
 from pipeline_core import paths
 from pipeline_core.health import influxdb_ready
 from pipeline_core.influx_retention import (DATA_MEASUREMENT, DEADLETTER_MEASUREMENT, JOINED_MEASUREMENT,
-                                            JOINED_POLICY, RAW_POLICY)
+                                            JOINED_POLICY, RAW_POLICY, RetentionSettings, ensure_retention)
 from pipeline_core.records import record_key
-from pipeline_core.settings import ConnectionSettings
+from pipeline_core.settings import ConnectionSettings, load_settings
 from stack.services import render
 from support import unique, wait_for
 
@@ -168,10 +168,11 @@ def chunks(items: list[Any], parts: int) -> Iterator[list[Any]]:
 
 @pytest.fixture
 def database(stack: ConnectionSettings, request: pytest.FixtureRequest) -> Iterator[tuple[str, InfluxDBClient]]:
-    """A database of this test only on the shared InfluxDB, dropped afterwards."""
+    """A database of this test only on the shared InfluxDB, with the pipeline's retention policies (as the
+    stack makes it), dropped afterwards."""
     name = unique(request.node.module.__name__.rpartition(".")[2]).replace(".", "_")
     client = InfluxDBClient(stack.influxdb_host, stack.influxdb_port, database=name, timeout=30)
-    client.create_database(name)
+    ensure_retention(client, name, load_settings(RetentionSettings, []))
     yield name, client
     client.drop_database(name)
 
