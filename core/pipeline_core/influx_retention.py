@@ -43,7 +43,7 @@ HISTORY_INTERVAL = "1m"
 # 10 minutes after their time (the pipeline's lag, a DB connector catching up) are in the history too.
 HISTORY_RESAMPLE_FOR = "10m"
 
-# InfluxDB refuses a policy shorter than an hour.
+# A duration as the settings give it (whole hours, days or weeks) and as InfluxDB shows it (720h0m0s).
 _DURATION = re.compile(r"^(?:(\d+)([hdw])|INF)$")
 _UNIT_S = {"h": 3600, "d": 86400, "w": 7 * 86400}
 _SHOWN_PART = re.compile(r"(\d+)([hms])")
@@ -73,8 +73,7 @@ def duration_s(duration: str) -> int:
         return int(match.group(1)) * _UNIT_S[match.group(2)] if match.group(1) else 0
     parts = _SHOWN_PART.findall(text)
     if not parts or "".join(f"{n}{u}" for n, u in parts) != text:
-        raise ValueError(f"{duration!r} is not a retention duration: use a whole number of hours, days "
-                         f"or weeks (12h, 30d, 104w) or INF")
+        raise ValueError(f"{duration!r} is not a retention duration")
     return sum(int(n) * _SHOWN_UNIT_S[u] for n, u in parts)
 
 
@@ -83,9 +82,9 @@ def policies(settings: RetentionSettings) -> dict[str, str]:
     wanted = {RAW_POLICY: settings.influxdb_raw_retention, JOINED_POLICY: settings.influxdb_joined_retention,
               HEALTH_POLICY: settings.influxdb_health_retention, HISTORY_POLICY: settings.influxdb_history_retention}
     for name, duration in wanted.items():
-        seconds = duration_s(duration)
-        if 0 < seconds < 3600:
-            raise ValueError(f"the {name} retention {duration!r} is shorter than InfluxDB's minimum of 1h")
+        if not _DURATION.match(duration.strip()):  # no unit below InfluxDB's minimum of an hour
+            raise ValueError(f"INFLUXDB_{name.upper()}_RETENTION={duration!r}: give a whole number of hours, "
+                             "days or weeks (12h, 30d, 104w) or INF")
     return wanted
 
 
@@ -163,7 +162,12 @@ def ensure_retention(client: InfluxDBClient, database: str, settings: RetentionS
 
 
 def provision(settings: RetentionSettings) -> list[str]:
-    """`ensure_retention` on the settings' InfluxDB and database: what the stack runs once InfluxDB answers."""
+    """`ensure_retention` on the settings' InfluxDB and database: what the stack runs once InfluxDB answers.
+    A retention setting InfluxDB would refuse ends the program with the reason."""
+    try:
+        policies(settings)
+    except ValueError as error:
+        raise SystemExit(f"InfluxDB retention: {error}") from None
     return ensure_retention(influx_client(settings), settings.influxdb_database, settings)
 
 

@@ -54,7 +54,7 @@ def test_retention_durations_are_checked_and_compared_as_influxdb_shows_them() -
     assert duration_s("30d") == duration_s("720h0m0s") == 30 * 86400
     assert duration_s("104w") == duration_s("17472h0m0s") and duration_s("INF") == duration_s("0s") == 0
     for wrong in ("30 days", "1.5d", "30m"):
-        with pytest.raises(ValueError):
+        with pytest.raises(ValueError, match="INFLUXDB_RAW_RETENTION"):
             policies(RetentionSettings(influxdb_raw_retention=wrong))
     assert policies(RetentionSettings()) == {"raw": "30d", "joined": "90d", "health": "7d", "history": "104w"}
 
