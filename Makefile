@@ -73,7 +73,7 @@ logs: setup
 # Replays events into the running stack: RATE=rows/s (0 = as fast as lossless delivery allows),
 # N=rows (default: the whole file), DATA_ARGS for any other simulator flag (see --help).
 data: setup
-	@$(PY) -m simulator $(if $(RATE),--rate $(RATE)) $(if $(N),--limit $(N)) $(DATA_ARGS)
+	@$(PY) -m simulator --ending-now $(if $(RATE),--rate $(RATE)) $(if $(N),--limit $(N)) $(DATA_ARGS)
 
 report: setup
 	@$(PY) -m grafana_report --out reports/

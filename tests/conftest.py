@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -13,6 +14,11 @@ from pipeline_core.kafka_clients import admin_client
 from pipeline_core.settings import ConnectionSettings, load_settings
 from pipeline_core.topics import MACHINE_DATA, MACHINE_DLQ, MACHINE_OUT, ensure_topics
 from support import unique
+
+# The replayed rows are from 2019: InfluxDB refuses points older than their retention policy's duration, so
+# the tests' databases (and the stack a session starts) keep raw, joined and history data forever.
+for _policy in ("RAW", "JOINED", "HISTORY"):
+    os.environ.setdefault(f"INFLUXDB_{_policy}_RETENTION", "INF")
 
 # The 5,000 real event rows (three machines), shipped with the simulator as its default replay.
 EVENTS_FILE = Path(__file__).resolve().parents[1] / "01_simulator" / "data" / "test_events.json"

@@ -18,8 +18,10 @@ from influxdb import InfluxDBClient
 from local_stream_buffer.keyed import KeyedJoiner
 from pipeline_core import paths
 from pipeline_core.health import influxdb_ready
+from pipeline_core.influx_retention import (DATA_MEASUREMENT, DEADLETTER_MEASUREMENT, JOINED_MEASUREMENT,
+                                            JOINED_POLICY, RAW_POLICY, RetentionSettings, ensure_retention)
 from pipeline_core.records import record_key
-from pipeline_core.settings import ConnectionSettings
+from pipeline_core.settings import ConnectionSettings, load_settings
 from stack.services import render
 from support import unique, wait_for
 
@@ -56,9 +58,13 @@ def distinct_series_times(records: list[dict[str, Any]]) -> int:
     return len({(r["thing"], r["quantity"], r["phenomenonTime"]) for r in records})
 
 
+# The retention policy the DB connector writes each of its measurements into.
+POLICY_OF = {DATA_MEASUREMENT: RAW_POLICY, JOINED_MEASUREMENT: JOINED_POLICY, DEADLETTER_MEASUREMENT: RAW_POLICY}
+
+
 def count(client: InfluxDBClient, measurement: str, field: str = "result") -> int:
     # An explicit time range: InfluxQL's default upper bound is now(), the data lies anywhere.
-    points = list(client.query(f'SELECT count("{field}") FROM "{measurement}" '
+    points = list(client.query(f'SELECT count("{field}") FROM "{POLICY_OF[measurement]}"."{measurement}" '
                                f"WHERE time > 0 AND time < '2200-01-01T00:00:00Z'").get_points())
     return int(points[0]["count"]) if points else 0
 
@@ -163,10 +169,11 @@ def chunks(items: list[Any], parts: int) -> Iterator[list[Any]]:
 
 @pytest.fixture
 def database(stack: ConnectionSettings, request: pytest.FixtureRequest) -> Iterator[tuple[str, InfluxDBClient]]:
-    """A database of this test only on the shared InfluxDB, dropped afterwards."""
+    """A database of this test only on the shared InfluxDB, with the pipeline's retention policies (as the
+    stack makes it), dropped afterwards."""
     name = unique(request.node.module.__name__.rpartition(".")[2]).replace(".", "_")
     client = InfluxDBClient(stack.influxdb_host, stack.influxdb_port, database=name, timeout=30)
-    client.create_database(name)
+    ensure_retention(client, name, load_settings(RetentionSettings, []))
     yield name, client
     client.drop_database(name)
 

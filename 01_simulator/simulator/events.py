@@ -117,6 +117,24 @@ def displaced(rows: list[Row], disorder_ms: int, seed: int) -> list[Row]:
     return [rows[index] for _, _, index in sorted(arrival)]
 
 
+def ending_at(rows: list[Row], end_ms: int) -> list[Row]:
+    """The rows moved in time, their spacing kept, so that the newest is at `end_ms`: a replay of an old sample
+    then lands inside InfluxDB's retention policies (README, "Operations"), which refuse older points."""
+    times = [time_ms for time_ms in map(event_time_ms, rows) if time_ms is not None]
+    if not times:
+        return rows
+    delta_ms = end_ms - int(max(times))
+    moved = []
+    for row in rows:
+        if "Timestamp" in row:
+            try:
+                row = {**row, "Timestamp": shifted_time(row["Timestamp"], delta_ms)}
+            except InvalidTime:
+                pass  # no time to move: the row goes out as it is, for the connector to dead-letter
+        moved.append(row)
+    return moved
+
+
 def repeat(rows: list[Row]) -> Iterator[Row]:
     """The rows again and again, each pass later in time than the one before and with fresh ids.
 

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 from tqdm import tqdm
 
-from .events import Row, displaced, event_time_ms, in_order, read_events, repeat
+from .events import Row, displaced, ending_at, event_time_ms, in_order, read_events, repeat
 from .publisher import Publisher
 from .settings import SimulatorSettings
 from .synthetic import synthetic_rows
@@ -41,8 +41,10 @@ def selected_rows(settings: SimulatorSettings) -> tuple[Iterator[Row], int | Non
                                              settings.start_ms, settings.interval_ms)
         available = None
     else:
-        events = displaced(in_order(read_events(settings.events_file), settings.order), settings.disorder_ms,
-                           settings.seed)
+        events = read_events(settings.events_file)
+        if settings.ending_now:
+            events = ending_at(events, int(time.time() * 1000))
+        events = displaced(in_order(events, settings.order), settings.disorder_ms, settings.seed)
         rows = repeat(events) if settings.loop else iter(events)
         available = None if settings.loop else max(0, len(events) - settings.skip)
     rows = itertools.islice(rows, settings.skip, None)

@@ -15,6 +15,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Produ
 
 from pipeline_core.data_loss import WATERMARK_TIMEOUT_S, OffsetWatch
 from pipeline_core.influx import influx_client
+from pipeline_core.influx_retention import JOINED_POLICY, RAW_POLICY
 from pipeline_core.kafka_clients import (ACCESS_ERRORS, admin_client, consumer_config, is_transient, produce,
                                          producer_config, refused_for_itself, security_config)
 from pipeline_core.lifecycle import StopSignal
@@ -25,7 +26,7 @@ from pipeline_core.topics import partition_count
 
 from .points import PowerLevels, deadletter_point, record_line
 from .settings import DbConnectorSettings
-from .writer import InfluxWriter, WriteAborted
+from .writer import InfluxWriter, RejectedPoint, WriteAborted
 
 log = logging.getLogger(__name__)
 
@@ -49,6 +50,7 @@ class DbConnectorCounters(ConsumerCounters):
 @dataclass
 class _Batch:
     lines: list[str] = field(default_factory=list)
+    policies: list[str] = field(default_factory=list)  # per line: the retention policy it goes into
     # Per line: the message it came from, to dead-letter it if InfluxDB refuses the point.
     sources: list[Message] = field(default_factory=list)
     dead_letters: list[bytes] = field(default_factory=list)
@@ -77,7 +79,7 @@ class DbConnector:
                                                   **static_membership))
         self._producer = self._new_producer()
         self._watch = OffsetWatch(self._consumer, self.counters, log)
-        self._writer = InfluxWriter(influx_client(settings), settings.influxdb_database,
+        self._writer = InfluxWriter(influx_client(settings), settings.influxdb_database, settings,
                                     retry_max_s=settings.retry_max_s, should_stop=self.stop.is_set,
                                     while_waiting=self._wait_polling)
         self._batch = _Batch()
@@ -160,13 +162,14 @@ class DbConnector:
             timestamp_ms = message.timestamp()[1]
             batch.lines.append(deadletter_point(settings.deadletter_measurement, payload, timestamp_ms, partition,
                                                 offset))
+            batch.policies.append(RAW_POLICY)
             batch.sources.append(message)
             return
         try:
             if topic == settings.out_topic:
-                line = record_line(payload, settings.joined_measurement, self._levels)
+                line, policy = record_line(payload, settings.joined_measurement, self._levels), JOINED_POLICY
             else:
-                line = record_line(payload, settings.data_measurement)
+                line, policy = record_line(payload, settings.data_measurement), RAW_POLICY
         except InvalidRecord as error:
             batch.dead_letters.append(dead_letter(str(error), payload, STAGE, topic=topic,
                                                   partition=partition, offset=offset))
@@ -177,6 +180,7 @@ class DbConnector:
                                                   payload, STAGE, topic=topic, partition=partition, offset=offset))
             return
         batch.lines.append(line)
+        batch.policies.append(policy)
         batch.sources.append(message)
 
     # -- writing and committing -------------------------------------------------------------------
@@ -188,7 +192,7 @@ class DbConnector:
         # Both steps may wait out an outage while serving the group: a revocation meanwhile is noted.
         self._flushing = True
         try:
-            rejected = self._writer.write(batch.lines)
+            rejected = self._write(batch)
             dead_letters = list(batch.dead_letters)
             for point in rejected:
                 source = batch.sources[point.index]
@@ -210,6 +214,17 @@ class DbConnector:
                       in batch.next_offsets.items()])
         self._batch = _Batch()
         self._resume()
+
+    def _write(self, batch: _Batch) -> list[RejectedPoint]:
+        """One write per retention policy; the refused points by their index in the batch."""
+        indices_by_policy: dict[str, list[int]] = {}
+        for index, policy in enumerate(batch.policies):
+            indices_by_policy.setdefault(policy, []).append(index)
+        rejected = []
+        for policy, indices in indices_by_policy.items():
+            for point in self._writer.write([batch.lines[index] for index in indices], policy):
+                rejected.append(RejectedPoint(indices[point.index], point.reason))
+        return sorted(rejected, key=lambda point: point.index)
 
     def _commit(self, offsets: list[TopicPartition]) -> None:
         """Commit a written batch's offsets. While Kafka restarts, its group coordinator answers with a

@@ -3,13 +3,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from pipeline_core.influx_retention import (DATA_MEASUREMENT, DEADLETTER_MEASUREMENT, JOINED_MEASUREMENT,
+                                            RetentionSettings)
 from pipeline_core.settings import KafkaSettings, ProgressSettings, setting
 from pipeline_core.topics import MACHINE_DATA, MACHINE_DLQ, MACHINE_OUT
 
 
 @dataclass(frozen=True)
-class DbConnectorSettings(KafkaSettings, ProgressSettings):
-    """Load machine.data and machine.out (and the dead-letter counts of machine.dlq) into InfluxDB."""
+class DbConnectorSettings(KafkaSettings, ProgressSettings, RetentionSettings):
+    """Load machine.data and machine.out (and the dead-letter counts of machine.dlq) into InfluxDB, each into
+    its retention policy (raw, joined; the policies' durations apply when the connector creates them)."""
 
     data_topic: str = setting(MACHINE_DATA.name, "DB_CONNECTOR_DATA_TOPIC", "topic of the raw quantities")
     out_topic: str = setting(MACHINE_OUT.name, "DB_CONNECTOR_OUT_TOPIC", "topic of the join results")
@@ -22,9 +25,9 @@ class DbConnectorSettings(KafkaSettings, ProgressSettings):
     session_timeout_ms: int = setting(10_000, "DB_CONNECTOR_SESSION_TIMEOUT_MS",
                                       "group session timeout: how soon a vanished instance's partitions move to the "
                                       "other instances of the group (Kafka's client default, 45 s, held them that long)")
-    data_measurement: str = setting("machinedata", "DB_CONNECTOR_DATA_MEASUREMENT", "measurement of the raw quantities")
-    joined_measurement: str = setting("joined", "DB_CONNECTOR_JOINED_MEASUREMENT", "measurement of the join results")
-    deadletter_measurement: str = setting("deadletters", "DB_CONNECTOR_DEADLETTER_MEASUREMENT",
+    data_measurement: str = setting(DATA_MEASUREMENT, "DB_CONNECTOR_DATA_MEASUREMENT", "measurement of the raw quantities")
+    joined_measurement: str = setting(JOINED_MEASUREMENT, "DB_CONNECTOR_JOINED_MEASUREMENT", "measurement of the join results")
+    deadletter_measurement: str = setting(DEADLETTER_MEASUREMENT, "DB_CONNECTOR_DEADLETTER_MEASUREMENT",
                                           "measurement counting the records of the dead-letter topic")
     batch_size: int = setting(5000, "DB_CONNECTOR_BATCH_SIZE", "points per InfluxDB write")
     flush_interval_s: float = setting(1.0, "DB_CONNECTOR_FLUSH_INTERVAL_S",

@@ -18,6 +18,8 @@ import requests
 from influxdb import InfluxDBClient
 from influxdb.exceptions import InfluxDBClientError, InfluxDBServerError
 
+from pipeline_core.influx_retention import RetentionSettings, ensure_retention, policy_missing
+
 from .points import body
 
 log = logging.getLogger(__name__)
@@ -39,11 +41,12 @@ class RejectedPoint:
 class InfluxWriter:
     """Writes batches of lines into one database; see the module docstring for the guarantees."""
 
-    def __init__(self, client: InfluxDBClient, database: str, *, retry_max_s: float = 30.0,
-                 should_stop: Callable[[], bool] = lambda: False,
+    def __init__(self, client: InfluxDBClient, database: str, retention: RetentionSettings, *,
+                 retry_max_s: float = 30.0, should_stop: Callable[[], bool] = lambda: False,
                  while_waiting: Callable[[float], None] = time.sleep) -> None:
         self._client = client
         self._database = database
+        self._retention = retention
         self._retry_max_s = retry_max_s
         self._should_stop = should_stop
         # Called instead of a plain sleep between retries, so the caller can keep its consumer alive.
@@ -53,25 +56,27 @@ class InfluxWriter:
         self.failing = False  # the last attempt failed and is being retried: work waits on InfluxDB
 
     def ensure_database(self) -> None:
-        """CREATE DATABASE (idempotent), retried until InfluxDB answers. A user without the admin
-        privilege (the `writer` of a secure stack) may not: the stack's admin made the database."""
+        """The database with its retention policies (idempotent, `pipeline_core.influx_retention`), retried
+        until InfluxDB answers. A user without the admin privilege (the `writer` of a secure stack) may not
+        create them: the stack's admin made them, and it writes into them as they are."""
         def create() -> None:
             try:
-                self._client.create_database(self._database)
+                ensure_retention(self._client, self._database, self._retention)
             except InfluxDBClientError as error:
                 if error.code != 403:
                     raise
-                log.info("not allowed to create database %s; writing into it as it is", self._database)
+                log.info("not allowed to create database %s or its retention policies; writing into them as "
+                         "they are", self._database)
 
-        self._retrying(create, "create the database")
+        self._retrying(create, "create the database and its retention policies")
 
-    def write(self, lines: Sequence[str]) -> list[RejectedPoint]:
-        """Store `lines`; returns the points InfluxDB refused, each with its reason."""
+    def write(self, lines: Sequence[str], policy: str) -> list[RejectedPoint]:
+        """Store `lines` in retention policy `policy`; returns the points InfluxDB refused, each with its reason."""
         rejected: list[RejectedPoint] = []
         pending = [(0, len(lines))]
         while pending:
             start, stop = pending.pop()
-            reason = self._write_until_answered(lines[start:stop])
+            reason = self._write_until_answered(lines[start:stop], policy)
             if reason is None:
                 continue
             if stop - start == 1:
@@ -82,13 +87,13 @@ class InfluxWriter:
         rejected.sort(key=lambda point: point.index)
         return rejected
 
-    def _write_until_answered(self, lines: Sequence[str]) -> str | None:
+    def _write_until_answered(self, lines: Sequence[str], policy: str) -> str | None:
         """Write one request; None when stored, InfluxDB's reason when it refused the points."""
         refusal: list[str] = []
 
         def attempt() -> None:
             try:
-                self._post(lines)
+                self._post(lines, policy)
             except InfluxDBClientError as error:
                 if error.code not in _POINT_ERRORS:
                     raise
@@ -97,9 +102,9 @@ class InfluxWriter:
         self._retrying(attempt, f"write {len(lines)} points")
         return refusal[0] if refusal else None
 
-    def _post(self, lines: Sequence[str]) -> None:
+    def _post(self, lines: Sequence[str], policy: str) -> None:
         self.requests += 1
-        self._client.request("write", "POST", params={"db": self._database, "precision": "n"},
+        self._client.request("write", "POST", params={"db": self._database, "rp": policy, "precision": "n"},
                              data=body(lines), expected_response_code=204,
                              headers={"Content-Type": "application/octet-stream"})
 
@@ -112,8 +117,8 @@ class InfluxWriter:
                 return
             except (requests.exceptions.RequestException, InfluxDBServerError, InfluxDBClientError) as error:
                 self.failing = True
-                if isinstance(error, InfluxDBClientError) and error.code == 404:
-                    # The database was dropped or never made: make it, then retry the write.
+                if policy_missing(error):
+                    # The database or a policy was dropped or never made: make them, then retry the write.
                     self._try_create_database()
                 self.retries += 1
                 log.warning("InfluxDB could not %s (%s); retrying in %.1f s", what, _reason(error), delay)
@@ -126,7 +131,7 @@ class InfluxWriter:
 
     def _try_create_database(self) -> None:
         try:
-            self._client.create_database(self._database)
+            ensure_retention(self._client, self._database, self._retention)
         except (requests.exceptions.RequestException, InfluxDBServerError, InfluxDBClientError) as error:
             log.warning("could not create database %s: %s", self._database, _reason(error))
 

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from pipeline_core import credentials
 from pipeline_core.influx import influx_client
+from pipeline_core.influx_retention import DATA_MEASUREMENT, JOINED_MEASUREMENT, JOINED_POLICY, RAW_POLICY
 from pipeline_core.logs import configure_logging
 from pipeline_core.settings import InfluxSettings, load_settings, setting
 
@@ -38,12 +39,13 @@ def _epoch_ms(text: str) -> int:
     return int(moment.timestamp() * 1000)
 
 
-def data_range(client, measurements: Sequence[str] = ("machinedata", "joined")) -> TimeRange | None:
-    """From the first to the last stored point of the measurements."""
+def data_range(client, measurements: Sequence[str] = (f'"{RAW_POLICY}"."{DATA_MEASUREMENT}"',
+                                                      f'"{JOINED_POLICY}"."{JOINED_MEASUREMENT}"')) -> TimeRange | None:
+    """From the first to the last stored point of the measurements (InfluxQL, "policy"."measurement")."""
     times: list[int] = []
     for measurement in measurements:
         for function in ("first", "last"):
-            points = list(client.query(f'SELECT {function}("result") FROM "{measurement}" '
+            points = list(client.query(f'SELECT {function}("result") FROM {measurement} '
                                        "WHERE time > 0 AND time < '2200-01-01T00:00:00Z'", epoch="ms").get_points())
             times.extend(point["time"] for point in points)
     return TimeRange(min(times), max(times)) if times else None

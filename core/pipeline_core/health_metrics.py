@@ -1,4 +1,5 @@
-"""The stages' health metrics in InfluxDB (measurement `pipeline_health`), written off the stage's loop.
+"""The stages' health metrics in InfluxDB (measurement `pipeline_health` in retention policy `health`),
+written off the stage's loop.
 
 A stage hands each progress report's line to `HealthMetrics.record`, which only appends it to a bounded
 queue. A daemon thread writes whatever is queued in one request. An unreachable or failing InfluxDB
@@ -14,9 +15,10 @@ import time
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 
-from influxdb.exceptions import InfluxDBClientError
+from influxdb.exceptions import InfluxDBClientError, InfluxDBServerError
 
 from .influx import escape_measurement, escape_tag, influx_client
+from .influx_retention import HEALTH_POLICY, ensure_retention, policy_missing, retention_settings
 from .settings import InfluxSettings
 
 log = logging.getLogger(__name__)
@@ -74,23 +76,24 @@ class HealthMetrics:
 
     @classmethod
     def to_influxdb(cls, settings: InfluxSettings) -> HealthMetrics:
-        """Writing into the pipeline's database (`settings.influxdb_database`), creating it if missing."""
+        """Writing into the pipeline's database (`settings.influxdb_database`), retention policy `health`;
+        creating the database and its policies if missing."""
         client = influx_client(settings, timeout_s=WRITE_TIMEOUT_S)
         database = settings.influxdb_database
 
         def write(lines: Sequence[str]) -> None:
-            client.request("write", "POST", params={"db": database, "precision": "n"},
+            client.request("write", "POST", params={"db": database, "rp": HEALTH_POLICY, "precision": "n"},
                            data="\n".join(lines).encode(), expected_response_code=204,
                            headers={"Content-Type": "application/octet-stream"})
 
         def send(lines: Sequence[str]) -> None:
             try:
                 write(lines)
-            except InfluxDBClientError as error:
-                if error.code == 404:  # no such database (yet): make it, and write again
-                    client.create_database(database)
+            except (InfluxDBClientError, InfluxDBServerError) as error:
+                if policy_missing(error):  # no such database or policy (yet): make them, and write again
+                    ensure_retention(client, database, retention_settings(settings))
                     write(lines)
-                elif error.code in _POINT_ERRORS:
+                elif isinstance(error, InfluxDBClientError) and error.code in _POINT_ERRORS:
                     raise PointsRefused(str(error.content)[:300]) from None
                 else:
                     raise

@@ -10,6 +10,8 @@ The fields of the point (see 08_influxdb_grafana/README.md for what each stage p
 * ``records_in``, ``records_out``, ``dead_letters``: totals since the process started;
 * ``records_in_per_s``, ``records_out_per_s``, ``dead_letters_per_s``: rates over the last interval;
 * ``lag``: records waiting for the stage (consumer lag, or rows in flight), when it knows it;
+* ``disk_free_bytes``, ``disk_used_ratio``: the filesystem of the stage's state (the stack's state dir, else
+  its working dir): bytes still free to it, and the share used as `df` shows it;
 * every further counter of the stage's `StageCounters` subclass, and the observation's values.
 
 With a heartbeat file (setting PROGRESS_FILE), each report also replaces that file with a `Heartbeat`: when
@@ -22,12 +24,14 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
+import shutil
 import socket
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from . import paths
 from .health_metrics import HealthMetrics, health_line
 from .settings import ProgressSettings
 from .stage_health import Heartbeat, write_heartbeat
@@ -133,6 +137,21 @@ def _number(value: int | float | None) -> str:
     return f"{value:,.2f}" if abs(value) < 100 else f"{value:,.0f}"
 
 
+def disk_fields(path: Path) -> dict[str, int | float]:
+    """Free bytes and used share (as `df` shows it) of the filesystem holding `path`; none if unreadable."""
+    try:
+        usage = shutil.disk_usage(path)
+    except OSError:
+        return {}
+    usable = usage.used + usage.free
+    return {"disk_free_bytes": usage.free, "disk_used_ratio": usage.used / usable if usable else 0.0}
+
+
+def state_dir() -> Path:
+    """Where a stage keeps its state: the stack's state dir when there is one, else the working dir."""
+    return paths.STATE_DIR if paths.STATE_DIR.is_dir() else Path.cwd()
+
+
 def instance_name() -> str:
     """This process among the stage's instances: host and PID."""
     return f"{socket.gethostname()}-{os.getpid()}"
@@ -149,7 +168,7 @@ class ProgressReporter:
                  logger: logging.Logger | None = None, labels: Mapping[str, str] | None = None,
                  instance: str | None = None, clock: Callable[[], float] = time.monotonic,
                  progress_counters: Sequence[str] = RATED_COUNTERS, heartbeat_file: Path | None = None,
-                 wall_clock: Callable[[], float] = time.time) -> None:
+                 wall_clock: Callable[[], float] = time.time, disk_path: Path | None = None) -> None:
         self.stage = stage
         self.counters = counters
         self.interval_s = interval_s
@@ -158,6 +177,7 @@ class ProgressReporter:
         self._logger = logger or log
         self._labels = labels
         self._tags = {"stage": stage, "instance": instance or instance_name()}
+        self._disk_path = disk_path or state_dir()
         self._clock = clock
         self._last_at = clock()
         self._next_at = self._last_at + interval_s
@@ -200,7 +220,7 @@ class ProgressReporter:
         self._write_heartbeat(wall_now, observation)
         self._logger.info("%s", report.describe(self._labels))
         if self.health is not None:
-            line = health_line(self._tags, report.fields(), time.time_ns())
+            line = health_line(self._tags, {**report.fields(), **disk_fields(self._disk_path)}, time.time_ns())
             if line is not None:
                 self.health.record(line)
         return report

@@ -2,10 +2,11 @@
 from __future__ import annotations
 
 import logging
+import os
 from dataclasses import dataclass, field
 
 from confluent_kafka import KafkaError, KafkaException
-from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic, ResourceType
+from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, NewTopic, ResourceType
 
 from .kafka_clients import DEFAULT_STARTUP_DEADLINE_S, retry_transient
 from .records import DEAD_LETTER_MAX_BYTES, DEAD_LETTER_ROOM_BYTES, DLQ_MAX_MESSAGE_BYTES
@@ -13,10 +14,31 @@ from .records import DEAD_LETTER_MAX_BYTES, DEAD_LETTER_ROOM_BYTES, DLQ_MAX_MESS
 log = logging.getLogger(__name__)
 
 TWO_DAYS_MS = str(2 * 24 * 3600 * 1000)
+GIB = 1024**3
 
 # `delete`, not `compact`: keys are "thing.quantity", so compaction would keep only the latest value
 # of each quantity and erase the time series that joins, restarts and dashboards read back.
 _TIME_SERIES = {"cleanup.policy": "delete", "retention.ms": TWO_DAYS_MS}
+
+
+def _retention_bytes(env: str, default: int) -> dict[str, str]:
+    """A partition's size bound (retention.bytes), whichever of it and retention.ms is reached first deletes
+    the oldest segment. `env` overrides the default; -1 means no bound by size."""
+    value = os.environ.get(env, str(default))
+    try:
+        int(value)
+    except ValueError:
+        raise SystemExit(f"{env}={value!r}: give the bytes per partition as a whole number (-1: no bound)") from None
+    return {"retention.bytes": value}
+
+
+# Per partition, so the topics hold at most 10 GiB, 3 GiB and 1.5 GiB (plus a segment each). Two days of
+# machine.data at 500 records/s (some 250 bytes each on disk) are about 20 GiB: a plant that fast keeps
+# about a day, a slower one the full two days; either way Kafka stops growing before a disk of a few tens of
+# GiB fills. What size deletes is counted as loss as retention by time is (the log start offset moves).
+DATA_RETENTION_BYTES = 2 * GIB
+OUT_RETENTION_BYTES = 1 * GIB
+DLQ_RETENTION_BYTES = GIB // 2
 
 
 @dataclass(frozen=True)
@@ -26,20 +48,27 @@ class TopicSpec:
     config: dict[str, str] = field(default_factory=dict)
 
 
-MACHINE_DATA = TopicSpec("machine.data", 5, dict(_TIME_SERIES))
-MACHINE_OUT = TopicSpec("machine.out", 3, dict(_TIME_SERIES))
-MACHINE_DLQ = TopicSpec("machine.dlq", 3, {**_TIME_SERIES, "max.message.bytes": str(DLQ_MAX_MESSAGE_BYTES)})
+MACHINE_DATA = TopicSpec("machine.data", 5, {**_TIME_SERIES,
+                                              **_retention_bytes("KAFKA_DATA_RETENTION_BYTES", DATA_RETENTION_BYTES)})
+MACHINE_OUT = TopicSpec("machine.out", 3, {**_TIME_SERIES,
+                                           **_retention_bytes("KAFKA_OUT_RETENTION_BYTES", OUT_RETENTION_BYTES)})
+MACHINE_DLQ = TopicSpec("machine.dlq", 3, {**_TIME_SERIES, "max.message.bytes": str(DLQ_MAX_MESSAGE_BYTES),
+                                           **_retention_bytes("KAFKA_DLQ_RETENTION_BYTES", DLQ_RETENTION_BYTES)})
+# The settings `ensure_topics` brings an existing topic to: a changed size bound applies on the next `up`.
+ALTERED_ON_START = ("retention.bytes",)
 PIPELINE_TOPICS = (MACHINE_DATA, MACHINE_OUT, MACHINE_DLQ)
 
 
 def ensure_topics(admin: AdminClient, topics: tuple[TopicSpec, ...] = PIPELINE_TOPICS,
                   timeout: float = 30.0, deadline_s: float = DEFAULT_STARTUP_DEADLINE_S) -> list[str]:
-    """Create the topics that do not exist yet; returns the names created. Safe to call twice, and
-    asks again while the broker answers a transient error (up to `deadline_s`)."""
+    """Create the topics that do not exist yet, and set `ALTERED_ON_START` on those that do; returns the
+    names created. Safe to call twice, and asks again while the broker answers a transient error (up to
+    `deadline_s`)."""
     created: list[str] = []
 
     def create_missing() -> None:
         existing = admin.list_topics(timeout=timeout).topics
+        _alter_existing(admin, [t for t in topics if t.name in existing], timeout)
         wanted = [NewTopic(t.name, num_partitions=t.partitions, replication_factor=1, config=t.config)
                   for t in topics if t.name not in existing]
         for name, future in (admin.create_topics(wanted, operation_timeout=timeout).items() if wanted else ()):
@@ -55,6 +84,15 @@ def ensure_topics(admin: AdminClient, topics: tuple[TopicSpec, ...] = PIPELINE_T
     if created:
         log.info("created topics %s", ", ".join(created))
     return created
+
+
+def _alter_existing(admin: AdminClient, topics: list[TopicSpec], timeout: float) -> None:
+    resources = [ConfigResource(ResourceType.TOPIC, topic.name, incremental_configs=[
+        ConfigEntry(key, topic.config[key], incremental_operation=AlterConfigOpType.SET)
+        for key in ALTERED_ON_START if key in topic.config]) for topic in topics]
+    resources = [resource for resource in resources if resource.incremental_configs]
+    for future in (admin.incremental_alter_configs(resources, request_timeout=timeout).values() if resources else ()):
+        future.result(timeout)
 
 
 def partition_count(admin: AdminClient, topic: str, deadline_s: float = DEFAULT_STARTUP_DEADLINE_S) -> int:

@@ -9,12 +9,13 @@ import time
 from pipeline_core import credentials
 from pipeline_core.health import influxdb_ready
 from pipeline_core.influx import influx_client
+from pipeline_core.influx_retention import RetentionSettings, provision
 from pipeline_core.kafka_clients import admin_client, security_config, wait_for_kafka
 from pipeline_core.logs import configure_logging
 from pipeline_core.settings import ConnectionSettings, load_settings
 from pipeline_core.stage_health import StageHealth, format_age
 from pipeline_core.topics import ensure_topics
-from . import losses, manager, security, supervision
+from . import disk, losses, manager, security, supervision
 from .kafka_acls import ensure_kafka_principals, kafka_users
 from .processes import StackError, tail
 
@@ -41,6 +42,9 @@ def main(argv: list[str] | None = None) -> int:
                                  help="a new random Kafka password for a principal (README, \"Security\"): set on "
                                       "Kafka, written to the credentials file, and the process using it restarted")
     rotate.add_argument("principal")
+    commands.add_parser("influxdb", help="create the pipeline's InfluxDB database, retention policies and "
+                                         "continuous queries, or bring them to INFLUXDB_*_RETENTION "
+                                         "(idempotent; `up` does it for the native stack)")
     args = parser.parse_args(argv)
     configure_logging("WARNING")
 
@@ -80,6 +84,10 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{args.principal}: new Kafka password set and written to {credentials.credentials_file()}")
             restarted = manager.restart_running(restart)
             print("restarted: " + (", ".join(restarted) if restarted else "nothing (not running)"))
+        elif args.command == "influxdb":
+            settings = load_settings(RetentionSettings, [], environ=credentials.environ_for("admin"))
+            changes = provision(settings)
+            print(f"InfluxDB {settings.influxdb_database}: " + ("; ".join(changes) if changes else "up to date"))
         elif args.command == "clean":
             manager.clean()
             print("stopped everything and deleted the stack's state")
@@ -109,6 +117,7 @@ def print_status(services: list) -> None:
               + ", ".join(f"{name} (pid {pid})" for name, pid in leftovers.items())
               + "; `make down` stops them, then `make up` runs them supervised")
     print(loss_line())
+    print(disk.describe())
     for entry in entries:
         if entry.stage is not None and not entry.stage.healthy:
             print(f"{entry.stage.state}: {entry.name}: {entry.stage.detail}; log: {entry.log_file}")

@@ -7,6 +7,7 @@ from collections.abc import Iterable, Mapping
 from influxdb import InfluxDBClient
 
 from pipeline_core.health_metrics import HEALTH_MEASUREMENT
+from pipeline_core.influx_retention import HEALTH_POLICY
 
 # The counters, as `make status` names them.
 LOSS_COUNTERS = {"records_skipped": "records skipped", "topics_deleted": "topics deleted",
@@ -18,7 +19,7 @@ def stage_losses(client: InfluxDBClient, window: str = WINDOW) -> dict[str, dict
     """Per stage, each loss counter added up over its processes in the last `window` (each process counts
     from its start: its highest value is its total)."""
     fields = ", ".join(f'max("{name}") AS "{name}"' for name in LOSS_COUNTERS)
-    result = client.query(f'SELECT {fields} FROM "{HEALTH_MEASUREMENT}" WHERE time > now() - {window} '
+    result = client.query(f'SELECT {fields} FROM "{HEALTH_POLICY}"."{HEALTH_MEASUREMENT}" WHERE time > now() - {window} '
                           'GROUP BY "stage", "instance"')
     return add_up((tags or {}, point) for (_, tags), points in result.items() for point in points)
 

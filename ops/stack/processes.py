@@ -1,5 +1,5 @@
 """What the stack needs to know of processes apart from supervisord: errors a user must act on,
-command lines, who holds a port, the end of a log."""
+command lines, who holds a port, the end of a log (read from its end: logs are large)."""
 from __future__ import annotations
 
 import re
@@ -10,6 +10,15 @@ from pathlib import Path
 
 class StackError(RuntimeError):
     """A failure a user must act on; the message says what happened and what to do."""
+
+
+def process_start_ticks(pid: int) -> int | None:
+    """When process `pid` started, in clock ticks since boot (/proc/<pid>/stat): with the PID, it tells one
+    process from a later one that reuses the PID. None when no such process runs."""
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19])
+    except (OSError, IndexError, ValueError):
+        return None
 
 
 def command_line(pid: int) -> str | None:
@@ -41,8 +50,31 @@ def port_holder(port: int) -> str:
     return f"{match.group(1)} (pid {match.group(2)})" if match else "another process"
 
 
-def tail(path: Path, lines: int = 20) -> str:
+# The most `tail` reads of a file, whatever its size: a few thousand typical log lines.
+TAIL_MAX_BYTES = 1024 * 1024
+_TAIL_BLOCK_BYTES = 64 * 1024
+
+
+def tail_bytes(path: Path, max_bytes: int = TAIL_MAX_BYTES, lines: int | None = None) -> bytes:
+    """The end of a file, read backwards from its end in blocks: at most `max_bytes`, and no more than
+    holds the last `lines` lines (when given). Raises OSError when it cannot be read."""
+    with open(path, "rb") as file:
+        end = file.seek(0, 2)
+        start, data = end, b""
+        while start > max(0, end - max_bytes) and (lines is None or data.count(b"\n") <= lines):
+            step = min(_TAIL_BLOCK_BYTES, start - max(0, end - max_bytes))
+            start -= step
+            file.seek(start)
+            data = file.read(step) + data
+        return data
+
+
+def tail(path: Path, lines: int = 20, max_bytes: int = TAIL_MAX_BYTES) -> str:
+    """The last `lines` lines of a log, reading at most `max_bytes` from its end."""
+    if lines <= 0:
+        return ""
     try:
-        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+        data = tail_bytes(path, max_bytes, lines)
     except OSError:
         return "(no log written)"
+    return "\n".join(data.decode(errors="replace").splitlines()[-lines:])

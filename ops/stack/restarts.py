@@ -17,6 +17,9 @@ from pathlib import Path
 from supervisor import childutils
 
 RESTARTED_FROM = frozenset({"EXITED", "BACKOFF"})
+# The history keeps its newest half once it passes this size (some 12,000 starts): a process in a restart
+# loop for months must not fill the disk, and `status` only counts the recent ones.
+HISTORY_MAX_BYTES = 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -64,6 +67,14 @@ def read_restarts(history: Path) -> dict[str, Restarts]:
     return {name: Restarts(tuple(at), failed_starts[name]) for name, at in times.items()}
 
 
+def _keep_newest_half(history: Path) -> None:
+    data = history.read_bytes()
+    newest = data[len(data) - HISTORY_MAX_BYTES // 2:]
+    kept = history.with_name(history.name + ".new")
+    kept.write_bytes(newest[newest.find(b"\n") + 1:])
+    kept.replace(history)
+
+
 def listen(history: Path) -> None:
     """supervisord's event listener: it writes events to stdin and waits for OK on stdout."""
     while True:
@@ -73,6 +84,8 @@ def listen(history: Path) -> None:
             with history.open("a") as out:
                 out.write(json.dumps({"time": time.time(), "process": event["processname"],
                                       "from": event["from_state"]}) + "\n")
+            if history.stat().st_size > HISTORY_MAX_BYTES:
+                _keep_newest_half(history)
         childutils.listener.ok(sys.stdout)
 
 

@@ -17,10 +17,12 @@ from pipeline_core.health import influxdb_ready, mqtt_ready
 from pipeline_core.logs import ready_marker
 from pipeline_core.stage_health import StageHealth, assess, read_heartbeat
 from . import influxdb_users, mqtt_security, security
-from .processes import StackError
+from .processes import StackError, process_start_ticks, tail_bytes
 
 # Written into a service's log before `up` starts it, so readiness is read from the latest run only.
 START_MARKER = "--- stack: starting"
+# How much of the end of a pipeline process's log (and of its newest backup) is searched for its READY line.
+READY_SCAN_BYTES = 1024 * 1024
 
 
 def env_port(name: str, default: int) -> int:
@@ -226,15 +228,19 @@ class InfluxDB(Service):
         return influxdb_ready(self.ports()["http"])
 
     def after_ready(self) -> None:
+        from pipeline_core.influx_retention import RetentionSettings, provision
         from pipeline_core.settings import InfluxSettings, load_settings
         settings = load_settings(InfluxSettings, [])
         influxdb_users.ensure_database_and_users(settings, credentials.read_credentials())
+        # As the admin that ensure_database_and_users made: only an admin creates policies and queries.
+        provision(load_settings(RetentionSettings, [], environ=credentials.environ_for("admin")))
 
 
 class PipelineProcess(Service):
     """A Python stage of the pipeline, run as `python -m <module>`; ready when the running process
-    has logged READY (with its PID: a restarted process is not ready on its predecessor's word).
-    Once ready, its health is its heartbeat's (`progress_file`, judged by `pipeline_core.stage_health`)."""
+    has logged READY (with its PID: a restarted process is not ready on its predecessor's word). Once seen,
+    that is recorded with the process's start time, so a log rotated since still finds it ready. Once
+    ready, its health is its heartbeat's (`progress_file`, judged by `pipeline_core.stage_health`)."""
 
     def __init__(self, name: str, module: str, *args: str, start_deadline_s: float = 30.0,
                  stop_grace_s: float = 10.0, startsecs: float = 5.0) -> None:
@@ -260,14 +266,38 @@ class PipelineProcess(Service):
         heartbeat = read_heartbeat(self.progress_file)
         return assess(heartbeat if heartbeat is not None and heartbeat.pid == pid else None, now)
 
+    @property
+    def ready_record(self) -> Path:
+        """Which process was seen ready (PID and start time): its READY line may rotate out of the log."""
+        return self.state_dir / "ready"
+
     def is_ready(self, pid: int | None = None) -> bool:
         if pid is None:
             return False
+        started = process_start_ticks(pid)
+        identity = f"{pid} {started}"
         try:
-            latest_run = self.log_file.read_text(errors="replace").rsplit(START_MARKER, 1)[-1]
+            if self.ready_record.read_text() == identity:
+                return True
         except OSError:
+            pass
+        if started is None or not self._logged_ready(pid):
             return False
-        return ready_marker(pid) in latest_run
+        self.ready_record.write_text(identity)
+        return True
+
+    def _logged_ready(self, pid: int) -> bool:
+        """The READY line of `pid` after the latest START_MARKER, in the end of the log and of its newest
+        backup (supervisord rotates the log; only a bounded tail of each is read)."""
+        text = ""
+        for log in (self.log_file, self.log_file.with_name(self.log_file.name + ".1")):
+            try:
+                text = tail_bytes(log, READY_SCAN_BYTES).decode(errors="replace") + text
+            except OSError:
+                continue
+            if START_MARKER in text:
+                break
+        return ready_marker(pid) in text.rsplit(START_MARKER, 1)[-1]
 
 
 def tls_enabled() -> bool:

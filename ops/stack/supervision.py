@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import fcntl
 import http.client
+import os
 import shlex
 import subprocess
 import sys
@@ -31,6 +32,10 @@ START_RETRIES = 60
 EVENT_LISTENER = "process-events"
 # States in which supervisord runs the process or will start it again by itself.
 ACTIVE_STATES = frozenset({"STARTING", "RUNNING", "BACKOFF"})
+# Every log supervisord writes (its own, and each program's output) rotates at LOG_MAX_BYTES and keeps
+# LOG_BACKUPS older files: at most 60 MiB per process by default (STACK_LOG_MAX_BYTES, STACK_LOG_BACKUPS).
+LOG_MAX_BYTES = 10 * 1024 * 1024
+LOG_BACKUPS = 5
 # A unix socket's path must fit in 108 bytes.
 MAX_SOCKET_PATH = 100
 DAEMON_START_DEADLINE_S = 15.0
@@ -74,6 +79,17 @@ class ProcessInfo:
 NOT_RUNNING = ProcessInfo("STOPPED", None, None)
 
 
+def log_limits() -> tuple[int, int]:
+    """(bytes at which a log rotates, backups kept), from STACK_LOG_MAX_BYTES and STACK_LOG_BACKUPS."""
+    limits = []
+    for name, default in (("STACK_LOG_MAX_BYTES", LOG_MAX_BYTES), ("STACK_LOG_BACKUPS", LOG_BACKUPS)):
+        value = os.environ.get(name, str(default))
+        if not value.isdigit() or (name == "STACK_LOG_MAX_BYTES" and int(value) == 0):
+            raise StackError(f"{name}={value!r}: give a whole number" + (" above 0" if name.endswith("BYTES") else ""))
+        limits.append(int(value))
+    return limits[0], limits[1]
+
+
 def _value(text: object) -> str:
     """A value in supervisord's config, where `%` starts an expansion."""
     return str(text).replace("%", "%%")
@@ -87,16 +103,18 @@ def render_config(services: Iterable[Service]) -> Path:
         raise StackError(f"the state dir {paths.STATE_DIR} is too long a path for supervisord's socket "
                          f"({socket_file()}): choose a shorter STACK_STATE_DIR")
     listener = [sys.executable, "-m", "stack.restarts", str(start_history())]
+    max_bytes, backups = log_limits()
     sections = [
         f"[unix_http_server]\nfile={_value(socket_file())}\nchmod=0700",
-        f"[supervisord]\nlogfile={_value(daemon_log())}\npidfile={_value(pid_file())}\n"
-        f"childlogdir={_value(directory)}\ndirectory={_value(paths.REPO_ROOT)}",
+        f"[supervisord]\nlogfile={_value(daemon_log())}\nlogfile_maxbytes={max_bytes}\nlogfile_backups={backups}\n"
+        f"pidfile={_value(pid_file())}\nchildlogdir={_value(directory)}\ndirectory={_value(paths.REPO_ROOT)}",
         "[rpcinterface:supervisor]\n"
         "supervisor.rpcinterface_factory = supervisor.rpcinterface:make_main_rpcinterface",
         f"[supervisorctl]\nserverurl=unix://{_value(socket_file())}",
         f"[eventlistener:{EVENT_LISTENER}]\ncommand={_value(shlex.join(listener))}\n"
         f"events=PROCESS_STATE_STARTING\nbuffer_size=1024\nautorestart=true\nstdout_logfile=NONE\n"
-        f"stderr_logfile={_value(directory / 'process-events.log')}",
+        f"stderr_logfile={_value(directory / 'process-events.log')}\n"
+        f"stderr_logfile_maxbytes={max_bytes}\nstderr_logfile_backups={backups}",
     ]
     for service in services:
         service.log_file.parent.mkdir(parents=True, exist_ok=True)
@@ -114,7 +132,7 @@ def render_config(services: Iterable[Service]) -> Path:
             "stopasgroup=true\nkillasgroup=true\n"
             "redirect_stderr=true\n"
             f"stdout_logfile={_value(service.log_file)}\n"
-            "stdout_logfile_maxbytes=0")
+            f"stdout_logfile_maxbytes={max_bytes}\nstdout_logfile_backups={backups}")
     text = "\n\n".join(sections) + "\n"
     if not config_file().exists() or config_file().read_text() != text:
         config_file().write_text(text)

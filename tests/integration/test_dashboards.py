@@ -23,6 +23,7 @@ from grafana_report.__main__ import data_range
 from grafana_report.dashboards import load_dashboards, panel_queries
 from grafana_report.macros import TimeRange, all_values, substitute
 from pipeline_core.health_metrics import HealthMetrics, health_line
+from pipeline_core.influx_retention import backfill_history
 from pipeline_core.kafka_clients import admin_client, producer_config
 from pipeline_core.records import dead_letter
 from pipeline_core.settings import ConnectionSettings
@@ -43,7 +44,8 @@ STAGE_POINTS = {
                      "host-2": {"records_in_per_s": 2000.0, "records_out_per_s": 300.0, "dead_letters_per_s": 1.0,
                                 "lag": 30, "records_skipped": 2, "offset_resets": 1, "topics_deleted": 1}},
     "spark_joiner": {"host-3": {"records_in_per_s": 5000.0, "records_out_per_s": 700.0, "dead_letters_per_s": 0.0,
-                                "lag": 2500, "batch_seconds": 0.8, "state_rows": 64, "state_bytes": 1_048_576}},
+                                "lag": 2500, "batch_seconds": 0.8, "state_rows": 64, "state_bytes": 1_048_576,
+                                "disk_used_ratio": 0.97, "disk_free_bytes": 1_000_000}},
 }
 
 
@@ -75,6 +77,8 @@ def replayed(stack: ConnectionSettings, bootstrap: str, tmp_path_factory) -> Ite
         wait_for_count(client, "machinedata", distinct_series_times(raw))
         wait_for_count(client, "joined", len(joined))
         wait_for_count(client, "deadletters", 2, field="reason")
+        # The continuous queries see only the last 10 minutes; the replay's rows are from 2019.
+        assert backfill_history(client, database, "2019-04-01T00:00:00Z", "2019-04-13T00:00:00Z") > 0
         _write_stage_health(stack, database)
         yield database, client
     finally:
@@ -114,7 +118,8 @@ def test_the_dashboards_exist() -> None:
             "Records in", "Joins out", "Dead letters", "Lag now, by stage", "Lag by stage",
             "Records in per second, by stage", "Records out per second, by stage",
             "Dead letters per second, by stage", "Spark micro-batch duration", "Spark join state: rows",
-            "Spark join state: memory", "Late records"} <= titles
+            "Spark join state: memory", "Late records", "Disk used where the stages run",
+            "Disk free where the stages run", "Power per axis and machine, 1-minute history"} <= titles
 
 
 def test_the_late_records_panel_counts_the_late_dead_letters_only(replayed) -> None:
@@ -140,6 +145,13 @@ def test_the_rate_panels_add_up_the_processes_of_a_stage(replayed) -> None:
     assert _panel_series(client, "Dead letters per second, by stage")["kafka_joiner"] == [1.0]
     assert _panel_series(client, "Spark micro-batch duration")["pipeline_health"] == [0.8]
     assert _panel_series(client, "Spark join state: memory")["pipeline_health"] == [1_048_576]
+
+
+def test_the_disk_panels_show_the_fullest_disk_of_any_stage(replayed) -> None:
+    _, client = replayed
+    # The Spark joiner's nearly full disk wins over the DB connector's real one in its interval.
+    assert 0.97 in _panel_series(client, "Disk used where the stages run")["pipeline_health"]
+    assert 1_000_000 in _panel_series(client, "Disk free where the stages run")["pipeline_health"]
 
 
 def test_the_loss_panel_adds_up_the_processes_of_a_stage(replayed) -> None:

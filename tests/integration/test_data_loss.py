@@ -25,7 +25,7 @@ pytestmark = pytest.mark.integration
 
 
 def health_total(client: InfluxDBClient, field: str) -> int | None:
-    points = list(client.query(f'SELECT last("{field}") FROM "pipeline_health" WHERE "stage" = \'db_connector\' '
+    points = list(client.query(f'SELECT last("{field}") FROM "health"."pipeline_health" WHERE "stage" = \'db_connector\' '
                                "AND time > now() - 1h").get_points())
     return int(points[0]["last"]) if points else None
 

@@ -49,7 +49,7 @@ def test_replay_lands_every_record_and_join_result_once(bootstrap, new_topics, d
         f"AND time = {first['phenomenonTime']}ms").get_points())
     assert [point["result"] for point in stored] == [first["result"]]
     levels = {tags["level"] for (_, tags) in client.query(
-        "SELECT count(result) FROM joined WHERE time > 0 GROUP BY level").keys()}
+        "SELECT count(result) FROM \"joined\".\"joined\" WHERE time > 0 GROUP BY level").keys()}
     assert levels <= {"idle", "low", "medium", "high"} and len(levels) > 1
 
 

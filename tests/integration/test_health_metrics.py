@@ -26,7 +26,7 @@ pytestmark = pytest.mark.integration
 
 def health_points(client: InfluxDBClient, stage: str) -> list[dict[str, Any]]:
     """The stage's points, oldest first, times in ns."""
-    return list(client.query(f"SELECT * FROM \"pipeline_health\" WHERE \"stage\" = '{stage}'",
+    return list(client.query(f"SELECT * FROM \"health\".\"pipeline_health\" WHERE \"stage\" = '{stage}'",
                              epoch="ns").get_points())
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from conftest import EVENTS_FILE
-from simulator.events import EventsFileError, in_order, read_events, repeat, write_events
+from simulator.events import EventsFileError, ending_at, in_order, read_events, repeat, write_events
 from simulator.replay import due_times, selected_rows
 from simulator.settings import SimulatorSettings
 
@@ -113,3 +113,10 @@ def test_disorder_needs_the_events_file_in_time_order(settings):
             selected_rows(other)
     with pytest.raises(ValueError, match="negative"):
         selected_rows(replace(settings, disorder_ms=-1))
+
+
+def test_ending_now_moves_the_rows_so_the_newest_is_now_keeping_their_spacing():
+    moved = ending_at(ROWS + [{"Thing": "C", "Timestamp": "not a time", "id": "c"}], 2_000_000_000_000)
+    assert [row["Timestamp"] for row in moved] == [2_000_000_000_000, 1_999_999_998_000, 1_999_999_999_000,
+                                                   "not a time"]
+    assert [row["id"] for row in moved] == ["a3", "b1", "a2", "c"] and ROWS[0]["Timestamp"] == T0 + 3000

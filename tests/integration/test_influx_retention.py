@@ -1,0 +1,112 @@
+"""The pipeline database's retention policies and history in a real InfluxDB: created with their durations,
+left alone when nothing changed and altered when a setting did; the writers' points land in their policy;
+the continuous queries exist and their SELECT INTO, run by hand, computes the 1-minute history."""
+from __future__ import annotations
+
+import dataclasses
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+
+import pytest
+from influxdb import InfluxDBClient
+
+from pipeline_core.health_metrics import HealthMetrics, health_line
+from pipeline_core.influx_retention import (HISTORY_POLICY, RetentionSettings, backfill_history, ensure_retention,
+                                            history_query)
+from pipeline_core.settings import ConnectionSettings
+from support import unique
+
+pytestmark = pytest.mark.integration
+
+SETTINGS = RetentionSettings(influxdb_raw_retention="30d", influxdb_joined_retention="90d",
+                             influxdb_health_retention="7d", influxdb_history_retention="104w")
+MINUTE_NS = 60 * 10**9
+
+
+@pytest.fixture
+def fresh_database(stack: ConnectionSettings) -> Iterator[tuple[str, InfluxDBClient]]:
+    name = unique("retention").replace(".", "_")
+    client = InfluxDBClient(stack.influxdb_host, stack.influxdb_port, database=name, timeout=30)
+    yield name, client
+    client.drop_database(name)
+
+
+def policies(client: InfluxDBClient, database: str) -> dict[str, tuple[str, bool]]:
+    return {row["name"]: (row["duration"], row["default"])
+            for row in client.query(f'SHOW RETENTION POLICIES ON "{database}"').get_points()}
+
+
+def test_policies_are_created_with_their_durations_then_kept_or_altered(fresh_database) -> None:
+    database, client = fresh_database
+    assert len(ensure_retention(client, database, SETTINGS)) == 6  # four policies, two continuous queries
+    shown = policies(client, database)
+    assert shown["raw"] == ("720h0m0s", True)  # the default: a write that names no policy is bounded too
+    assert shown["joined"] == ("2160h0m0s", False) and shown["health"] == ("168h0m0s", False)
+    assert shown["history"] == ("17472h0m0s", False)
+    queries = {name: query for series in client.query("SHOW CONTINUOUS QUERIES").raw["series"]
+               if series["name"] == database for name, query in series.get("values", [])}
+    assert set(queries) == {"machinedata_1m", "joined_1m"}
+    assert f"INTO {database}.history.joined_1m FROM {database}.joined.joined" in queries["joined_1m"]
+
+    assert ensure_retention(client, database, SETTINGS) == []
+    assert ensure_retention(client, database, dataclasses.replace(SETTINGS, influxdb_health_retention="2d")) == [
+        "policy health: 168h0m0s -> 2d"]
+    assert policies(client, database)["health"] == ("48h0m0s", False)
+
+
+def test_health_points_land_in_the_health_policy_and_a_missing_policy_is_created(
+        fresh_database, stack: ConnectionSettings) -> None:
+    database, client = fresh_database
+    metrics = HealthMetrics.to_influxdb(dataclasses.replace(stack, influxdb_database=database))
+    metrics.record(health_line({"stage": "test", "instance": "a"}, {"lag": 3}, time.time_ns()))
+    metrics.close(timeout_s=30)
+    assert metrics.written == 1  # into a database that did not exist: made with its policies
+    assert [p["lag"] for p in client.query('SELECT "lag" FROM "health"."pipeline_health"').get_points()] == [3]
+    assert list(client.query('SELECT "lag" FROM "raw"."pipeline_health"').get_points()) == []
+
+
+def test_the_history_query_computes_mean_min_max_per_minute_thing_and_quantity(fresh_database) -> None:
+    database, client = fresh_database
+    ensure_retention(client, database, SETTINGS)
+    minute = (time.time_ns() // MINUTE_NS - 5) * MINUTE_NS  # recent: inside the raw policy's 30 days
+    client.write_points([{"measurement": "machinedata", "tags": {"thing": "M1", "quantity": "speed"},
+                          "time": minute + offset_s * 10**9, "fields": {"result": value}}
+                         for offset_s, value in ((0, 1.0), (20, 2.0), (40, 6.0), (60, 10.0))],
+                        time_precision="n", retention_policy="raw")
+    start = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(minute / 1e9))
+    end = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(minute / 1e9 + 120))
+    assert backfill_history(client, database, start, end) == 2  # two minutes of one thing and quantity
+    rows = list(client.query(f'SELECT * FROM "{HISTORY_POLICY}"."machinedata_1m"', epoch="ns").get_points())
+    assert [(row["time"], row["thing"], row["quantity"], row["mean"], row["min"], row["max"], row["sum"],
+             row["count"]) for row in rows] == [
+        (minute, "M1", "speed", 3.0, 1.0, 6.0, 9.0, 3), (minute + MINUTE_NS, "M1", "speed", 10.0, 10.0, 10.0, 10.0, 1)]
+    assert "GROUP BY time(1m)" in history_query(database, "machinedata", "raw")
+
+
+def test_a_point_older_than_its_policy_is_refused_not_stored(fresh_database) -> None:
+    """What the DB connector meets replaying data older than the raw policy: InfluxDB refuses the point (HTTP
+    400), so the connector dead-letters it with InfluxDB's reason instead of losing it silently."""
+    database, client = fresh_database
+    ensure_retention(client, database, SETTINGS)
+    with pytest.raises(Exception, match="beyond retention policy"):
+        client.write_points([{"measurement": "machinedata", "tags": {"thing": "M1", "quantity": "speed"},
+                              "time": 1554096380468, "fields": {"result": 1.0}}],
+                            time_precision="ms", retention_policy="raw")
+
+
+def test_python_m_stack_influxdb_provisions_any_influxdb(fresh_database, stack: ConnectionSettings) -> None:
+    """What Compose's set-up runs: the database's policies from INFLUXDB_*_RETENTION, idempotently."""
+    database, client = fresh_database
+    env = {**os.environ, "INFLUXDB_DATABASE": database, "INFLUXDB_PORT": str(stack.influxdb_port),
+           "INFLUXDB_JOINED_RETENTION": "180d"}
+    first = subprocess.run([sys.executable, "-m", "stack", "influxdb"], env=env, capture_output=True, text=True,
+                           timeout=60)
+    assert first.returncode == 0, first.stderr
+    assert "created policy joined (180d)" in first.stdout
+    assert policies(client, database)["joined"] == ("4320h0m0s", False)
+    again = subprocess.run([sys.executable, "-m", "stack", "influxdb"], env=env, capture_output=True, text=True,
+                           timeout=60)
+    assert again.stdout.strip() == f"InfluxDB {database}: up to date"
