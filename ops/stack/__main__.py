@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 
@@ -11,7 +12,7 @@ from pipeline_core.kafka_clients import admin_client, wait_for_kafka
 from pipeline_core.logs import configure_logging
 from pipeline_core.settings import ConnectionSettings, load_settings
 from pipeline_core.topics import ensure_topics
-from . import losses, manager, supervision
+from . import kafka_cluster, losses, manager, supervision, topology
 from .processes import StackError, tail
 
 TROUBLE_LOG_LINES = 10
@@ -36,6 +37,8 @@ def main(argv: list[str] | None = None) -> int:
     configure_logging("WARNING")
 
     try:
+        if topology.is_cluster():  # every tool run from here bootstraps from all three nodes
+            os.environ["KAFKA_BOOTSTRAP_SERVERS"] = kafka_cluster.bootstrap_servers()
         if args.command == "up":
             services = manager.servers() if args.servers_only else manager.all_services()
             began = time.monotonic()
@@ -73,6 +76,8 @@ def print_status(services: list) -> None:
         uptime = format_duration(entry.uptime_s) if entry.uptime_s is not None else "-"
         print(f"{entry.name:<18}{entry.state:<10}{health(entry):<11}{entry.pid or '-':>8}{uptime:>12}"
               f"{entry.restarts.count:>10}  {ports}")
+    for line in topology.status_lines([entry.name for entry in entries]):
+        print(line)
     pid = supervision.daemon_pid()
     print()
     print(f"supervisord: pid {pid}, config {supervision.config_file()}, log {supervision.daemon_log()}"

@@ -52,6 +52,8 @@ class Service(ABC):
     stop_grace_s: float = 10.0
     # supervisord's startsecs: a process that exits sooner is retried with growing delays.
     startsecs: float = 5.0
+    # Services of one group start together, each then waited for: members of a quorum need each other.
+    start_group: str | None = None
 
     @property
     def state_dir(self) -> Path:
@@ -68,6 +70,10 @@ class Service(ABC):
     @abstractmethod
     def command(self) -> list[str]:
         """The command line supervisord runs."""
+
+    def environment(self) -> dict[str, str]:
+        """Environment variables the process gets beyond supervisord's own."""
+        return {}
 
     def prepare(self) -> None:
         """Render config files and initialise storage before the first start."""
@@ -109,6 +115,7 @@ class Kafka(Service):
     start_deadline_s = 60.0
     stop_grace_s = 30.0
     startsecs = 10.0  # a bad config or a taken port ends the JVM a few seconds in
+    default_heap = "-Xms256m -Xmx1g"  # KAFKA_HEAP_OPTS overrides it
 
     def ports(self) -> dict[str, int]:
         return {"kafka": env_port("KAFKA_PORT", 9092),
@@ -148,7 +155,7 @@ class Kafka(Service):
             raise StackError(f"formatting Kafka's KRaft storage failed:\n{formatted.stdout}{formatted.stderr}")
 
     def _jvm_flags(self) -> list[str]:
-        heap = os.environ.get("KAFKA_HEAP_OPTS", "-Xms256m -Xmx1g").split()
+        heap = os.environ.get("KAFKA_HEAP_OPTS", self.default_heap).split()
         return [*heap, "-XX:+UseG1GC", "-Djava.awt.headless=true",
                 f"-Dlog4j2.configurationFile={paths.KAFKA_DIR / 'log4j2.properties'}",
                 f"-Dkafka.logs.dir={self.state_dir}"]
@@ -199,10 +206,11 @@ class PipelineProcess(Service):
     has logged READY (with its PID: a restarted process is not ready on its predecessor's word)."""
 
     def __init__(self, name: str, module: str, *args: str, start_deadline_s: float = 30.0,
-                 stop_grace_s: float = 10.0, startsecs: float = 5.0) -> None:
+                 stop_grace_s: float = 10.0, startsecs: float = 5.0, env: dict[str, str] | None = None) -> None:
         self.name = name
         self.module = module
         self.args = args
+        self.env = env or {}
         self.start_deadline_s = start_deadline_s
         self.stop_grace_s = stop_grace_s
         self.startsecs = startsecs
@@ -212,6 +220,9 @@ class PipelineProcess(Service):
 
     def command(self) -> list[str]:
         return [sys.executable, "-m", self.module, *self.args]
+
+    def environment(self) -> dict[str, str]:
+        return dict(self.env)
 
     def is_ready(self, pid: int | None = None) -> bool:
         if pid is None:

@@ -114,11 +114,24 @@ def render_config(services: Iterable[Service]) -> Path:
             "stopasgroup=true\nkillasgroup=true\n"
             "redirect_stderr=true\n"
             f"stdout_logfile={_value(service.log_file)}\n"
-            "stdout_logfile_maxbytes=0")
+            "stdout_logfile_maxbytes=0"
+            + _environment_line(service.environment()))
     text = "\n\n".join(sections) + "\n"
     if not config_file().exists() or config_file().read_text() != text:
         config_file().write_text(text)
     return config_file()
+
+
+def _environment_line(environment: dict[str, str]) -> str:
+    """supervisord's `environment=` setting for a program: KEY="value" pairs, added to its own environment."""
+    if not environment:
+        return ""
+    pairs = []
+    for key, value in sorted(environment.items()):
+        if '"' in value or "\n" in value:
+            raise StackError(f"{key}: a value for supervisord's environment may hold no quote or newline")
+        pairs.append(f'{key}="{_value(value)}"')
+    return "\nenvironment=" + ",".join(pairs)
 
 
 def _rpc() -> xmlrpc.client.ServerProxy:
