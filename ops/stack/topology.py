@@ -7,6 +7,7 @@ runs; `clean` deletes the record with the rest."""
 from __future__ import annotations
 
 import os
+import socket
 
 from pipeline_core import paths
 from . import kafka_cluster, spark_cluster
@@ -18,6 +19,11 @@ CLUSTER = "cluster"
 TOPOLOGIES = (SINGLE, CLUSTER)
 # Instances of each scaled stage on the cluster: one group, distinct instance ids.
 INSTANCES = (1, 2)
+# Every port of the single stack, and every one the cluster adds (what a stack beside others must set).
+SINGLE_PORTS = ("MQTT_PORT", "KAFKA_PORT", "KAFKA_CONTROLLER_PORT", "INFLUXDB_PORT", "INFLUXDB_RPC_PORT")
+CLUSTER_PORTS = ("KAFKA_NODE2_PORT", "KAFKA_NODE2_CONTROLLER_PORT", "KAFKA_NODE3_PORT", "KAFKA_NODE3_CONTROLLER_PORT",
+                 "SPARK_MASTER_PORT", "SPARK_MASTER_WEBUI_PORT", "SPARK_WORKER1_PORT", "SPARK_WORKER1_WEBUI_PORT",
+                 "SPARK_WORKER2_PORT", "SPARK_WORKER2_WEBUI_PORT", "SPARK_DRIVER_PORT", "SPARK_BLOCKMANAGER_PORT")
 
 
 def _record():
@@ -112,3 +118,31 @@ def status_lines(names: list[str]) -> list[str]:
     """`status` of the cluster beyond each process's own line: the Spark master's view of its workers and of
     the joiner's application, when the Spark master is among `names`."""
     return spark_cluster.application_lines() if spark_cluster.SparkMaster.name in names else []
+
+
+def private_ports(names: tuple[str, ...], port_range: str | None = None) -> dict[str, int]:
+    """A port nothing listens on now for each of `names`, for a stack of its own beside others (tests,
+    benchmarks): from `port_range` ("first-last") when given, else any the system offers."""
+    if not port_range:
+        sockets = [socket.socket() for _ in names]
+        try:
+            for probe in sockets:
+                probe.bind(("127.0.0.1", 0))
+            return {name: probe.getsockname()[1] for name, probe in zip(names, sockets)}
+        finally:
+            for probe in sockets:
+                probe.close()
+    first, last = (int(part) for part in port_range.split("-"))
+    free = [port for port in range(first, last + 1) if _free(port)]
+    if len(free) < len(names):
+        raise StackError(f"ports {port_range}: {len(free)} free, {len(names)} needed")
+    return dict(zip(names, free))
+
+
+def _free(port: int) -> bool:
+    with socket.socket() as probe:
+        try:
+            probe.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
