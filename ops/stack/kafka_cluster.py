@@ -85,18 +85,23 @@ class KafkaNode(Kafka):
         their JAAS settings and the ACL authorizer when the stack is secure. Nothing yet: PLAINTEXT."""
         return ""
 
-    def prepare(self) -> None:
-        data_dir = self.state_dir / "data"
+    def render_config(self) -> Path:
+        """The node's server.properties: the cluster template filled in, its security properties after it."""
         ports = self.ports()
         render(paths.KAFKA_DIR / "cluster-node.properties", self.config_file,
                node_id=self.node_id, quorum_voters=quorum_voters(), bind_host=node_host(self.node_id),
                advertised_host=node_host(self.node_id), port=ports["kafka"], controller_port=ports["controller"],
-               data_dir=data_dir, replication_factor=REPLICATION_FACTOR, min_insync_replicas=MIN_INSYNC_REPLICAS)
+               data_dir=self.state_dir / "data", replication_factor=REPLICATION_FACTOR,
+               min_insync_replicas=MIN_INSYNC_REPLICAS)
         security = self.security_properties()
         if security:
             with open(self.config_file, "a") as config:
                 config.write("\n" + security.rstrip("\n") + "\n")
-        if (data_dir / "meta.properties").exists():
+        return self.config_file
+
+    def prepare(self) -> None:
+        self.render_config()
+        if (self.state_dir / "data" / "meta.properties").exists():
             return
         formatted = subprocess.run(
             [*self._java(), *self._jvm_flags(), "kafka.tools.StorageTool", "format",
