@@ -21,7 +21,7 @@ COMPOSE_UNUSED_JOINER = $(if $(filter lsb,$(JOINER)),spark-joiner,lsb-joiner)
 BENCHMARKS ?= benchmarks.join_engine benchmarks.mqtt_publish benchmarks.stream_connector \
 	benchmarks.kafka_joiner benchmarks.spark_joiner benchmarks.join_peers benchmarks.db_connector
 
-.PHONY: setup up down clean status logs data report test bench bench-topology reliability chaos
+.PHONY: setup up down clean status logs data report test bench bench-topology reliability chaos spark-package
 
 setup: $(INSTALLED)
 	@$(PY) -m stack.provision
@@ -98,3 +98,9 @@ bench: setup
 # BENCH_PORTS=first-last), the same rows through each (README, "Scaling").
 bench-topology: setup
 	@env -u TOPOLOGY PYTHONPATH=$(CURDIR) $(PY) -m benchmarks.topology $(BENCH_ARGS)
+
+# The Spark joiner as spark-submit takes it, in build/spark-joiner/: its entry script, the --py-files archive of
+# the packages its driver and executors import, and the Kafka connector jars for --jars
+# (06_spark_joiner/README.md, "Submit to a cluster").
+spark-package: setup
+	@$(PY) -m spark_joiner.package build/spark-joiner

@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 import tomllib
 from dataclasses import dataclass, field
+from importlib.resources import files
 from pathlib import Path
 from typing import Iterable, NamedTuple
 
@@ -19,7 +20,8 @@ from .two_stream_join import LEFT, RIGHT
 
 AXIS_PLACEHOLDER = "{axis}"
 DEFAULT_AXIS_PATTERN = r"\d+"
-DEFAULT_SPEC_FILE = Path(__file__).with_name("join_specs.toml")
+# Read as a package resource: the package may be imported from a zip (spark-submit's --py-files), with no file.
+DEFAULT_SPEC_RESOURCE = files(__package__).joinpath("join_specs.toml")
 # Quantity names (and axes) resolved and kept for the next record: far more than a plant's quantities, a
 # bound on what a flood of distinct names costs. A name pushed out is resolved again (a few regex matches).
 ROUTE_CACHE_SIZE = 4096
@@ -104,7 +106,7 @@ class Route(NamedTuple):
 
 def load_join_specs(path: str | Path | None = None) -> tuple[JoinSpec, ...]:
     """The join specs of a TOML file (default: the package's ``join_specs.toml``)."""
-    with open(path or DEFAULT_SPEC_FILE, "rb") as spec_file:
+    with (open(path, "rb") if path else DEFAULT_SPEC_RESOURCE.open("rb")) as spec_file:
         document = tomllib.load(spec_file)
     specs = []
     for entry in document.get("join", []):

@@ -19,17 +19,17 @@ from pipeline_core.topics import partition_count
 from .checkpoint import prepare_checkpoint
 from .job import has_started, start_query
 from .progress import LABELS, BrokerOffsets, QueryProgress, SparkJoinerCounters
-from .session import spark_session
+from .session import spark_session, under_spark_submit
 from .settings import SparkJoinerSettings
 from .sink import TransactionalBatchSink
 
 log = logging.getLogger("spark_joiner")
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def main(argv: Sequence[str] | None = None, prog: str = "python -m spark_joiner") -> int:
     configure_logging()
     logging.getLogger("py4j").setLevel(logging.WARNING)  # one line per callback otherwise
-    settings = load_settings(SparkJoinerSettings, argv, prog="python -m spark_joiner")
+    settings = load_settings(SparkJoinerSettings, argv, prog=prog)
     stop = process_stop_signal()
     prepare_checkpoint(settings.checkpoint_dir, settings.buckets, settings.shuffle_partitions)
     # Before the JVM starts: a missing topic, or a broker that does not come up, ends the start with a clear
@@ -37,7 +37,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     admin = admin_client(settings.kafka_bootstrap_servers)
     for topic in (settings.input_topic, settings.output_topic, settings.dlq_topic):
         partition_count(admin, topic, settings.kafka_startup_deadline_s)
-    log.info("starting Spark (%s); checkpoint %s", settings.master, settings.checkpoint_dir)
+    log.info("starting Spark (%s); checkpoint %s", "spark-submit's master" if under_spark_submit() else settings.master,
+             settings.checkpoint_dir)
     # The sink's start (fencing, its last batch id) meets the coordinators of a just started broker, which may
     # take seconds to answer: it waits for them while the JVM starts.
     with ThreadPoolExecutor(1, thread_name_prefix="sink-start") as starting:
@@ -47,6 +48,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         spark = spark_session(settings.master, shuffle_partitions=settings.shuffle_partitions,
                               driver_memory=settings.driver_memory)
         sink = sink_started.result()
+    master = spark.sparkContext.master  # spark-submit's under spark-submit, else --master
     query_progress = QueryProgress(SparkJoinerCounters(), sink.counters,
                                    BrokerOffsets(settings.kafka_bootstrap_servers),
                                    BrokerOffsets(settings.kafka_bootstrap_servers, earliest=True))
@@ -66,7 +68,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 # Only now: the first micro-batch creates the state store and starts the Python workers, which
                 # took longer than every later batch; the first input then meets a running job.
                 announce_ready(log, f"spark joiner: {settings.input_topic} -> {settings.output_topic} "
-                                    f"on {settings.master}")
+                                    f"on {master}")
                 ready = True
             progress.maybe_report()
             if query.isActive:

@@ -10,17 +10,25 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import time
 from pathlib import Path
 
 log = logging.getLogger(__name__)
 
 LAYOUT_FILE = "joiner-layout.json"
+# hdfs://, s3a://, file:/ ...: a path made of one keeps its scheme, with its double slash folded.
+_URI = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*:/")
 
 
 def prepare_checkpoint(directory: Path, buckets: int, shuffle_partitions: int) -> Path | None:
     """Make ``directory`` ready for a query with these counts; returns where a checkpoint made with other
     counts was moved to (None when there was none)."""
+    if _URI.match(str(directory)):
+        # The layout file and the move aside are local file operations, done before Spark starts.
+        raise SystemExit(f"--checkpoint-dir {directory}: the checkpoint must be a filesystem path; for storage every "
+                         "driver restart reaches, mount it there (a Kubernetes PersistentVolumeClaim, NFS, a "
+                         "FUSE/CSI mount of S3 or HDFS): a URI such as hdfs:// or s3a:// is not supported")
     layout = {"buckets": buckets, "shuffle_partitions": shuffle_partitions}
     recorded = directory / LAYOUT_FILE
     moved = None

@@ -3,10 +3,12 @@
 
 The Kafka connector jars come from the project's Maven cache (``make setup`` fills it), so a session
 starts without network. The environment variables must be set before the JVM starts, which is why
-`spark_session` sets them and not the caller.
+`spark_session` sets them and not the caller. Under spark-submit (`spark_joiner_job.py`) the JVM is
+spark-submit's: the session takes its settings and adds only the job's own (`submitted_conf`).
 """
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import subprocess
@@ -23,6 +25,8 @@ from pyspark.sql import SparkSession
 from pipeline_core.paths import SPARK_JARS
 
 from .console import forward_console
+
+log = logging.getLogger(__name__)
 
 CONF_DIR = Path(__file__).resolve().parents[1] / "conf"  # log4j2.properties
 ARROW_BATCH_ROWS = 50_000
@@ -76,24 +80,16 @@ def jvm_ignoring_sigterm() -> Iterator[None]:
         signal.signal(signal.SIGTERM, previous)
 
 
-def spark_session(master: str = "local[*]", app_name: str = "spark-joiner", shuffle_partitions: int = 4,
-                  driver_memory: str = "1g", extra: dict[str, str] | None = None,
-                  quick_jit: bool = True) -> SparkSession:
-    """A Spark session ready for the joiner: Kafka source, RocksDB state store, Arrow, quiet. Once per process:
-    it starts the JVM, whose console it reads into this process's logging (`console`)."""
-    prepare_environment()
-    # The JVM mostly moves bytes between Kafka, Python workers and the state store; on a small machine
-    # its optimising compiler costs more CPU than it saves within a job's first minutes.
-    java_options = f"{QUICK_JIT} {THROUGHPUT_GC}" if quick_jit else THROUGHPUT_GC
-    options = {
-        "spark.jars": ",".join(str(jar) for jar in connector_jars()),
-        "spark.driver.memory": driver_memory,
-        "spark.driver.host": os.environ["SPARK_LOCAL_IP"],
-        "spark.driver.bindAddress": os.environ["SPARK_LOCAL_IP"],
-        "spark.driver.extraJavaOptions": java_options,
-        "spark.executor.extraJavaOptions": java_options,
-        "spark.ui.enabled": "false",
-        "spark.ui.showConsoleProgress": "false",
+def under_spark_submit() -> bool:
+    """Whether spark-submit started this process. It then runs the driver's JVM itself and gives this process
+    its gateway's address in the environment; PySpark connects to that JVM instead of starting one."""
+    return "PYSPARK_GATEWAY_PORT" in os.environ
+
+
+def job_options(shuffle_partitions: int) -> dict[str, str]:
+    """What the job's results and its checkpoint depend on: set whoever started the JVM."""
+    return {
+        # Recorded beside the checkpoint's state (`checkpoint.prepare_checkpoint`), so the job's own setting.
         "spark.sql.shuffle.partitions": str(shuffle_partitions),
         "spark.sql.streaming.stateStore.providerClass": ROCKSDB_PROVIDER,
         # Each micro-batch commits a small changelog rather than a RocksDB snapshot; snapshots are taken by
@@ -103,21 +99,83 @@ def spark_session(master: str = "local[*]", app_name: str = "spark-joiner", shuf
         # A stopped query must not leave a state-store maintenance thread behind in tests.
         "spark.sql.streaming.stopTimeout": "30s",
         "spark.sql.session.timeZone": "UTC",
-        # Python workers without Spark's zip archives on their path (see worker_daemon).
-        "spark.python.daemon.module": "spark_joiner.worker_daemon",
         # Fewer, larger Arrow batches into the router and out of the join.
         "spark.sql.execution.arrow.maxRecordsPerBatch": str(ARROW_BATCH_ROWS),
         # Batches are bounded by their row count above. Any byte limit below Int.MaxValue makes the JVM measure
         # the Arrow batch after every row it writes for the Python workers (a few % of the JVM's CPU).
         "spark.sql.execution.arrow.maxBytesPerBatch": str(ARROW_NO_BYTE_LIMIT),
-        **(extra or {}),
     }
-    conf = SparkConf().setMaster(master).setAppName(app_name).setAll(list(options.items()))
-    # The JVM's stdout and stderr, and with them the output of the Python processes it starts, into a pipe this
-    # process reads: each line a log record, the lines that are no news at DEBUG.
-    with jvm_ignoring_sigterm():
-        gateway = launch_gateway(conf, popen_kwargs={"stdout": subprocess.PIPE, "stderr": subprocess.STDOUT})
-    forward_console(gateway.proc.stdout)
+
+
+def deployment_defaults(app_name: str, executor_java_options: str) -> dict[str, str]:
+    """Where and how the job runs, as this project runs it: under spark-submit only where spark-submit (its flags,
+    `--conf`, spark-defaults.conf) left them unset."""
+    return {
+        "spark.app.name": app_name,
+        "spark.executor.extraJavaOptions": executor_java_options,
+        "spark.ui.enabled": "false",
+        "spark.ui.showConsoleProgress": "false",
+    }
+
+
+def java_options(quick_jit: bool) -> str:
+    # The JVM mostly moves bytes between Kafka, Python workers and the state store; on a small machine
+    # its optimising compiler costs more CPU than it saves within a job's first minutes.
+    return f"{QUICK_JIT} {THROUGHPUT_GC}" if quick_jit else THROUGHPUT_GC
+
+
+def spark_session(master: str = "local[*]", app_name: str = "spark-joiner", shuffle_partitions: int = 4,
+                  driver_memory: str = "1g", extra: dict[str, str] | None = None,
+                  quick_jit: bool = True) -> SparkSession:
+    """A Spark session ready for the joiner: Kafka source, RocksDB state store, Arrow, quiet. Once per process.
+
+    Started as `python -m spark_joiner`, it starts the JVM with `master` and `driver_memory`, and reads the JVM's
+    console into this process's logging (`console`). Under spark-submit, the JVM is spark-submit's and so are the
+    master, the driver's memory, the jars and the logs: see `submitted_conf`."""
+    if under_spark_submit():
+        gateway = launch_gateway()  # spark-submit's JVM: no process of ours, no console to read
+        conf = submitted_conf(SparkConf(_jvm=gateway.jvm), app_name, shuffle_partitions, quick_jit, extra)
+    else:
+        prepare_environment()
+        options = {
+            "spark.master": master,
+            "spark.jars": ",".join(str(jar) for jar in connector_jars()),
+            "spark.driver.memory": driver_memory,
+            "spark.driver.host": os.environ["SPARK_LOCAL_IP"],
+            "spark.driver.bindAddress": os.environ["SPARK_LOCAL_IP"],
+            "spark.driver.extraJavaOptions": java_options(quick_jit),
+            # Python workers without Spark's zip archives on their path (see worker_daemon).
+            "spark.python.daemon.module": "spark_joiner.worker_daemon",
+            **deployment_defaults(app_name, java_options(quick_jit)),
+            **job_options(shuffle_partitions),
+            **(extra or {}),
+        }
+        conf = SparkConf().setAll(list(options.items()))
+        # The JVM's stdout and stderr, and with them the output of the Python processes it starts, into a pipe
+        # this process reads: each line a log record, the lines that are no news at DEBUG.
+        with jvm_ignoring_sigterm():
+            gateway = launch_gateway(conf, popen_kwargs={"stdout": subprocess.PIPE, "stderr": subprocess.STDOUT})
+        forward_console(gateway.proc.stdout)
     context = SparkContext(conf=conf, gateway=gateway)
-    context.setLogLevel("ERROR")
+    if not under_spark_submit():
+        context.setLogLevel("ERROR")  # under spark-submit, its log4j configuration decides
     return SparkSession.builder.config(conf=conf).getOrCreate()
+
+
+def submitted_conf(submitted: SparkConf, app_name: str, shuffle_partitions: int, quick_jit: bool,
+                   extra: dict[str, str] | None = None) -> SparkConf:
+    """The conf of a job spark-submit started: what spark-submit set (a property set here would override it), the
+    project's deployment defaults where it set nothing, and the job's own options.
+
+    Not set here: the master, the driver's memory and Java options, the jars (the driver's JVM runs already:
+    spark-submit's `--master`, `--driver-memory`, `--jars`/`--packages` decide), the driver's address (on a
+    cluster the executors must reach it) and the Python worker daemon (`worker_daemon` is importable on an
+    executor only where the project is installed; set `spark.python.daemon.module` to use it)."""
+    for key, value in deployment_defaults(app_name, java_options(quick_jit)).items():
+        submitted.setIfMissing(key, value)
+    submitted.setAll(list({**job_options(shuffle_partitions), **(extra or {})}.items()))
+    given = f"{submitted.get('spark.jars', '')},{submitted.get('spark.jars.packages', '')}"
+    if "spark-sql-kafka" not in given:
+        log.warning("spark-submit was given no spark-sql-kafka jar (--jars or --packages); the Kafka source will "
+                    "be found only if the cluster's Spark has it on its classpath")
+    return submitted

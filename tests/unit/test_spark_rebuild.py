@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import random
 from collections import Counter
+from pathlib import Path
 from typing import Any
 
 import pandas as pd
@@ -155,6 +156,12 @@ def test_a_checkpoint_from_before_layouts_were_recorded_is_resumed(tmp_path) -> 
     (checkpoint / "offsets").mkdir(parents=True)
     (checkpoint / "offsets" / "0").write_text("v1\n{}\n{}\n")
     assert prepare_checkpoint(checkpoint, 32, 2) is None and has_checkpoint(checkpoint)
+
+
+@pytest.mark.parametrize("uri", ["hdfs:///checkpoints/spark-joiner", "s3a://bucket/spark-joiner"])
+def test_a_checkpoint_uri_is_refused_with_the_way_to_shared_storage(uri: str) -> None:
+    with pytest.raises(SystemExit, match="PersistentVolumeClaim"):
+        prepare_checkpoint(Path(uri), 64, 4)
 
 
 def test_the_batch_ends_are_read_from_an_offset_log_entry() -> None:
