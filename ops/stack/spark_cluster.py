@@ -51,8 +51,22 @@ def master_url() -> str:
 
 def spark_class() -> str:
     """The pip pyspark's `bin/spark-class`."""
+    return _spark_script("spark-class")
+
+
+def spark_submit() -> str:
+    """The pip pyspark's `bin/spark-submit`."""
+    return _spark_script("spark-submit")
+
+
+def spark_home() -> Path:
+    """The pip pyspark's directory: a Spark distribution's layout (bin/, jars/)."""
     import pyspark
-    script = Path(pyspark.__file__).parent / "bin" / "spark-class"
+    return Path(pyspark.__file__).parent
+
+
+def _spark_script(name: str) -> str:
+    script = spark_home() / "bin" / name
     if not script.exists():
         raise StackError(f"{script} is missing: reinstall pyspark (`make setup`)")
     if not shutil.which("java"):
@@ -74,8 +88,10 @@ def _json(url: str, timeout_s: float) -> dict | None:
         return None
 
 
-def _spark_environment() -> dict[str, str]:
-    return {"SPARK_LOCAL_IP": local_ip(), "SPARK_NO_DAEMONIZE": "1"}
+def spark_environment() -> dict[str, str]:
+    """What Spark's scripts need: where Spark is (else they ask whichever `python3` is first on PATH), and the
+    address to bind."""
+    return {"SPARK_HOME": str(spark_home()), "SPARK_LOCAL_IP": local_ip()}
 
 
 class SparkMaster(Service):
@@ -91,7 +107,7 @@ class SparkMaster(Service):
                 "--port", str(master_port()), "--webui-port", str(master_webui_port())]
 
     def environment(self) -> dict[str, str]:
-        return _spark_environment()
+        return spark_environment()
 
     def is_ready(self, pid: int | None = None) -> bool:
         state = master_state()
@@ -130,7 +146,7 @@ class SparkWorker(Service):
                 "--work-dir", str(self.work_dir)]
 
     def environment(self) -> dict[str, str]:
-        return _spark_environment()
+        return spark_environment()
 
     def is_ready(self, pid: int | None = None) -> bool:
         """The master lists this worker (by its web UI's port) ALIVE."""

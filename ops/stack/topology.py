@@ -7,12 +7,17 @@ runs; `clean` deletes the record with the rest."""
 from __future__ import annotations
 
 import os
+import re
 import socket
+import subprocess
+import sys
+from pathlib import Path
 
 from pipeline_core import paths
+from pipeline_core.logs import READY_MARKER
 from . import kafka_cluster, spark_cluster
 from .processes import StackError
-from .services import InfluxDB, Mosquitto, PipelineProcess, Service
+from .services import START_MARKER, InfluxDB, Mosquitto, PipelineProcess, Service
 
 SINGLE = "single"
 CLUSTER = "cluster"
@@ -86,19 +91,58 @@ def lsb_joiners() -> list[Service]:
 
 
 def spark_joiner() -> Service:
-    """The Spark joiner's driver, in client mode on this host (a standalone cluster runs no Python driver in
-    cluster mode); supervisord restarts it and it resumes its checkpoint, which lies in the state dir: on
-    several hosts, storage every host that may run the driver reaches (README, "Scaling")."""
-    environment = {**_stage_environment(), "SPARK_CONF_DIR": str(spark_cluster.joiner_conf_dir()),
-                   "SPARK_LOCAL_IP": spark_cluster.local_ip()}
-    return _SparkDriver("spark-joiner", "spark_joiner", "--master", spark_cluster.master_url(),
-                        "--checkpoint-dir", str(paths.STATE_DIR / "spark-joiner" / "checkpoint"),
-                        start_deadline_s=300.0, startsecs=30.0, env=environment)
+    """The Spark joiner, submitted with spark-submit to the standalone master in client deploy mode (a standalone
+    cluster runs no Python driver in cluster mode), so its driver runs here under supervisord, which restarts it;
+    it resumes its checkpoint, which lies in the state dir: on several hosts, storage every host that may run the
+    driver, and every executor, reaches (README, "Scaling")."""
+    return SparkSubmittedJoiner()
 
 
-class _SparkDriver(PipelineProcess):
+class SparkSubmittedJoiner(PipelineProcess):
+    """`spark-submit` of the package `make spark-package` builds (rebuilt into the state dir at each `up`, so the
+    driver and executors run the checkout's code); spark-defaults.conf in its SPARK_CONF_DIR holds the cluster's
+    ports and executor sizes."""
+
+    def __init__(self) -> None:
+        super().__init__("spark-joiner", "spark_joiner", start_deadline_s=300.0, startsecs=30.0,
+                         env={**_stage_environment(), **spark_cluster.spark_environment(),
+                              "SPARK_CONF_DIR": str(spark_cluster.joiner_conf_dir())})
+
+    @property
+    def package_dir(self):
+        return self.state_dir / "package"
+
     def prepare(self) -> None:
         spark_cluster.render_joiner_conf()
+        built = subprocess.run([sys.executable, "-m", "spark_joiner.package", str(self.package_dir)],
+                               capture_output=True, text=True, timeout=300)
+        if built.returncode != 0:
+            raise StackError(f"building the Spark joiner's package failed:\n{built.stdout}{built.stderr}")
+
+    def command(self) -> list[str]:
+        return [spark_cluster.spark_submit(), "--master", spark_cluster.master_url(), "--deploy-mode", "client",
+                "--name", "spark-joiner", "--jars", str(self.package_dir / "jars" / "*.jar"),
+                "--py-files", str(self.package_dir / "spark-joiner.zip"),
+                "--conf", f"spark.pyspark.python={sys.executable}",
+                str(self.package_dir / "spark_joiner_job.py"),
+                "--checkpoint-dir", str(self.state_dir / "checkpoint")]
+
+    def is_ready(self, pid: int | None = None) -> bool:
+        """READY from the Python driver, a child of the spark-submit JVM that supervisord runs."""
+        if pid is None:
+            return False
+        try:
+            latest_run = self.log_file.read_text(errors="replace").rsplit(START_MARKER, 1)[-1]
+        except OSError:
+            return False
+        return any(_parent(int(child)) == pid for child in re.findall(rf"{READY_MARKER} pid=(\d+):", latest_run))
+
+
+def _parent(pid: int) -> int | None:
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    except (OSError, IndexError, ValueError):
+        return None
 
 
 def cluster_joiners() -> dict[str, list[Service]]:
