@@ -109,7 +109,7 @@ class SparkSubmittedJoiner(PipelineProcess):
                               "SPARK_CONF_DIR": str(spark_cluster.joiner_conf_dir())})
 
     @property
-    def package_dir(self):
+    def package_dir(self) -> Path:
         return self.state_dir / "package"
 
     def prepare(self) -> None:
