@@ -11,10 +11,21 @@ STACK ?= $(shell docker info >/dev/null 2>&1 && echo docker || echo native)
 # otherwise and the standalone one with the profile lsb: `up` enables the profile and scales the joiner not
 # chosen to zero, so exactly one runs, also after switching.
 COMPOSE_UNUSED_JOINER = $(if $(filter lsb,$(JOINER)),spark-joiner,lsb-joiner)
-# TOPOLOGY=single (the default: one Kafka broker, one instance of each stage) or cluster (three Kafka nodes, a
+# Native: TOPOLOGY=single (the default: one Kafka broker, one instance of each stage) or cluster (three Kafka nodes, a
 # Spark standalone master and two workers, two instances of each scaled stage), read by `python -m stack` from the
 # environment, where make puts a variable given on its command line. The state dir remembers the topology its
 # `up` ran: `status`, `logs`, `down` and `clean` act on it without TOPOLOGY.
+# Compose's topology is a profile: single (the default) or cluster (three Kafka nodes, a Spark standalone
+# cluster with the Spark joiner submitted to it, two DB connectors). The cluster runs the Spark joiner only.
+COMPOSE_UP = $(if $(filter cluster,$(TOPOLOGY)),\
+	$(if $(filter lsb,$(JOINER)),$(error JOINER=lsb: the Compose cluster runs the Spark joiner only),\
+	docker compose --profile cluster up -d --build --wait),\
+	docker compose --profile single --profile lsb up -d --build --wait --scale $(COMPOSE_UNUSED_JOINER)=0)
+# down and clean stop every profile's services, whichever topology runs.
+COMPOSE_ALL = docker compose --profile single --profile lsb --profile cluster
+# SECURITY=on: the native stack with authentication and least privilege (README, "Security"); it stays secure
+# until `make clean`. STACK_TLS=on adds TLS to Kafka's listener. `python -m stack` reads both.
+export SECURITY STACK_TLS
 
 # Every stage's benchmark, in pipeline order, and the joiners beside their peers (join_peers);
 # `make bench BENCHMARKS=benchmarks.db_connector` runs one.
@@ -36,22 +47,23 @@ $(INSTALLED): pyproject.toml $(wildcard core/*/__init__.py ops/*/__init__.py 0*/
 
 up: setup
 ifeq ($(STACK),docker)
-	@test -f .env || cp .env.example .env
-	docker compose --profile lsb up -d --wait --scale $(COMPOSE_UNUSED_JOINER)=0
+	@$(PY) ops/compose/env_file.py .env
+	@$(PY) ops/compose/certificates.py .certs
+	$(COMPOSE_UP)
 else
 	@$(PY) -m stack up
 endif
 
 down:
 ifeq ($(STACK),docker)
-	docker compose --profile lsb down
+	$(COMPOSE_ALL) down
 else
 	@test ! -x $(PY) || $(PY) -m stack down
 endif
 
 clean:
 ifeq ($(STACK),docker)
-	docker compose --profile lsb down -v
+	$(COMPOSE_ALL) down -v
 else
 	@test ! -x $(PY) || $(PY) -m stack clean
 endif

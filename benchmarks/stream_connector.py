@@ -6,10 +6,16 @@ broker and Kafka share the two cores with it. The rate runs from the first recor
 last, so process start-up is not counted. The seed's method (Kafka `flush()` after every message,
 MQTT auto-ack) and ours take turns in alternating rounds, since the machine is shared. A last run
 has the simulator and the connector work at the same time: rows/s end to end.
+
+`--instances N` measures sharding instead: one connector against N, each with its own client id and
+the machines dealt out to them as disjoint topic filters, on the same backlog of synthetic rows of
+`--machines` machines, each machine on a topic of its own (`<base>/<thing>`, as the simulator
+publishes); alternating rounds, from the first record in Kafka to the last (`sharded_backlog`).
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import itertools
 import json
@@ -21,16 +27,19 @@ import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import paho.mqtt.client as mqtt
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from paho.mqtt.enums import CallbackAPIVersion
 
 from simulator.events import in_order, read_events, repeat
 from simulator.publisher import Publisher
 from simulator.settings import DEFAULT_EVENTS_FILE
+from simulator.synthetic import synthetic_rows
+from simulator.topics import row_topic
 from pipeline_core.kafka_clients import admin_client, consumer_config
 from pipeline_core.logs import READY_MARKER
 from pipeline_core.records import encode_record, record_key
@@ -39,6 +48,11 @@ from pipeline_core.topics import MACHINE_DATA, MACHINE_DLQ, ensure_topics
 
 from pipeline_core.mqtt import drop_session, open_session
 from pipeline_core.validation import ROW_FIELDS
+
+# The synthetic rows of the sharding runs: the same for every run; an axis gives a row six quantities.
+SHARDING_SEED = 7
+SYNTHETIC_QUANTITIES_PER_AXIS = 6
+
 
 @dataclass(frozen=True)
 class Result:
@@ -90,8 +104,19 @@ class Topics:
         ensure_topics(self.admin, (dataclasses.replace(MACHINE_DATA, name=self.data),
                                    dataclasses.replace(MACHINE_DLQ, name=self.dlq)))
         self.consumer = Consumer(consumer_config(bootstrap, f"bench-{suffix}"))
-        self.partitions = [TopicPartition(self.data, p) for p in
-                           self.consumer.list_topics(self.data, timeout=10).topics[self.data].partitions]
+        # Just created, the topic may show no partitions yet (its size would stay 0), or no leader of one.
+        end = time.monotonic() + 60
+        while True:
+            partitions = self.consumer.list_topics(self.data, timeout=10).topics[self.data].partitions
+            self.partitions = [TopicPartition(self.data, p) for p in partitions]
+            try:
+                if self.partitions and self.data_size() == 0:
+                    break
+            except KafkaException:
+                pass
+            if time.monotonic() > end:
+                raise RuntimeError(f"{self.data} has no leader for every partition 60 s after its creation")
+            time.sleep(0.1)
 
     def data_size(self) -> int:
         return sum(self.consumer.get_watermark_offsets(tp, timeout=10)[1] for tp in self.partitions)
@@ -102,12 +127,27 @@ class Topics:
             future.result(30)
 
 
-def _queue_backlog(settings: ConnectionSettings, client_id: str, topic: str, rows: list[dict]) -> None:
-    open_session(settings, client_id, topic)
-    publisher = Publisher(settings, f"{client_id}-publisher")
+@contextlib.contextmanager
+def fresh_topics(settings: ConnectionSettings) -> Iterator[Topics]:
+    topics = Topics(settings.kafka_bootstrap_servers)
+    try:
+        yield topics
+    finally:
+        topics.delete()
+
+
+def _queue_backlog(settings: ConnectionSettings, sessions: dict[str, list[str]], topic_template: str,
+                   rows: list[dict]) -> None:
+    """Open a persistent session per client id, subscribed to its filters, then publish `rows` to
+    `topic_template` ({thing}: the row's machine) and wait for the broker's acknowledgements."""
+    for client_id, filters in sessions.items():
+        for topic_filter in filters:  # each subscription adds to the session
+            open_session(settings, client_id, topic_filter)
+    topic_of = row_topic(topic_template)
+    publisher = Publisher(settings, f"{next(iter(sessions))}-publisher")
     publisher.connect()
     for row in rows:
-        publisher.publish(topic, json.dumps(row))
+        publisher.publish(topic_of(row), json.dumps(row))
     if publisher.drain(120) or publisher.failed:
         raise RuntimeError(f"{publisher.failed} backlog rows were not acknowledged by the broker")
     publisher.close()
@@ -127,13 +167,21 @@ def _watch(topics: Topics, start_size: int, records: int, deadline_s: float, ali
     raise RuntimeError(f"only {topics.data_size() - start_size} of {records} records within {deadline_s:.0f} s")
 
 
-def ours_on_backlog(settings: ConnectionSettings, topics: Topics, rows: list[dict], log_path: str) -> Result:
-    client_id, topic = f"bench-connector-{uuid.uuid4().hex[:8]}", f"bench/{uuid.uuid4().hex[:10]}/states"
-    _queue_backlog(settings, client_id, topic, rows)
+def ours_on_backlog(settings: ConnectionSettings, rows: list[dict], log_path: str) -> Result:
+    """Drain a backlog of `rows` into topics of this run only: the connector finds the records of an earlier
+    run's same rows in the topic's tail and, taking them for rows sent again, would not write them."""
+    with fresh_topics(settings) as topics:
+        return _ours_on_backlog(settings, topics, rows, log_path)
+
+
+def _ours_on_backlog(settings: ConnectionSettings, topics: Topics, rows: list[dict], log_path: str) -> Result:
+    run = uuid.uuid4().hex[:10]
+    client_id, base = f"bench-connector-{run}", f"bench/{run}/states"
+    _queue_backlog(settings, {client_id: [f"{base}/#"]}, base + "/{thing}", rows)
     records, start_size = _records_of(rows), topics.data_size()
     cpu_before = _children_cpu_seconds()
     with open(log_path, "ab") as log:
-        process = subprocess.Popen([sys.executable, "-m", "stream_connector", "--mqtt-topic", topic,
+        process = subprocess.Popen([sys.executable, "-m", "stream_connector", "--topic-filters", f"{base}/#",
                                     "--mqtt-client-id", client_id, "--data-topic", topics.data,
                                     "--dlq-topic", topics.dlq], stdout=log, stderr=subprocess.STDOUT,
                                    env=_environment(settings))
@@ -147,10 +195,78 @@ def ours_on_backlog(settings: ConnectionSettings, topics: Topics, rows: list[dic
                   _children_cpu_seconds() - cpu_before)
 
 
+def shard_filters(base: str, things: list[str], instances: int) -> list[list[str]]:
+    """The topic filters of each instance: all of `base/#` for one; else the machines dealt out in turn."""
+    if instances == 1:
+        return [[f"{base}/#"]]
+    if len(things) < instances:
+        raise ValueError(f"{len(things)} machines cannot be shared by {instances} instances")
+    return [[f"{base}/{thing}" for thing in sorted(things)[index::instances]] for index in range(instances)]
+
+
+def _cpu_seconds(pid: int) -> float:
+    """User and system CPU time of a running process so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def sharded_backlog(settings: ConnectionSettings, rows: int, machines: int, instances: int, log_path: str) -> Result:
+    """`instances` connectors on disjoint filters drain one backlog of `rows` synthetic rows of `machines` machines,
+    each machine on its own topic. They start and subscribe first and are then held (SIGSTOP) while the simulator
+    queues the backlog in their sessions, and go on together (SIGCONT): the rate, from the first record in Kafka to
+    the last, measures draining, not one instance starting later than another."""
+    with fresh_topics(settings) as topics:
+        run = uuid.uuid4().hex[:10]
+        base = f"bench/{run}/states"
+        things = [row["Thing"] for row in itertools.islice(synthetic_rows(machines, 1, SHARDING_SEED), machines)]
+        sessions = {f"bench-connector-{run}-{index}": filters
+                    for index, filters in enumerate(shard_filters(base, things, instances))}
+        log = Path(log_path)
+        log_start = log.stat().st_size if log.exists() else 0
+        records = rows * SYNTHETIC_QUANTITIES_PER_AXIS
+        processes = []
+        with open(log_path, "ab") as log_file:
+            for client_id, filters in sessions.items():
+                processes.append(subprocess.Popen(
+                    [sys.executable, "-m", "stream_connector", "--topic-filters", ",".join(filters),
+                     "--mqtt-client-id", client_id, "--data-topic", topics.data, "--dlq-topic", topics.dlq],
+                    stdout=log_file, stderr=subprocess.STDOUT, env=_environment(settings)))
+        try:
+            end = time.monotonic() + 60
+            while log.read_bytes()[log_start:].count(READY_MARKER.encode()) < instances:
+                if time.monotonic() > end or any(process.poll() is not None for process in processes):
+                    raise RuntimeError(f"the connectors did not all announce READY; see {log_path}")
+                time.sleep(0.05)
+            for process in processes:
+                process.send_signal(signal.SIGSTOP)
+            published = subprocess.run(
+                [sys.executable, "-m", "simulator", "--synthetic", "--machines", str(machines), "--axes", "1",
+                 "--seed", str(SHARDING_SEED), "--limit", str(rows), "--mqtt-topic", base + "/{thing}",
+                 "--no-progress"], capture_output=True, text=True, env=_environment(settings), timeout=300)
+            if published.returncode != 0:
+                raise RuntimeError(f"the simulator failed: {published.stdout}{published.stderr}")
+            start_size = topics.data_size()
+            cpu_before = sum(_cpu_seconds(process.pid) for process in processes)
+            for process in processes:
+                process.send_signal(signal.SIGCONT)
+            seconds = _watch(topics, start_size, records, 180,
+                             alive=lambda: all(process.poll() is None for process in processes))
+            cpu_seconds = sum(_cpu_seconds(process.pid) for process in processes) - cpu_before
+        finally:
+            for process in processes:
+                process.send_signal(signal.SIGCONT)
+                process.send_signal(signal.SIGTERM)
+            for process, client_id in zip(processes, sessions):
+                process.wait(60)
+                drop_session(settings, client_id)
+    method = "1 connector, machine/states/#" if instances == 1 else f"{instances} connectors, disjoint topic filters"
+    return Result(method, rows, records, seconds, cpu_seconds)
+
+
 def seed_on_backlog(settings: ConnectionSettings, topics: Topics, rows: list[dict]) -> Result:
     """The seed's loop: parse, produce each quantity, `flush()` per message, paho acks on return."""
     client_id, topic = f"bench-seed-{uuid.uuid4().hex[:8]}", f"bench/{uuid.uuid4().hex[:10]}/states"
-    _queue_backlog(settings, client_id, topic, rows)
+    _queue_backlog(settings, {client_id: [topic]}, topic, rows)
     producer = Producer({"bootstrap.servers": settings.kafka_bootstrap_servers})
     done: list[float] = []
 
@@ -179,14 +295,19 @@ def seed_on_backlog(settings: ConnectionSettings, topics: Topics, rows: list[dic
                   done[-1] - done[0])
 
 
-def live(settings: ConnectionSettings, topics: Topics, rows: int, log_path: str) -> Result:
+def live(settings: ConnectionSettings, rows: int, log_path: str) -> Result:
     """Simulator and connector at the same time, rows/s from the first record in Kafka to the last."""
+    with fresh_topics(settings) as topics:
+        return _live(settings, topics, rows, log_path)
+
+
+def _live(settings: ConnectionSettings, topics: Topics, rows: int, log_path: str) -> Result:
     client_id, topic = f"bench-live-{uuid.uuid4().hex[:8]}", f"bench/{uuid.uuid4().hex[:10]}/states"
     records, start_size = _records_of(_real_rows(rows)), topics.data_size()
     log = Path(log_path)
     log_start = log.stat().st_size if log.exists() else 0  # earlier runs logged READY too
     with open(log_path, "ab") as log_file:
-        connector = subprocess.Popen([sys.executable, "-m", "stream_connector", "--mqtt-topic", topic,
+        connector = subprocess.Popen([sys.executable, "-m", "stream_connector", "--topic-filters", topic,
                                       "--mqtt-client-id", client_id, "--data-topic", topics.data,
                                       "--dlq-topic", topics.dlq], stdout=log_file, stderr=subprocess.STDOUT,
                                      env=_environment(settings))
@@ -208,6 +329,27 @@ def live(settings: ConnectionSettings, topics: Topics, rows: int, log_path: str)
     return Result("live: simulator and connector at once, end to end", rows, records, seconds)
 
 
+def compare_instances(settings: ConnectionSettings, instances: int, rows: int, machines: int, rounds: int) -> int:
+    """One connector against `instances`, on the same rows, alternating rounds; prints a table."""
+    per_run = rows // rounds
+    print(f"MQTT -> Kafka, sharded: a backlog of {per_run:,} synthetic rows of {machines} machines a run (one axis, "
+          f"{SYNTHETIC_QUANTITIES_PER_AXIS} quantities a row), each machine on a topic of its own, drained by 1 or "
+          f"{instances} connectors at once into a fresh copy of {MACHINE_DATA.name}; {rounds} alternating rounds; "
+          f"{os.cpu_count()} cores shared with the broker and Kafka")
+    log_path = os.path.join(tempfile.gettempdir(), f"stream_connector_bench_{os.getpid()}.log")
+    per_round = [(sharded_backlog(settings, per_run, machines, 1, log_path),
+                  sharded_backlog(settings, per_run, machines, instances, log_path)) for _ in range(rounds)]
+    results = [Result(runs[0].method, sum(r.rows for r in runs), sum(r.records for r in runs),
+                      sum(r.seconds for r in runs), sum(r.cpu_seconds for r in runs)) for runs in zip(*per_round)]
+    print(f"{'connectors':<54} {'rows':>7} {'records':>8} {'rows/s':>8} {'records/s':>10} {'CPU µs/row':>10}")
+    for result in results:
+        print(f"{result.method:<54} {result.rows:>7,} {result.records:>8,} {result.rows_per_s:>8,.0f} "
+              f"{result.records_per_s:>10,.0f} {result.cpu_seconds / result.rows * 1e6:>10,.0f}")
+    one, many = results
+    print(f"{instances} instances / 1: {many.rows_per_s / one.rows_per_s:.2f}x rows/s; connector log: {log_path}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.stream_connector", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -215,8 +357,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed-rows", type=int, default=1_000, help="backlog rows for the seed's method")
     parser.add_argument("--live-rows", type=int, default=20_000, help="rows for the live run (0 = skip)")
     parser.add_argument("--rounds", type=int, default=2, help="alternating rounds")
+    parser.add_argument("--instances", type=int, default=1,
+                        help="above 1: one connector against this many on disjoint topic filters, on --rows "
+                             "synthetic rows published while they run (instead of the runs above)")
+    parser.add_argument("--machines", type=int, default=20, help="machines of the synthetic rows of --instances")
     args, rest = parser.parse_known_args(argv)
     settings = load_settings(ConnectionSettings, rest, prog="python -m benchmarks.stream_connector")
+    if args.instances > 1:
+        return compare_instances(settings, args.instances, args.rows, args.machines, args.rounds)
     ours_rows = _real_rows(args.rows // args.rounds)
     # The same mix of rows for both: quantities per row vary along the file.
     seed_count = args.seed_rows // args.rounds
@@ -225,18 +373,15 @@ def main(argv: list[str] | None = None) -> int:
     print(f"MQTT -> Kafka: a backlog of real rows queued in Mosquitto, drained into a fresh copy of "
           f"{MACHINE_DATA.name} ({MACHINE_DATA.partitions} partitions), {args.rounds} alternating rounds; "
           f"{os.cpu_count()} cores shared with the broker and Kafka")
-    topics = Topics(settings.kafka_bootstrap_servers)
     log_path = os.path.join(tempfile.gettempdir(), f"stream_connector_bench_{os.getpid()}.log")
-    try:
-        rounds = [(seed_on_backlog(settings, topics, seed_rows), ours_on_backlog(settings, topics, ours_rows, log_path))
+    with fresh_topics(settings) as seed_topics:  # the seed's method writes every row, sent before or not
+        rounds = [(seed_on_backlog(settings, seed_topics, seed_rows), ours_on_backlog(settings, ours_rows, log_path))
                   for _ in range(args.rounds)]
-        results = [Result(per_round[0].method, sum(r.rows for r in per_round), sum(r.records for r in per_round),
-                          sum(r.seconds for r in per_round), sum(r.cpu_seconds for r in per_round))
-                   for per_round in zip(*rounds)]
-        if args.live_rows:
-            results.append(live(settings, topics, args.live_rows, log_path))
-    finally:
-        topics.delete()
+    results = [Result(per_round[0].method, sum(r.rows for r in per_round), sum(r.records for r in per_round),
+                      sum(r.seconds for r in per_round), sum(r.cpu_seconds for r in per_round))
+               for per_round in zip(*rounds)]
+    if args.live_rows:
+        results.append(live(settings, args.live_rows, log_path))
     print(f"{'method':<54} {'rows':>7} {'records':>8} {'rows/s':>8} {'records/s':>10}")
     for result in results:
         print(f"{result.method:<54} {result.rows:>7,} {result.records:>8,} {result.rows_per_s:>8,.0f} "

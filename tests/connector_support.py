@@ -63,7 +63,7 @@ class ConnectorProcess:
         self._log_offset = self.log_path.stat().st_size if self.log_path.exists() else 0
         with open(self.log_path, "ab") as log:
             self.process = subprocess.Popen(
-                [sys.executable, "-m", "stream_connector", "--mqtt-topic", self.mqtt_topic,
+                [sys.executable, "-m", "stream_connector", "--topic-filters", self.mqtt_topic,
                  "--mqtt-client-id", self.client_id, "--data-topic", self.data_topic,
                  "--dlq-topic", self.dlq_topic, "--progress-interval-s", "1", *self.extra],
                 # Health metrics off unless a test asks for them (--health-metrics): they would go to the

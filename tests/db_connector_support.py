@@ -131,7 +131,8 @@ class PrivateInfluxDB:
         self.directory = directory
         self.port = free_port()
         self.config = render(paths.INFLUXDB_GRAFANA_DIR / "influxdb.conf", directory / "influxdb.conf",
-                             port=self.port, rpc_port=free_port(), data_dir=directory / "data")
+                             port=self.port, rpc_port=free_port(), data_dir=directory / "data",
+                             auth_enabled="false")
         self.process: subprocess.Popen | None = None
 
     def start(self) -> PrivateInfluxDB:

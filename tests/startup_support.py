@@ -11,8 +11,10 @@ from pathlib import Path
 
 from confluent_kafka import Consumer
 
-from pipeline_core.kafka_clients import consumer_config
+from pipeline_core import credentials
+from pipeline_core.kafka_clients import consumer_config, security_config
 from pipeline_core.records import decode_record
+from pipeline_core.settings import KafkaSettings, load_settings
 from pipeline_core.topics import MACHINE_DATA, MACHINE_OUT
 from support import Message, free_ports, read_topic, unique
 
@@ -43,9 +45,10 @@ class FirstJoin:
 
 
 class PrivateStack:
-    """The native stack of this checkout on free ports and a state folder of its own."""
+    """The native stack of this checkout on free ports and a state folder of its own; `secure`: `make up
+    SECURITY=on`."""
 
-    def __init__(self, state_dir: Path) -> None:
+    def __init__(self, state_dir: Path, *, secure: bool = False) -> None:
         mqtt, kafka, controller, influx, rpc = free_ports(5)
         self.state_dir = state_dir
         self.bootstrap = f"127.0.0.1:{kafka}"
@@ -54,7 +57,19 @@ class PrivateStack:
             "MQTT_HOST": "127.0.0.1", "MQTT_PORT": str(mqtt), "KAFKA_PORT": str(kafka),
             "KAFKA_CONTROLLER_PORT": str(controller), "KAFKA_BOOTSTRAP_SERVERS": self.bootstrap,
             "INFLUXDB_HOST": "127.0.0.1", "INFLUXDB_PORT": str(influx), "INFLUXDB_RPC_PORT": str(rpc),
+            "SECURITY": "on" if secure else "off",
         }
+        for name in ("PIPELINE_CREDENTIALS_FILE", "KAFKA_SECURITY_PROTOCOL", "KAFKA_SASL_USERNAME", "KAFKA_SASL_PASSWORD"):
+            self.env.pop(name, None)  # the stack's own file, in its state folder, says who is who
+
+    @property
+    def kafka_security(self) -> dict[str, str]:
+        """The admin's Kafka client settings on this stack (empty when it is not secure)."""
+        values = credentials.read_credentials(self.state_dir / "credentials.env")
+        if not values:
+            return {}
+        environ = {**self.env, **credentials.environment("admin", values)}
+        return security_config(load_settings(KafkaSettings, [], environ=environ))
 
     def make(self, *args: str, joiner: str | None = None, timeout_s: float = UP_DEADLINE_S
              ) -> subprocess.CompletedProcess[str]:
@@ -104,9 +119,10 @@ class PrivateStack:
         replayed = self.make("data", *([f"N={rows}"] if rows is not None else []), "DATA_ARGS=--no-progress",
                              timeout_s=120 if rows is not None else 600)
         assert replayed.returncode == 0, replayed.stdout + replayed.stderr
-        joined = first_record(self.bootstrap, MACHINE_OUT.name, deadline_s=300, since_ms=began_ms)
+        joined = first_record(self.bootstrap, MACHINE_OUT.name, deadline_s=300, since_ms=began_ms,
+                              security=self.kafka_security)
         record = decode_record(joined.value)
-        data = read_topic(self.bootstrap, MACHINE_DATA.name, idle_s=0.5)
+        data = read_topic(self.bootstrap, MACHINE_DATA.name, idle_s=0.5, security=self.kafka_security)
         first_row_ms = min(message.timestamp_ms for message in data if message.timestamp_ms >= began_ms)
         return FirstJoin((joined.timestamp_ms - first_row_ms) / 1000, record)
 
@@ -114,9 +130,10 @@ class PrivateStack:
         self.make("clean", timeout_s=300)
 
 
-def first_record(bootstrap: str, topic: str, deadline_s: float, since_ms: float = 0) -> Message:
+def first_record(bootstrap: str, topic: str, deadline_s: float, since_ms: float = 0,
+                 security: dict[str, str] | None = None) -> Message:
     """The first committed record of `topic` (by record time, written at `since_ms` or later) once one arrives."""
-    consumer = Consumer(consumer_config(bootstrap, unique("test-first")))
+    consumer = Consumer(consumer_config(bootstrap, unique("test-first"), **(security or {})))
     consumer.subscribe([topic])
     end = time.monotonic() + deadline_s
     try:

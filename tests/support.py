@@ -4,7 +4,7 @@ from __future__ import annotations
 import socket
 import time
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -56,14 +56,15 @@ class Message:
 
 
 def read_topic(bootstrap: str, topic: str, *, expected: int | None = None, deadline_s: float = 60.0,
-               idle_s: float = 2.0, isolation: str = "read_committed") -> list[Message]:
+               idle_s: float = 2.0, isolation: str = "read_committed",
+               security: Mapping[str, str] | None = None) -> list[Message]:
     """Read `topic` from the beginning.
 
     With `expected`, stop as soon as that many messages arrived (fail at the deadline otherwise);
     without it, stop once the consumer is at the end of every partition and nothing arrives for
-    `idle_s`.
+    `idle_s`. `security`: the reader's identity on a secure Kafka (kafka_clients.security_config).
     """
-    consumer = Consumer(consumer_config(bootstrap, unique("test-reader"), **{
+    consumer = Consumer(consumer_config(bootstrap, unique("test-reader"), **(security or {}), **{
         "isolation.level": isolation, "enable.partition.eof": True}))
     consumer.subscribe([topic])
     messages: list[Message] = []

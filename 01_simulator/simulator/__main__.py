@@ -6,7 +6,9 @@ import os
 import signal
 import sys
 
+from pipeline_core import credentials
 from pipeline_core.logs import configure_logging
+from pipeline_core.mqtt import DEVICE_CLIENT_ID
 from pipeline_core.settings import load_settings
 
 from .events import EventsFileError, write_events
@@ -17,8 +19,15 @@ from .settings import SimulatorSettings
 log = logging.getLogger("simulator")
 
 
+def default_client_id(settings: SimulatorSettings) -> str:
+    """`simulator-<pid>`, so several run side by side; a broker that authenticates binds the device
+    user to one client id, which it must then use (02_mqtt_broker, "Security")."""
+    return DEVICE_CLIENT_ID if settings.mqtt_username else f"simulator-{os.getpid()}"
+
+
 def main(argv: list[str] | None = None) -> int:
-    settings = load_settings(SimulatorSettings, argv, prog="python -m simulator")
+    settings = load_settings(SimulatorSettings, argv, prog="python -m simulator",
+                             environ=credentials.environ_for("device"))
     configure_logging()
     try:
         rows, total = selected_rows(settings)
@@ -28,7 +37,7 @@ def main(argv: list[str] | None = None) -> int:
             count = write_events(settings.output, rows)
             print(f"wrote {count} rows to {settings.output}")
             return 0
-        publisher = Publisher(settings, settings.mqtt_client_id or f"simulator-{os.getpid()}",
+        publisher = Publisher(settings, settings.mqtt_client_id or default_client_id(settings),
                               window=settings.window, inflight=settings.inflight)
         publisher.connect()
     except (EventsFileError, PublishError, ValueError) as error:

@@ -13,6 +13,7 @@ from .events import Row, displaced, event_time_ms, in_order, read_events, repeat
 from .publisher import Publisher
 from .settings import SimulatorSettings
 from .synthetic import synthetic_rows
+from .topics import row_topic
 
 
 @dataclass(frozen=True)
@@ -82,7 +83,7 @@ def publish_rows(publisher: Publisher, settings: SimulatorSettings, rows: Iterat
                  should_stop: Callable[[], bool] = lambda: False) -> Summary:
     """Publish `rows` at the configured pace, then wait for the last acknowledgements."""
     due = due_times(settings)
-    topic = settings.mqtt_topic
+    topic_of = row_topic(settings.mqtt_topic)
     started = time.perf_counter()
     with tqdm(total=total, unit=" rows", disable=not settings.progress, smoothing=0.05,
               mininterval=0.5) as progress:
@@ -93,7 +94,7 @@ def publish_rows(publisher: Publisher, settings: SimulatorSettings, rows: Iterat
                 due_at = started + due(index, row)
                 while (wait := due_at - time.perf_counter()) > 0:
                     publisher.pump(min(wait, 0.05))
-            publisher.publish(topic, json.dumps(row))
+            publisher.publish(topic_of(row), json.dumps(row))
             progress.update()
         publisher.drain(settings.drain_timeout_s)
     return Summary(publisher.acked, publisher.failed, time.perf_counter() - started)

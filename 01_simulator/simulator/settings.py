@@ -4,9 +4,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from pipeline_core.settings import MACHINE_STATES_TOPIC, MqttSettings, setting
+from pipeline_core.settings import MqttSettings, setting
 
 from .synthetic import DEFAULT_START_MS
+from .topics import THING_TOPIC_TEMPLATE
 
 # The 5,000 real rows of three machines (not in time order), shipped as the default replay.
 DEFAULT_EVENTS_FILE = Path(__file__).resolve().parents[1] / "data" / "test_events.json"
@@ -18,7 +19,10 @@ class SimulatorSettings(MqttSettings):
 
     events_file: Path = setting(DEFAULT_EVENTS_FILE, "SIMULATOR_EVENTS_FILE",
                                 "events file to replay: one JSON row per line; .gz and .zip too")
-    mqtt_topic: str = setting(MACHINE_STATES_TOPIC, "MQTT_TOPIC", "MQTT topic to publish the rows to")
+    mqtt_topic: str = setting(THING_TOPIC_TEMPLATE, "MQTT_TOPIC",
+                              "MQTT topic to publish the rows to; {thing} stands for the row's Thing, so each machine "
+                              "has a topic of its own (a row without a Thing fit for a topic level goes to the part "
+                              "before /{thing})")
     mqtt_client_id: str | None = setting(None, "SIMULATOR_CLIENT_ID", "MQTT client id (default: simulator-<pid>)")
     rate: float = setting(0.0, "SIMULATOR_RATE", "rows per second; 0 = as fast as acknowledged delivery allows")
     speedup: float = setting(0.0, "SIMULATOR_SPEEDUP",

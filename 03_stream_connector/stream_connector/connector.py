@@ -33,14 +33,16 @@ from confluent_kafka import KafkaError, KafkaException, Message, Producer
 from paho.mqtt.enums import MQTTErrorCode, MQTTProtocolVersion
 
 from pipeline_core.kafka_clients import (ACCESS_ERRORS, KafkaStartupError, admin_client, produce, producer_config,
-                                         refused_for_itself)
+                                         refused_for_itself, security_config)
 from pipeline_core.lifecycle import StopSignal
 from pipeline_core.logs import announce_ready
 from pipeline_core.mqtt import FastClient, new_client, pump
 from pipeline_core.progress import Observation, ProgressReporter, StageCounters
 from pipeline_core.records import dead_letter, payload_omitted
+from pipeline_core.settings import MACHINE_STATES_TOPIC
 from pipeline_core.topics import MACHINE_DATA, MACHINE_DLQ, ensure_topics, partition_count
 
+from .filters import covers, parse_filters
 from .redelivery import WrittenRecords, dead_letter_key, read_tail, rejected_row_key
 from .rows import kafka_messages, split_row
 from .settings import ConnectorSettings
@@ -48,6 +50,8 @@ from .settings import ConnectorSettings
 log = logging.getLogger(__name__)
 
 STAGE = "stream_connector"
+# Where devices publish (the broker's ACL): what the instances' filters together must cover.
+DEVICE_TOPICS = f"{MACHINE_STATES_TOPIC}/#"
 MAX_RECONNECT_DELAY_S = 5.0
 MAX_KAFKA_RETRY_DELAY_S = 30.0
 # Records in the producer's queue before `produce` waits: far above what the broker's window of
@@ -63,11 +67,12 @@ class PendingRow:
     acknowledged, the broker sends it again. `abandoned`: the connector let the row go (a new MQTT
     connection or Kafka client); the broker sends it again, and late callbacks are ignored."""
 
-    __slots__ = ("mid", "qos", "remaining", "failed", "abandoned")
+    __slots__ = ("mid", "qos", "topic", "remaining", "failed", "abandoned")
 
-    def __init__(self, mid: int, qos: int) -> None:
+    def __init__(self, mid: int, qos: int, topic: str) -> None:
         self.mid = mid
         self.qos = qos
+        self.topic = topic  # the MQTT topic it came on: named in its dead letters
         self.remaining = 0
         self.failed = False
         self.abandoned = False
@@ -79,6 +84,7 @@ class ConnectorCounters(StageCounters):
 
     rejected_rows: int = 0
     acked: int = 0
+    rows_done: int = 0  # rows whose records Kafka confirmed (or took as dead letters): acknowledged, or QoS 0 let go
     reconnects: int = 0
     kafka_restarts: int = 0
     redelivered_records: int = 0  # of rows sent again, records Kafka already held: not written twice
@@ -88,6 +94,7 @@ class ConnectorCounters(StageCounters):
 class Connector:
     def __init__(self, settings: ConnectorSettings, stop: StopSignal | None = None) -> None:
         self.settings = settings
+        self.topic_filters = parse_filters(settings.topic_filters)  # FilterError before anything starts
         self.stop = stop or StopSignal()
         self.counters = ConnectorCounters()
         self.progress: ProgressReporter | None = None
@@ -96,6 +103,7 @@ class Connector:
         # Rows in arrival order: MQTT wants QoS 1 acks in the order the messages came.
         self.unacked: deque[PendingRow] = deque()
         self.subscribed = False
+        self.rows_to_redeliver = 0
         # Set when the connector must stop: says what is wrong and what to do.
         self.failure: str | None = None
         # Set when Kafka failed in a way a fresh producer fixes; the loop restarts the Kafka side.
@@ -112,7 +120,7 @@ class Connector:
         self.in_flight: dict[bytes, list[PendingRow]] = {}
 
     def _new_producer(self) -> Producer:
-        return Producer(producer_config(self.settings.kafka_bootstrap_servers, **{
+        return Producer(producer_config(self.settings.kafka_bootstrap_servers, **security_config(self.settings), **{
             "linger.ms": self.settings.linger_ms,
             # 0 (the default): never give up on a record while Kafka is away; see the module docstring.
             "message.timeout.ms": self.settings.delivery_timeout_ms,
@@ -150,21 +158,21 @@ class Connector:
             return
         log.info("connected to MQTT %s:%d as %r (session present: %s)", self.settings.mqtt_host,
                  self.settings.mqtt_port, self.settings.mqtt_client_id, flags.session_present)
-        client.subscribe(self.settings.mqtt_topic, qos=1)
+        client.subscribe([(topic_filter, 1) for topic_filter in self.topic_filters])
         # A present session still holds the subscription: rows flow (and come again) before the SUBACK.
         self.subscribed = self.subscribed or flags.session_present
 
     def _on_subscribe(self, client, userdata, mid, reason_codes, properties) -> None:
         refused = [code for code in reason_codes if code.is_failure]
         if refused:
-            self.failure = (f"MQTT broker refused the subscription to {self.settings.mqtt_topic!r}: {refused[0]}; "
-                            "check --mqtt-topic and the broker's ACL, then start again")
+            self.failure = (f"MQTT broker refused the subscription to {self.settings.topic_filters!r}: {refused[0]}; "
+                            "check --topic-filters and the broker's ACL, then start again")
             return
         self.subscribed = True
 
     def _on_message(self, client, userdata, message) -> None:
         self.counters.records_in += 1
-        pending = PendingRow(message.mid, message.qos)
+        pending = PendingRow(message.mid, message.qos, message.topic)
         self.unacked.append(pending)
         delivered = self._delivery_callback(pending)
         settings = self.settings
@@ -212,14 +220,16 @@ class Connector:
 
     def _ack_delivered(self) -> None:
         """Acknowledge, in order, every row whose records Kafka has all confirmed."""
-        unacked, done = self.unacked, []
+        unacked, done, popped = self.unacked, [], 0
         while unacked and unacked[0].remaining == 0 and not unacked[0].failed:
             pending = unacked[0]
             unacked.popleft()
+            popped += 1
             if pending.qos == 1:  # a QoS 0 row has nothing to acknowledge
                 done.append(pending.mid)
         self.client.ack_all(done)
         self.counters.acked += len(done)
+        self.counters.rows_done += popped
 
     # --- Kafka side ----------------------------------------------------------------------------
 
@@ -333,7 +343,7 @@ class Connector:
         its size); one refused even then needs someone."""
         if topic == self.settings.data_topic:
             self._dead_letter(pending, delivered, f"Kafka refused the record: {error.str()}", value,
-                              self.settings.mqtt_topic, key=(key or b"").decode(errors="replace") or None)
+                              pending.topic, key=(key or b"").decode(errors="replace") or None)
             return
         pending.remaining += 1
         refused = produce(self.producer, self.settings.dlq_topic, payload_omitted(value or b"", error.str(), STAGE),
@@ -347,8 +357,14 @@ class Connector:
         """Create the topics if missing and read the data topic's partitions. At start, Kafka has
         `--kafka-startup-deadline-s` to answer; `without_end` (a restart of the Kafka side while
         running) waits for it as long as it takes, as the rows wait in the broker's queue."""
-        admin = admin_client(self.settings.kafka_bootstrap_servers)
+        security = security_config(self.settings)
+        admin = admin_client(self.settings.kafka_bootstrap_servers, **security)
         deadline_s = self.settings.kafka_startup_deadline_s
+        if without_end:
+            # Ask in rounds of a reporting interval, reporting between them: the heartbeat goes on saying the
+            # connector waits for Kafka with rows in hand (stuck), where silence would say it hangs.
+            deadline_s = min(deadline_s, self.settings.progress_interval_s)
+        warn_at = 0.0
         while not self.stop.is_set():
             try:
                 ensure_topics(admin, (dataclasses.replace(MACHINE_DATA, name=self.settings.data_topic),
@@ -356,16 +372,21 @@ class Connector:
                               deadline_s=deadline_s)
                 self.data_partitions = partition_count(admin, self.settings.data_topic, deadline_s)
                 self.written = read_tail(self.settings.kafka_bootstrap_servers, self.settings.data_topic,
-                                         self.data_partitions, self.settings.redelivery_window_records)
+                                         self.data_partitions, self.settings.redelivery_window_records,
+                                         security=security)
                 self.dead_lettered = read_tail(self.settings.kafka_bootstrap_servers, self.settings.dlq_topic,
                                                partition_count(admin, self.settings.dlq_topic, deadline_s),
                                                self.settings.redelivery_window_records,
-                                               functools.partial(dead_letter_key, STAGE))
+                                               functools.partial(dead_letter_key, STAGE), security=security)
                 return
             except KafkaStartupError as error:
                 if not without_end:
                     raise
-                log.warning("%s; still waiting for Kafka", error)
+                if self.progress is not None:
+                    self.progress.maybe_report()
+                if time.monotonic() >= warn_at:
+                    log.warning("%s; still waiting for Kafka", error)
+                    warn_at = time.monotonic() + self.settings.kafka_startup_deadline_s
 
     def _pause(self, seconds: float) -> None:
         """Wait, serving Kafka's callbacks, until `seconds` passed or a stop was requested."""
@@ -377,11 +398,16 @@ class Connector:
 
     def run(self) -> int:
         """Bridge until SIGTERM/SIGINT or an error that needs someone; returns the exit code."""
+        if not any(covers(topic_filter, DEVICE_TOPICS) for topic_filter in self.topic_filters):
+            log.warning("this instance takes only part of %s (%s): the filters of the other instances must cover "
+                        "the rest, since the broker drops a row no session subscribes to, unseen by any connector",
+                        DEVICE_TOPICS, self.settings.topic_filters)
         self._prepare_topics()
         self._connect()
         ready = False
         progress = self.progress = ProgressReporter.for_stage(
-            STAGE, self.counters, self.settings, observe=self._observe, logger=log, labels={"records_in": "rows in"})
+            STAGE, self.counters, self.settings, observe=self._observe, logger=log, labels={"records_in": "rows in"},
+            progress_counters=("rows_done",))
         while not self.stop.is_set() and self.failure is None:
             # While rows wait for Kafka, come back quickly to ack them; otherwise wait for input.
             rc = pump(self.client, 0.002 if self.unacked else 0.2)
@@ -393,7 +419,7 @@ class Connector:
                 self._restart_kafka_side()
             if not ready and self.subscribed:
                 ready = True
-                announce_ready(log, f"stream connector {self.settings.mqtt_topic!r} -> "
+                announce_ready(log, f"stream connector {self.settings.topic_filters!r} -> "
                                     f"{self.settings.data_topic!r} (dead letters: {self.settings.dlq_topic!r})")
             progress.maybe_report()
         try:
@@ -419,6 +445,8 @@ class Connector:
         row again, in order: what a restart of the connector would do, without exiting."""
         log.error("Kafka did not take a record (%s): starting the Kafka client afresh in %.1f s; the broker sends "
                   "the %d unacknowledged rows again", self.kafka_trouble, self.kafka_retry_delay_s, len(self.unacked))
+        # Until the broker sends them again, the heartbeat still counts them as work waiting.
+        self.rows_to_redeliver = len(self.unacked)
         self._abandon_unacked()
         # Dropped records (their callbacks report a purge, ignored) come again with their rows.
         self.producer.purge()
@@ -431,10 +459,13 @@ class Connector:
         self.counters.kafka_restarts += 1
         self._prepare_topics(without_end=True)
         self._connect()
+        self.rows_to_redeliver = 0
 
     def _observe(self) -> Observation:
         # The lag: rows read from MQTT whose records Kafka has not all confirmed, so not acknowledged yet.
-        return Observation(lag=len(self.unacked), values={"kafka_queue": len(self.producer)})
+        # Work waiting as well: rows let go by a restart of the Kafka side, until the broker sends them again.
+        return Observation(lag=len(self.unacked), values={"kafka_queue": len(self.producer)},
+                           pending=self.rows_to_redeliver, waiting_for="Kafka" if self.rows_to_redeliver else None)
 
     def _shutdown(self) -> int:
         """Flush Kafka, ack what it confirmed, then leave the broker; unread rows stay in the session."""

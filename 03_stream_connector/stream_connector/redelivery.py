@@ -19,7 +19,7 @@ import hashlib
 import json
 import logging
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 from confluent_kafka import Consumer, TopicPartition
 
@@ -75,11 +75,13 @@ def dead_letter_key(stage: str, letter: bytes) -> bytes | None:
 
 
 def read_tail(bootstrap_servers: str, topic: str, partitions: int, capacity: int,
-              key_of: Callable[[bytes], bytes | None] = bytes) -> WrittenRecords:
+              key_of: Callable[[bytes], bytes | None] = bytes, *,
+              security: Mapping[str, str] | None = None) -> WrittenRecords:
     """The last records of every partition of `topic`, up to `capacity` in all per partition, each known by
-    `key_of(value)` (its value itself by default; None: not remembered)."""
+    `key_of(value)` (its value itself by default; None: not remembered). `security`: the client's
+    (kafka_clients.security_config)."""
     written = WrittenRecords(capacity * partitions)
-    consumer = Consumer(consumer_config(bootstrap_servers, "stream-connector-tail", **{
+    consumer = Consumer(consumer_config(bootstrap_servers, "stream-connector-tail", **(security or {}), **{
         "enable.auto.commit": False, "enable.partition.eof": True}))
     try:
         ends = {}

@@ -12,9 +12,13 @@ from pipeline_core.validation import DEFAULT_MAX_QUANTITIES, DEFAULT_MAX_ROW_BYT
 class ConnectorSettings(MqttSettings, KafkaSettings, ProgressSettings):
     """Bridge machine-state rows from MQTT into one Kafka record per quantity."""
 
-    mqtt_topic: str = setting(MACHINE_STATES_TOPIC, "MQTT_TOPIC", "MQTT topic (filter) to subscribe to")
+    topic_filters: str = setting(f"{MACHINE_STATES_TOPIC}/#", "STREAM_CONNECTOR_TOPIC_FILTERS",
+                                 "MQTT topic filters to subscribe to, comma-separated; several instances share the "
+                                 "input by taking disjoint filters that together cover machine/states/# (README, "
+                                 "\"Several instances\")")
     mqtt_client_id: str = setting("stream-connector", "CONNECTOR_CLIENT_ID",
-                                  "MQTT client id; fixed, so the broker keeps the session across restarts")
+                                  "MQTT client id; fixed, so the broker keeps the session across restarts; one of "
+                                  "its own per instance (stream-connector-<shard>)")
     data_topic: str = setting(MACHINE_DATA.name, "DATA_TOPIC", "Kafka topic for the records")
     dlq_topic: str = setting(MACHINE_DLQ.name, "DLQ_TOPIC", "Kafka topic for rejected input")
     max_payload_bytes: int = setting(DEFAULT_MAX_ROW_BYTES, "CONNECTOR_MAX_PAYLOAD_BYTES",

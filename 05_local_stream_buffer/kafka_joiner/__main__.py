@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import logging
 
+from pipeline_core import credentials
 from pipeline_core.lifecycle import process_stop_signal
 from pipeline_core.logs import announce_ready, configure_logging
 from pipeline_core.runtime import tune_gc_for_streaming
@@ -15,7 +16,8 @@ log = logging.getLogger("kafka_joiner")
 
 
 def main(argv: list[str] | None = None) -> None:
-    settings = load_settings(KafkaJoinerSettings, argv, prog="python -m kafka_joiner")
+    settings = load_settings(KafkaJoinerSettings, argv, prog="python -m kafka_joiner",
+                             environ=credentials.environ_for("lsb-joiner"))
     configure_logging()
     joiner = KafkaJoiner(settings, process_stop_signal())
     joiner.start()

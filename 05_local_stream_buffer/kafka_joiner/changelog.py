@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import NamedTuple
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
@@ -104,10 +104,11 @@ class StateChanges:
 class Restorer:
     """Reads partitions of the changelog to their committed end with a consumer of its own (no group)."""
 
-    def __init__(self, bootstrap_servers: str, group_id: str, topic: str) -> None:
+    def __init__(self, bootstrap_servers: str, group_id: str, topic: str,
+                 security: Mapping[str, str] | None = None) -> None:
         self._topic = topic
         self.covered: dict[int, int | None] = {}  # of the partitions last restored: the offset their records cover
-        self._consumer = Consumer(consumer_config(bootstrap_servers, f"{group_id}.restore", **{
+        self._consumer = Consumer(consumer_config(bootstrap_servers, f"{group_id}.restore", **(security or {}), **{
             "enable.partition.eof": True}))
 
     @property

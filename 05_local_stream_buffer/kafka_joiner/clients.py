@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from confluent_kafka import Consumer, Producer
 
-from pipeline_core.kafka_clients import consumer_config, transactional_producer_config
+from pipeline_core.kafka_clients import consumer_config, security_config, transactional_producer_config
 
 from .settings import KafkaJoinerSettings
 
@@ -12,7 +12,8 @@ def joiner_producer(settings: KafkaJoinerSettings, transactional_id: str) -> Pro
     """Uncompressed with a 20 ms linger: the broker is local, and lz4 in the client threads cost about
     7 µs per record of the two cores; a commit sends whatever lingers, so the linger only makes produce
     requests fuller, never later."""
-    return Producer(transactional_producer_config(settings.kafka_bootstrap_servers, transactional_id, **{
+    return Producer(transactional_producer_config(settings.kafka_bootstrap_servers, transactional_id,
+                                                  **security_config(settings), **{
         "transaction.timeout.ms": settings.transaction_timeout_ms,
         "batch.size": 1_000_000,
         "compression.type": "none",
@@ -38,4 +39,5 @@ def joiner_consumer(settings: KafkaJoinerSettings) -> Consumer:
     if settings.instance_id:
         # Static membership: a restarted instance gets its partitions back without a rebalance.
         overrides["group.instance.id"] = settings.instance_id
-    return Consumer(consumer_config(settings.kafka_bootstrap_servers, settings.group_id, **overrides))
+    return Consumer(consumer_config(settings.kafka_bootstrap_servers, settings.group_id, **security_config(settings),
+                                    **overrides))

@@ -22,7 +22,7 @@ from collections.abc import Callable
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
 from pipeline_core.data_loss import OffsetWatch
-from pipeline_core.kafka_clients import admin_client, produce, retry_transient
+from pipeline_core.kafka_clients import admin_client, produce, retry_transient, security_config
 from pipeline_core.lifecycle import StopSignal
 from pipeline_core.progress import ProgressReporter
 from pipeline_core.records import DLQ_MAX_MESSAGE_BYTES
@@ -64,7 +64,7 @@ class KafkaJoiner:
         self.state_topic = settings.state_topic_name()
         self.stats = JoinerStats()
         self._progress = ProgressReporter.for_stage(
-            "kafka_joiner", self.stats, settings, logger=log, labels=LABELS,
+            "kafka_joiner", self.stats, settings, logger=log, labels=LABELS, progress_counters=("transactions",),
             observe=JoinerObservation(self.stats, lambda: self._partitions.figures() if self._partitions is not None else None,
                                       log))
         self._producer = joiner_producer(settings, self.transactional_id)
@@ -85,7 +85,7 @@ class KafkaJoiner:
         """Create the co-partitioned topic (unless the input is one) and the state topic, fence earlier runs of
         this transactional id, join the group."""
         settings = self.settings
-        admin = admin_client(settings.kafka_bootstrap_servers)
+        admin = admin_client(settings.kafka_bootstrap_servers, **security_config(settings))
         deadline_s = settings.kafka_startup_deadline_s
         input_partitions = partition_count(admin, settings.input_topic, deadline_s)
         if self._by_thing:
@@ -109,7 +109,8 @@ class KafkaJoiner:
             self._alignment = InputAlignment(
                 self._consumer, settings.input_topic, settings.align_ms, self._forwarder.positions,
                 self._forwarder.append_times, lambda: self._partitions.starts())
-        self._restorer = Restorer(settings.kafka_bootstrap_servers, settings.group_id, self.state_topic)
+        self._restorer = Restorer(settings.kafka_bootstrap_servers, settings.group_id, self.state_topic,
+                                  security_config(settings))
         self._partitions = OwnedPartitions(
             self._consumer, self.join_topic,
             lambda on_release, on_evict: KeyedJoiner(

@@ -8,7 +8,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 from pyspark.errors import StreamingQueryException
 
-from pipeline_core.kafka_clients import admin_client
+from pipeline_core import credentials
+from pipeline_core.kafka_clients import admin_client, security_config
 from pipeline_core.lifecycle import process_stop_signal
 from pipeline_core.logs import announce_ready, configure_logging
 from pipeline_core.progress import ProgressReporter
@@ -29,12 +30,14 @@ log = logging.getLogger("spark_joiner")
 def main(argv: Sequence[str] | None = None, prog: str = "python -m spark_joiner") -> int:
     configure_logging()
     logging.getLogger("py4j").setLevel(logging.WARNING)  # one line per callback otherwise
-    settings = load_settings(SparkJoinerSettings, argv, prog=prog)
+    settings = load_settings(SparkJoinerSettings, argv, prog=prog,
+                             environ=credentials.environ_for("spark-joiner"))
     stop = process_stop_signal()
     prepare_checkpoint(settings.checkpoint_dir, settings.buckets, settings.shuffle_partitions)
     # Before the JVM starts: a missing topic, or a broker that does not come up, ends the start with a clear
     # message instead of a query that waits on its own.
-    admin = admin_client(settings.kafka_bootstrap_servers)
+    security = security_config(settings)
+    admin = admin_client(settings.kafka_bootstrap_servers, **security)
     for topic in (settings.input_topic, settings.output_topic, settings.dlq_topic):
         partition_count(admin, topic, settings.kafka_startup_deadline_s)
     log.info("starting Spark (%s); checkpoint %s", "spark-submit's master" if under_spark_submit() else settings.master,
@@ -44,18 +47,19 @@ def main(argv: Sequence[str] | None = None, prog: str = "python -m spark_joiner"
     with ThreadPoolExecutor(1, thread_name_prefix="sink-start") as starting:
         sink_started = starting.submit(TransactionalBatchSink, settings.kafka_bootstrap_servers, settings.output_topic,
                                        settings.dlq_topic, settings.sink_transactional_id(),
-                                       settings.kafka_startup_deadline_s)
+                                       settings.kafka_startup_deadline_s, security)
         spark = spark_session(settings.master, shuffle_partitions=settings.shuffle_partitions,
                               driver_memory=settings.driver_memory)
         sink = sink_started.result()
     master = spark.sparkContext.master  # spark-submit's under spark-submit, else --master
     query_progress = QueryProgress(SparkJoinerCounters(), sink.counters,
-                                   BrokerOffsets(settings.kafka_bootstrap_servers),
-                                   BrokerOffsets(settings.kafka_bootstrap_servers, earliest=True))
+                                   BrokerOffsets(settings.kafka_bootstrap_servers, security=security),
+                                   BrokerOffsets(settings.kafka_bootstrap_servers, earliest=True, security=security))
     query = query_progress.query = start_query(spark, settings, sink)
     tune_gc_for_streaming()  # the sink unpacks and produces every output record in this process
     progress = ProgressReporter.for_stage("spark_joiner", query_progress.counters, settings,
-                                          observe=query_progress.observe, logger=log, labels=LABELS)
+                                          observe=query_progress.observe, logger=log, labels=LABELS,
+                                          progress_counters=("batches",))
     ready = False
     restarts = 0
     try:
@@ -80,6 +84,7 @@ def main(argv: Sequence[str] | None = None, prog: str = "python -m spark_joiner"
             # (a NullPointerException in its progress metrics, apache/spark#55236) once the batch itself
             # is committed. Restarting the query from the checkpoint resumes cleanly.
             restarts += 1
+            query_progress.query_failures += 1
             if restarts > settings.max_query_restarts:
                 log.error("query failed %d times, giving up: %s", restarts, error)
                 return 1

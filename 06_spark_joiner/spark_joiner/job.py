@@ -4,12 +4,17 @@ from __future__ import annotations
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
+from pipeline_core.kafka_clients import java_security_options
+
 from .parse import KAFKA_COLUMNS, PACKED_SCHEMA, RecordRouter
 from .processor import OUTPUT_SCHEMA, BucketJoinProcessor
 from .settings import SparkJoinerSettings
 from .sink import TransactionalBatchSink
 
 QUERY_NAME = "spark_joiner"
+# Spark's Kafka source names its consumer groups <prefix>-<query id>-...; the sink's group and transactional id
+# start with `spark-joiner.` (settings.sink_transactional_id): on a secure Kafka, one prefixed group ACL covers both.
+SOURCE_GROUP_PREFIX = "spark-joiner"
 
 
 # Hadoop's FileContext API, which Structured Streaming uses for checkpoint files by default, sets each new
@@ -55,7 +60,9 @@ def kafka_source(spark: SparkSession, settings: SparkJoinerSettings) -> DataFram
     reader = (
         spark.readStream.format("kafka")
         .option("kafka.bootstrap.servers", settings.kafka_bootstrap_servers)
+        .options(**java_security_options(settings))  # holds the password: never logged
         .option("subscribe", settings.input_topic)
+        .option("groupIdPrefix", SOURCE_GROUP_PREFIX)
         .option("startingOffsets", "earliest")
         # Only committed input; the connector writes without transactions, so this changes nothing there.
         .option("kafka.isolation.level", "read_committed")

@@ -59,9 +59,8 @@ def write_archive(path: Path) -> list[str]:
 
 
 def build(directory: Path) -> Path:
-    """Entry script, archive and connector jars into `directory` (replacing what an earlier build left there)."""
-    if directory.exists():
-        shutil.rmtree(directory)
+    """Entry script, archive and connector jars into `directory`, replacing an earlier build's (and nothing else)."""
+    shutil.rmtree(directory / "jars", ignore_errors=True)
     (directory / "jars").mkdir(parents=True)
     shutil.copy2(ENTRY_SCRIPT, directory / ENTRY_SCRIPT.name)
     write_archive(directory / ARCHIVE_NAME)
@@ -72,7 +71,7 @@ def build(directory: Path) -> Path:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m spark_joiner.package", description=__doc__.splitlines()[0])
-    parser.add_argument("directory", type=Path, help="where to build it (emptied first)")
+    parser.add_argument("directory", type=Path, help="where to build it")
     directory = build(parser.parse_args(argv).directory)
     jars = ",".join(str(jar) for jar in sorted((directory / "jars").iterdir()))
     print(f"built {directory}: spark-submit --jars {jars} --py-files {directory / ARCHIVE_NAME} "

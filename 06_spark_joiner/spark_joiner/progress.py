@@ -129,8 +129,8 @@ class BrokerOffsets:
     """The latest offsets of input partitions, as a read_committed reader sees them, in one request."""
 
     def __init__(self, bootstrap_servers: str, timeout_s: float = LATEST_OFFSETS_TIMEOUT_S, *,
-                 earliest: bool = False) -> None:
-        self._admin = admin_client(bootstrap_servers)
+                 earliest: bool = False, security: Mapping[str, str] | None = None) -> None:
+        self._admin = admin_client(bootstrap_servers, **(security or {}))
         self._timeout_s = timeout_s
         self._spec = OffsetSpec.earliest() if earliest else OffsetSpec.latest()  # earliest: the log start
 
@@ -179,6 +179,9 @@ class QueryProgress:
         self._latest: dict[str, int | float | None] = {}  # what the latest updates said, until newer ones do
         self._ends: dict[Partition, int] | None = None  # the last batch's end offsets
         self._loss_counted: tuple[Any, Any] | None = None  # run and batch id of the last update counted
+        self.query_failures = 0  # the query failed and was restarted from the checkpoint (the main loop counts)
+        self._batches_seen = 0  # batches the sink had committed at the last observation
+        self._failures_before = 0  # query failures before the last batch committed
 
     def observe(self) -> Observation:
         updates = self.new_updates(self.query.recentProgress if self.query is not None else [])
@@ -216,7 +219,12 @@ class QueryProgress:
         if self._ends is not None:
             broker = self._latest_offsets(self._ends)
             lag = input_lag(self._ends, broker) if broker is not None else None
-        return Observation(lag=lag,
+        if counters.batches != self._batches_seen:
+            self._batches_seen, self._failures_before = counters.batches, self.query_failures
+        failing = self.query_failures - self._failures_before
+        # A query that fails again and again may do so before any update tells the lag: work waits on it anyway.
+        return Observation(lag=lag, waiting_for=f"its query (failed {failing} times since its last batch)"
+                           if failing else None,
                            values={"batch_id": latest.get("batch_id"), "batch_seconds": longest,
                                    "processed_rows_per_s": latest.get("processed_rows_per_s"),
                                    "state_rows": latest.get("state_rows"), "state_bytes": latest.get("state_bytes")})

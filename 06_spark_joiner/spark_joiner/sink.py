@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import logging
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import pyarrow as pa
@@ -56,13 +57,14 @@ class TransactionalBatchSink:
     """``foreachBatch`` function writing the processor's rows to machine.out / machine.dlq exactly once."""
 
     def __init__(self, bootstrap_servers: str, output_topic: str, dlq_topic: str, transactional_id: str,
-                 startup_deadline_s: float = DEFAULT_STARTUP_DEADLINE_S) -> None:
+                 startup_deadline_s: float = DEFAULT_STARTUP_DEADLINE_S,
+                 security: Mapping[str, str] | None = None) -> None:
         self.output_topic = output_topic
         self.dlq_topic = dlq_topic
         # Uncompressed, as the standalone joiner writes: lz4 cost the client threads and the broker several µs
         # of the same cores per record, for records that only cross the loopback or a cluster's network.
         self.producer = Producer(transactional_producer_config(
-            bootstrap_servers, transactional_id,
+            bootstrap_servers, transactional_id, **(security or {}),
             **{"queue.buffering.max.messages": _QUEUE_MESSAGES, "linger.ms": 20, "transaction.timeout.ms": 120_000,
                "compression.type": "none"}))
         # A broker that has only just started answers both calls below with NOT_COORDINATOR or
@@ -75,7 +77,7 @@ class TransactionalBatchSink:
         self._startup_deadline_s = startup_deadline_s
         # The committed input positions live in the group named like the transactional id; this consumer
         # never subscribes.
-        self._group = Consumer(consumer_config(bootstrap_servers, transactional_id))
+        self._group = Consumer(consumer_config(bootstrap_servers, transactional_id, **(security or {})))
         self._group_id = transactional_id
         self.input_topic = ""
         self.offset_log = ""  # the checkpoint's offset log: where each batch's input ends
@@ -83,7 +85,8 @@ class TransactionalBatchSink:
         self.counters = SinkCounters()
         # The processor's letters are under machine.dlq's default limit; a DLQ topic made with a lower one would
         # refuse larger letters and fail every batch holding one.
-        self.dead_letter_max_bytes = dead_letter_limit(admin_client(bootstrap_servers), dlq_topic, startup_deadline_s)
+        self.dead_letter_max_bytes = dead_letter_limit(admin_client(bootstrap_servers, **(security or {})), dlq_topic,
+                                                       startup_deadline_s)
 
     def resume(self, input_topic: str, checkpoint_dir: str) -> dict[int, int]:
         """Before a query starts on ``checkpoint_dir``: read the committed input position of every partition

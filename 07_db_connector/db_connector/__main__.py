@@ -4,6 +4,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Sequence
 
+from pipeline_core import credentials
 from pipeline_core.lifecycle import process_stop_signal
 from pipeline_core.logs import configure_logging
 from pipeline_core.runtime import tune_gc_for_streaming
@@ -16,7 +17,8 @@ from .settings import DbConnectorSettings
 
 def main(argv: Sequence[str] | None = None) -> int:
     configure_logging()
-    settings = load_settings(DbConnectorSettings, argv, prog="python -m db_connector")
+    settings = load_settings(DbConnectorSettings, argv, prog="python -m db_connector",
+                             environ=credentials.environ_for("db-connector"))
     try:
         PowerLevels.parse(settings.level_thresholds)
     except ValueError as error:

@@ -16,7 +16,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Produ
 from pipeline_core.data_loss import WATERMARK_TIMEOUT_S, OffsetWatch
 from pipeline_core.influx import influx_client
 from pipeline_core.kafka_clients import (ACCESS_ERRORS, admin_client, consumer_config, is_transient, produce,
-                                         producer_config, refused_for_itself)
+                                         producer_config, refused_for_itself, security_config)
 from pipeline_core.lifecycle import StopSignal
 from pipeline_core.logs import announce_ready
 from pipeline_core.progress import ConsumerCounters, Observation, ProgressReporter
@@ -72,7 +72,9 @@ class DbConnector:
         self._levels = PowerLevels.parse(settings.level_thresholds)
         static_membership = {"group.instance.id": settings.group_instance_id} if settings.group_instance_id else {}
         self._consumer = Consumer(consumer_config(settings.kafka_bootstrap_servers, settings.group_id,
-                                                  **{"client.id": STAGE}, **static_membership))
+                                                  **security_config(settings), **{"client.id": STAGE,
+                                                     "session.timeout.ms": settings.session_timeout_ms},
+                                                  **static_membership))
         self._producer = self._new_producer()
         self._watch = OffsetWatch(self._consumer, self.counters, log)
         self._writer = InfluxWriter(influx_client(settings), settings.influxdb_database,
@@ -90,18 +92,19 @@ class DbConnector:
 
     def _new_producer(self) -> Producer:
         # No delivery timeout: dead letters wait out a Kafka outage (their batch stays uncommitted).
-        return Producer(producer_config(self.settings.kafka_bootstrap_servers, **{"message.timeout.ms": 0}))
+        return Producer(producer_config(self.settings.kafka_bootstrap_servers, **security_config(self.settings),
+                                        **{"message.timeout.ms": 0}))
 
     def run(self) -> None:
         settings = self.settings
         progress = self._progress = ProgressReporter.for_stage(
             STAGE, self.counters, settings, observe=self._observe, logger=log,
-            labels={"records_out": "points written"})
+            labels={"records_out": "points written"}, progress_counters=("batches",))
         try:
             self._writer.ensure_database()
             # A topic that does not exist yet would only show as consumer warnings: wait for all of them, or
             # end the start with a clear message.
-            admin = admin_client(settings.kafka_bootstrap_servers)
+            admin = admin_client(settings.kafka_bootstrap_servers, **security_config(settings))
             for topic in (settings.data_topic, settings.out_topic, settings.dlq_topic):
                 partition_count(admin, topic, settings.kafka_startup_deadline_s)
             self._consumer.subscribe([settings.data_topic, settings.out_topic, settings.dlq_topic],
@@ -322,8 +325,16 @@ class DbConnector:
     # -- progress ---------------------------------------------------------------------------------
 
     def _observe(self) -> Observation:
+        # In hand: the batch being written (or due, its offsets uncommitted), and what a paused consumer handed
+        # out meanwhile. A batch still collecting within its flush interval is no work held up.
+        batch = self._batch
+        due = self._flushing or (not batch.is_empty()
+                                 and time.monotonic() - batch.started >= self.settings.flush_interval_s)
         return Observation(lag=self.lag(), values={"influxdb_requests": self._writer.requests,
-                                                   "influxdb_retries": self._writer.retries})
+                                                   "influxdb_retries": self._writer.retries},
+                           pending=(len(batch) if due else 0) + len(self._held_back),
+                           # Also before any record: a database it cannot create, credentials InfluxDB refuses.
+                           waiting_for="InfluxDB" if self._writer.failing else None)
 
     def lag(self) -> int | None:
         """Records of the assigned partitions not read yet: their ends as the consumer last fetched them

@@ -19,6 +19,9 @@ class DbConnectorSettings(KafkaSettings, ProgressSettings):
     group_instance_id: str | None = setting(None, "DB_CONNECTOR_INSTANCE_ID",
                                             "static group membership: a restarted connector with the same id "
                                             "takes its partitions back at once instead of after the session timeout")
+    session_timeout_ms: int = setting(10_000, "DB_CONNECTOR_SESSION_TIMEOUT_MS",
+                                      "group session timeout: how soon a vanished instance's partitions move to the "
+                                      "other instances of the group (Kafka's client default, 45 s, held them that long)")
     data_measurement: str = setting("machinedata", "DB_CONNECTOR_DATA_MEASUREMENT", "measurement of the raw quantities")
     joined_measurement: str = setting("joined", "DB_CONNECTOR_JOINED_MEASUREMENT", "measurement of the join results")
     deadletter_measurement: str = setting("deadletters", "DB_CONNECTOR_DEADLETTER_MEASUREMENT",

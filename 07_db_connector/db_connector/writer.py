@@ -50,10 +50,20 @@ class InfluxWriter:
         self._while_waiting = while_waiting
         self.requests = 0
         self.retries = 0
+        self.failing = False  # the last attempt failed and is being retried: work waits on InfluxDB
 
     def ensure_database(self) -> None:
-        """CREATE DATABASE (idempotent), retried until InfluxDB answers."""
-        self._retrying(lambda: self._client.create_database(self._database), "create the database")
+        """CREATE DATABASE (idempotent), retried until InfluxDB answers. A user without the admin
+        privilege (the `writer` of a secure stack) may not: the stack's admin made the database."""
+        def create() -> None:
+            try:
+                self._client.create_database(self._database)
+            except InfluxDBClientError as error:
+                if error.code != 403:
+                    raise
+                log.info("not allowed to create database %s; writing into it as it is", self._database)
+
+        self._retrying(create, "create the database")
 
     def write(self, lines: Sequence[str]) -> list[RejectedPoint]:
         """Store `lines`; returns the points InfluxDB refused, each with its reason."""
@@ -98,8 +108,10 @@ class InfluxWriter:
         while True:
             try:
                 action()
+                self.failing = False
                 return
             except (requests.exceptions.RequestException, InfluxDBServerError, InfluxDBClientError) as error:
+                self.failing = True
                 if isinstance(error, InfluxDBClientError) and error.code == 404:
                     # The database was dropped or never made: make it, then retry the write.
                     self._try_create_database()

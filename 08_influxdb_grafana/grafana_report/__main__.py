@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
+from pipeline_core import credentials
 from pipeline_core.influx import influx_client
 from pipeline_core.logs import configure_logging
 from pipeline_core.settings import InfluxSettings, load_settings, setting
@@ -50,7 +51,8 @@ def data_range(client, measurements: Sequence[str] = ("machinedata", "joined")) 
 
 def main(argv: Sequence[str] | None = None) -> int:
     configure_logging()
-    settings = load_settings(ReportSettings, argv, prog="python -m grafana_report")
+    settings = load_settings(ReportSettings, argv, prog="python -m grafana_report",
+                             environ=credentials.environ_for("reader"))
     client = influx_client(settings)
     stored = data_range(client)
     if stored is None and not (settings.start and settings.end):

@@ -6,8 +6,10 @@ import urllib.error
 import urllib.request
 
 
-def mqtt_ready(host: str, port: int, timeout: float = 1.0) -> bool:
-    """Send an MQTT 3.1.1 CONNECT and expect a CONNACK that accepts it."""
+def mqtt_ready(host: str, port: int, timeout: float = 1.0, *, refusal_counts: bool = False) -> bool:
+    """Send an anonymous MQTT 3.1.1 CONNECT and expect a CONNACK that accepts it, or with
+    `refusal_counts` (a broker that authenticates) one that refuses it "not authorised": either way
+    the broker serves MQTT, without a probe holding any user's credentials."""
     client_id = b"stack-health"
     variable_header = b"\x00\x04MQTT\x04\x02\x00\x05"  # protocol, level 4, clean session, keepalive 5 s
     payload = len(client_id).to_bytes(2, "big") + client_id
@@ -20,7 +22,7 @@ def mqtt_ready(host: str, port: int, timeout: float = 1.0) -> bool:
             conn.sendall(b"\xe0\x00")  # DISCONNECT
     except OSError:
         return False
-    return reply[:2] == b"\x20\x02" and reply[3:4] == b"\x00"
+    return reply[:2] == b"\x20\x02" and reply[3:4] in ((b"\x00", b"\x05") if refusal_counts else (b"\x00",))
 
 
 def influxdb_ready(port: int, host: str = "127.0.0.1", timeout: float = 1.0) -> bool:

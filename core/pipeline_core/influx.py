@@ -11,7 +11,9 @@ _TAG_ESCAPES = str.maketrans({",": r"\,", " ": r"\ ", "=": r"\="})
 
 
 def influx_client(settings: InfluxSettings, timeout_s: float = 30.0) -> InfluxDBClient:
-    """A client for the pipeline's database; user/password only when configured (Compose)."""
+    """A client for the pipeline's database as the user in `settings`: a secure stack gives each process
+    its principal's (`credentials.environ_for`); with none, the library's root/root, which InfluxDB
+    ignores while its auth is off (the insecure native stack)."""
     return InfluxDBClient(host=settings.influxdb_host, port=settings.influxdb_port,
                           username=settings.influxdb_username or "root",
                           password=settings.influxdb_password or "root",

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, TypeVar
 
 from confluent_kafka import KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from .records import DLQ_MAX_MESSAGE_BYTES
-from .settings import DEFAULT_STARTUP_DEADLINE_S
+from .settings import DEFAULT_STARTUP_DEADLINE_S, KafkaSettings
 
 log = logging.getLogger(__name__)
 
@@ -104,6 +104,45 @@ def refused_for_itself(error: KafkaError) -> bool:
     return error.code() in RECORD_ERRORS and not error.fatal()
 
 
+def security_config(settings: KafkaSettings) -> dict[str, str]:
+    """The librdkafka settings that make a client the principal of `settings` (empty for PLAINTEXT): pass them
+    to every producer, consumer and admin client as overrides (`producer_config(..., **security)`)."""
+    protocol = settings.kafka_security_protocol.upper()
+    config: dict[str, str] = {}
+    if protocol != "PLAINTEXT":
+        config["security.protocol"] = protocol
+    if protocol.startswith("SASL"):
+        if not settings.kafka_sasl_username or not settings.kafka_sasl_password:
+            raise SystemExit(f"KAFKA_SECURITY_PROTOCOL={protocol} needs KAFKA_SASL_USERNAME and KAFKA_SASL_PASSWORD "
+                             "(a secure native stack's entry points read them from its credentials file)")
+        config.update({"sasl.mechanism": settings.kafka_sasl_mechanism,
+                       "sasl.username": settings.kafka_sasl_username,
+                       "sasl.password": settings.kafka_sasl_password})
+    if protocol.endswith("SSL") and settings.kafka_ssl_ca_location:
+        config["ssl.ca.location"] = settings.kafka_ssl_ca_location
+    return config
+
+
+def java_security_options(settings: KafkaSettings, prefix: str = "kafka.") -> dict[str, str]:
+    """The same identity for a Java Kafka client (Spark's Kafka source: prefix `kafka.`). The JAAS entry
+    holds the password: never log these options."""
+    protocol = settings.kafka_security_protocol.upper()
+    if protocol == "PLAINTEXT":
+        return {}
+    options = {"security.protocol": protocol}
+    if protocol.startswith("SASL"):
+        security_config(settings)  # the same check of user and password
+        module = ("org.apache.kafka.common.security.scram.ScramLoginModule"
+                  if settings.kafka_sasl_mechanism.upper().startswith("SCRAM")
+                  else "org.apache.kafka.common.security.plain.PlainLoginModule")
+        options.update({"sasl.mechanism": settings.kafka_sasl_mechanism,
+                        "sasl.jaas.config": f'{module} required username="{settings.kafka_sasl_username}" '
+                                            f'password="{settings.kafka_sasl_password}";'})
+    if protocol.endswith("SSL") and settings.kafka_ssl_ca_location:
+        options.update({"ssl.truststore.type": "PEM", "ssl.truststore.location": settings.kafka_ssl_ca_location})
+    return {prefix + key: value for key, value in options.items()}
+
+
 def producer_config(bootstrap_servers: str, **overrides: Any) -> dict[str, Any]:
     """An idempotent producer: acks=all, no reordering or duplicates on retry, batched by linger."""
     config: dict[str, Any] = {
@@ -169,20 +208,20 @@ def admin_client(bootstrap_servers: str, **overrides: Any) -> AdminClient:
     return AdminClient({"bootstrap.servers": bootstrap_servers, **overrides})
 
 
-def kafka_ready(bootstrap_servers: str, timeout: float = 2.0) -> bool:
-    """True when a broker answers a metadata request."""
+def kafka_ready(bootstrap_servers: str, timeout: float = 2.0, security: Mapping[str, str] | None = None) -> bool:
+    """True when a broker answers a metadata request (of a client with `security`, on a secure listener)."""
     try:
         # Quiet: "connection refused" is the expected answer while a broker starts.
-        metadata = admin_client(bootstrap_servers, log_level=0).list_topics(timeout=timeout)
+        metadata = admin_client(bootstrap_servers, log_level=0, **(security or {})).list_topics(timeout=timeout)
     except KafkaException:
         return False
     return bool(metadata.brokers)
 
 
-def wait_for_kafka(bootstrap_servers: str, deadline_s: float = 60.0) -> None:
+def wait_for_kafka(bootstrap_servers: str, deadline_s: float = 60.0, security: Mapping[str, str] | None = None) -> None:
     """Poll the broker's metadata until it answers, or raise TimeoutError at the deadline."""
     end = time.monotonic() + deadline_s
     while time.monotonic() < end:
-        if kafka_ready(bootstrap_servers, timeout=min(2.0, max(0.1, end - time.monotonic()))):
+        if kafka_ready(bootstrap_servers, timeout=min(2.0, max(0.1, end - time.monotonic())), security=security):
             return
     raise TimeoutError(f"Kafka at {bootstrap_servers} did not answer within {deadline_s:.0f} s")

@@ -10,6 +10,7 @@ run on that thread with no locking and no thread hand-off.
 from __future__ import annotations
 
 import select
+import ssl
 import struct
 import time
 from dataclasses import dataclass
@@ -31,6 +32,9 @@ PUBACK_SUCCESS = ReasonCode(PacketTypes.PUBACK)
 NO_PROPERTIES = Properties(PacketTypes.PUBACK)
 # Packets handled per `pump` before control returns to the caller (who polls Kafka, sends acks).
 MAX_PACKETS_PER_PUMP = 2000
+# The one client id the device user may connect with when the broker authenticates (02_mqtt_broker,
+# "Security"): bound to its user, so no other user can take a session such as the stream connector's.
+DEVICE_CLIENT_ID = "simulator"
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,7 +132,8 @@ class FastClient(mqtt.Client):
         if self._read_position >= len(self._read_buffer):
             if self._sock is None:
                 raise ConnectionError("not connected")
-            self._read_buffer = self._sock.recv(READ_CHUNK_BYTES)  # BlockingIOError when empty
+            # paho's own read: BlockingIOError when empty, TLS's want-read/want-write mapped to it.
+            self._read_buffer = super()._sock_recv(READ_CHUNK_BYTES)
             self._read_position = 0
             if not self._read_buffer:
                 return b""  # the broker closed the connection
@@ -145,14 +150,21 @@ class FastClient(mqtt.Client):
         """True when bytes already read from the socket wait to be parsed (select would not see them)."""
         return self._read_socket is self._sock and self._read_position < len(self._read_buffer)
 
+    def tls_pending(self) -> bool:
+        """True when TLS decrypted bytes that were not read yet (select would not see them either)."""
+        return isinstance(self._sock, ssl.SSLSocket) and self._sock.pending() > 0
+
 
 def new_client(settings: MqttSettings, client_id: str, *, protocol: MQTTProtocolVersion,
                clean_session: bool | None = None, manual_ack: bool = False) -> FastClient:
-    """A client for the broker in `settings` (credentials included), not yet connected."""
+    """A client for the broker in `settings` (credentials and TLS included), not yet connected."""
     client = FastClient(CallbackAPIVersion.VERSION2, client_id=client_id, protocol=protocol,
                         clean_session=clean_session, manual_ack=manual_ack)
     if settings.mqtt_username:
         client.username_pw_set(settings.mqtt_username, settings.mqtt_password)
+    if settings.mqtt_tls_ca_file:
+        # The broker's certificate must be signed by this CA and name the host connected to.
+        client.tls_set(ca_certs=str(settings.mqtt_tls_ca_file), cert_reqs=ssl.CERT_REQUIRED)
     return client
 
 
@@ -164,7 +176,7 @@ def pump(client: FastClient, timeout: float) -> MQTTErrorCode:
     sock = client.socket()
     if sock is None:
         return MQTTErrorCode.MQTT_ERR_NO_CONN
-    if not client.has_buffered_input():
+    if not client.has_buffered_input() and not client.tls_pending():
         try:
             select.select([sock], [sock] if client.want_write() else [], [], timeout)
         except (OSError, ValueError):

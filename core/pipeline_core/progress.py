@@ -11,6 +11,11 @@ The fields of the point (see 08_influxdb_grafana/README.md for what each stage p
 * ``records_in_per_s``, ``records_out_per_s``, ``dead_letters_per_s``: rates over the last interval;
 * ``lag``: records waiting for the stage (consumer lag, or rows in flight), when it knows it;
 * every further counter of the stage's `StageCounters` subclass, and the observation's values.
+
+With a heartbeat file (setting PROGRESS_FILE), each report also replaces that file with a `Heartbeat`: when
+the stage reported, when its work last moved (its `progress_counters` changed), whether work waits for it
+(lag or records in hand) and how much. `pipeline_core.stage_health` judges it: `make status` and the Compose
+healthcheck read it.
 """
 from __future__ import annotations
 
@@ -19,11 +24,13 @@ import logging
 import os
 import socket
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from .health_metrics import HealthMetrics, health_line
 from .settings import ProgressSettings
+from .stage_health import Heartbeat, write_heartbeat
 
 log = logging.getLogger(__name__)
 
@@ -67,6 +74,15 @@ class Observation:
 
     lag: int | None = None  # records waiting for the stage
     values: Mapping[str, int | float | None] = field(default_factory=dict)  # gauges, logged and written
+    # Records taken in but not done (a batch not yet written, rows not yet acknowledged): work waiting
+    # that the lag does not show. Only in the heartbeat; the stage's gauges carry what it logs.
+    pending: int | None = None
+    # A server the stage keeps trying and failing to use ("InfluxDB"): work waits on it, records known or not.
+    waiting_for: str | None = None
+
+    @property
+    def work_waiting(self) -> bool:
+        return bool(self.lag) or bool(self.pending) or self.waiting_for is not None
 
 
 @dataclass(frozen=True)
@@ -123,12 +139,17 @@ def instance_name() -> str:
 
 
 class ProgressReporter:
-    """Every `interval_s`: one log line and one health point of the stage's counters and observation."""
+    """Every `interval_s`: one log line and one health point of the stage's counters and observation, and
+    the heartbeat in `heartbeat_file`. The stage's work moved when any of its `progress_counters` did: the
+    counters of work done, not of work taken in (a connector re-reading rows Kafka never confirms moves its
+    records in, not its work)."""
 
     def __init__(self, stage: str, counters: StageCounters, *, interval_s: float,
                  observe: Callable[[], Observation] = Observation, health: HealthMetrics | None = None,
                  logger: logging.Logger | None = None, labels: Mapping[str, str] | None = None,
-                 instance: str | None = None, clock: Callable[[], float] = time.monotonic) -> None:
+                 instance: str | None = None, clock: Callable[[], float] = time.monotonic,
+                 progress_counters: Sequence[str] = RATED_COUNTERS, heartbeat_file: Path | None = None,
+                 wall_clock: Callable[[], float] = time.time) -> None:
         self.stage = stage
         self.counters = counters
         self.interval_s = interval_s
@@ -141,6 +162,15 @@ class ProgressReporter:
         self._last_at = clock()
         self._next_at = self._last_at + interval_s
         self._last_totals = counter_totals(counters)
+        self._progress_counters = tuple(progress_counters)
+        self._heartbeat_file = heartbeat_file
+        self._wall_clock = wall_clock
+        self._started_at = wall_clock()
+        self._last_progress_at: float | None = None
+        self._waiting_since: float | None = None
+        self._heartbeat_failed = False
+        # At once: the stage is judged by this run's heartbeat from its start, not by a predecessor's.
+        self._write_heartbeat(self._started_at, Observation())
 
     @classmethod
     def for_stage(cls, stage: str, counters: StageCounters, settings: ProgressSettings,
@@ -148,7 +178,7 @@ class ProgressReporter:
         """A reporter at the settings' interval, writing to InfluxDB unless health metrics are off."""
         health = HealthMetrics.to_influxdb(settings) if settings.health_metrics else None
         return cls(stage, counters, interval_s=settings.progress_interval_s, health=health,
-                   **options)  # type: ignore[arg-type]
+                   heartbeat_file=settings.progress_file, **options)  # type: ignore[arg-type]
 
     def maybe_report(self, now: float | None = None) -> ProgressReport | None:
         """Report if the interval is over; cheap enough for every turn of a stage's loop."""
@@ -162,7 +192,12 @@ class ProgressReporter:
         observation = self._observation()  # first: observing may update the counters
         totals = counter_totals(self.counters)
         report = progress_report(totals, self._last_totals, now - self._last_at, observation)
+        moved = any(totals.get(name) != self._last_totals.get(name) for name in self._progress_counters)
         self._last_at, self._next_at, self._last_totals = now, now + self.interval_s, totals
+        wall_now = self._wall_clock()
+        if moved:
+            self._last_progress_at = wall_now
+        self._write_heartbeat(wall_now, observation)
         self._logger.info("%s", report.describe(self._labels))
         if self.health is not None:
             line = health_line(self._tags, report.fields(), time.time_ns())
@@ -177,6 +212,25 @@ class ProgressReporter:
             self.report()
         if self.health is not None:
             self.health.close()
+
+    def _write_heartbeat(self, wall_now: float, observation: Observation) -> None:
+        if self._heartbeat_file is None:
+            return
+        if not observation.work_waiting:
+            self._waiting_since = None
+        elif self._waiting_since is None:
+            self._waiting_since = wall_now
+        heartbeat = Heartbeat(self.stage, os.getpid(), self.interval_s, self._started_at, wall_now,
+                              self._last_progress_at, observation.work_waiting, observation.lag, observation.pending,
+                              self._waiting_since, observation.waiting_for)
+        try:
+            write_heartbeat(self._heartbeat_file, heartbeat)
+        except OSError as error:  # the stage's work goes on; its healthcheck says it is not healthy
+            if not self._heartbeat_failed:
+                self._logger.warning("progress: could not write the heartbeat %s (%s)", self._heartbeat_file, error)
+            self._heartbeat_failed = True
+            return
+        self._heartbeat_failed = False
 
     def _observation(self) -> Observation:
         try:

@@ -18,9 +18,11 @@ from typing import Any, TypeVar
 T = TypeVar("T")
 
 
-def setting(default: Any, env: str | None, help: str) -> Any:
-    """A dataclass field with a default, the environment variable that overrides it, and help."""
-    return dataclasses.field(default=default, metadata={"env": env, "help": help})
+def setting(default: Any, env: str | None, help: str, *, secret: bool = False) -> Any:
+    """A dataclass field with a default, the environment variable that overrides it, and help. A `secret`'s
+    value is never shown (--help, repr)."""
+    return dataclasses.field(default=default, metadata={"env": env, "help": help, "secret": secret},
+                             repr=not secret)
 
 
 def _converter(annotation: Any) -> Any:
@@ -65,7 +67,9 @@ def add_arguments(parser: argparse.ArgumentParser, cls: type,
             parser.add_argument(flag, dest=field.name, default=default, help=help_text,
                                 action=argparse.BooleanOptionalAction)
         else:
-            parser.add_argument(flag, dest=field.name, default=default, help=help_text + " (default: %(default)s)",
+            # A secret's default prints as nothing; naming %(default) keeps ArgumentDefaultsHelpFormatter from adding it.
+            shown = "%(default).0s" if field.metadata.get("secret") else " (default: %(default)s)"
+            parser.add_argument(flag, dest=field.name, default=default, help=help_text + shown,
                                 type=_converter(annotation), metavar=field.name.upper())
 
 
@@ -99,6 +103,8 @@ class MqttSettings:
     mqtt_port: int = setting(1883, "MQTT_PORT", "MQTT broker port")
     mqtt_username: str | None = setting(None, "MQTT_USERNAME", "MQTT user name, if the broker requires one")
     mqtt_password: str | None = setting(None, "MQTT_PASSWORD", "MQTT password")
+    mqtt_tls_ca_file: Path | None = setting(None, "MQTT_TLS_CA_FILE",
+                                           "CA certificate (PEM) to verify the broker by: connects with TLS when set")
 
 
 # How long a stage's start-up asks Kafka again while it answers a transient error (kafka_clients.retry_transient).
@@ -114,6 +120,17 @@ class KafkaSettings:
     kafka_startup_deadline_s: float = setting(DEFAULT_STARTUP_DEADLINE_S, "KAFKA_STARTUP_DEADLINE_S",
                                               "seconds the start-up asks Kafka again while it answers a transient "
                                               "error (starting, no coordinator or leader yet, unreachable)")
+    # Who the process is on Kafka. A secure stack's entry points fill these from the credentials file
+    # (pipeline_core.credentials.environ_for); `kafka_clients.security_config` turns them into client settings.
+    kafka_security_protocol: str = setting("PLAINTEXT", "KAFKA_SECURITY_PROTOCOL",
+                                           "PLAINTEXT, SASL_PLAINTEXT or SASL_SSL")
+    kafka_sasl_mechanism: str = setting("SCRAM-SHA-512", "KAFKA_SASL_MECHANISM", "SASL mechanism (SASL_* only)")
+    kafka_sasl_username: str | None = setting(None, "KAFKA_SASL_USERNAME", "Kafka SASL user (SASL_* only)")
+    kafka_sasl_password: str | None = setting(None, "KAFKA_SASL_PASSWORD",
+                                              "Kafka SASL password (SASL_* only; set it in the environment or "
+                                              "the credentials file, not as a flag)", secret=True)
+    kafka_ssl_ca_location: str | None = setting(None, "KAFKA_SSL_CA_LOCATION",
+                                                "PEM file of the CA that signed the brokers' certificates (SASL_SSL)")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -136,6 +153,9 @@ class ProgressSettings(InfluxSettings):
                                          "seconds between progress log lines and health points")
     health_metrics: bool = setting(True, "HEALTH_METRICS",
                                    "write the health metrics to InfluxDB (measurement pipeline_health)")
+    progress_file: Path | None = setting(None, "PROGRESS_FILE",
+                                         "heartbeat file written at each progress report, read by `make status` and "
+                                         "the healthcheck (pipeline_core.stage_health); none when unset")
 
 
 @dataclasses.dataclass(frozen=True)

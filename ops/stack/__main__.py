@@ -6,13 +6,16 @@ import os
 import sys
 import time
 
+from pipeline_core import credentials
 from pipeline_core.health import influxdb_ready
 from pipeline_core.influx import influx_client
-from pipeline_core.kafka_clients import admin_client, wait_for_kafka
+from pipeline_core.kafka_clients import admin_client, security_config, wait_for_kafka
 from pipeline_core.logs import configure_logging
 from pipeline_core.settings import ConnectionSettings, load_settings
+from pipeline_core.stage_health import StageHealth, format_age
 from pipeline_core.topics import ensure_topics
-from . import kafka_cluster, losses, manager, supervision, topology
+from . import kafka_cluster, losses, manager, security, supervision, topology
+from .kafka_acls import ensure_kafka_principals, kafka_users
 from .processes import StackError, tail
 
 TROUBLE_LOG_LINES = 10
@@ -31,8 +34,13 @@ def main(argv: list[str] | None = None) -> int:
     logs.add_argument("service")
     logs.add_argument("-n", "--lines", type=int, default=40)
     commands.add_parser("clean", help="stop everything and delete all state")
-    commands.add_parser("topics", help="create the pipeline's topics on KAFKA_BOOTSTRAP_SERVERS "
-                                       "(idempotent; `up` does it for the native stack)")
+    commands.add_parser("topics", help="create the pipeline's topics on KAFKA_BOOTSTRAP_SERVERS and, when "
+                                       "secure, its Kafka users and ACLs (idempotent; `up` does it for the "
+                                       "native stack)")
+    rotate = commands.add_parser("rotate-credential",
+                                 help="a new random Kafka password for a principal (README, \"Security\"): set on "
+                                      "Kafka, written to the credentials file, and the process using it restarted")
+    rotate.add_argument("principal")
     args = parser.parse_args(argv)
     configure_logging("WARNING")
 
@@ -40,6 +48,7 @@ def main(argv: list[str] | None = None) -> int:
         if topology.is_cluster():  # every tool run from here bootstraps from all three nodes
             os.environ["KAFKA_BOOTSTRAP_SERVERS"] = kafka_cluster.bootstrap_servers()
         if args.command == "up":
+            security.ensure_credentials()  # SECURITY=on: before any server starts
             services = manager.servers() if args.servers_only else manager.all_services()
             began = time.monotonic()
             started = manager.up(services)
@@ -55,10 +64,24 @@ def main(argv: list[str] | None = None) -> int:
         elif args.command == "logs":
             print(tail(manager.log_file_of(args.service), args.lines))
         elif args.command == "topics":
-            settings = load_settings(ConnectionSettings, [])
-            wait_for_kafka(settings.kafka_bootstrap_servers)
-            created = ensure_topics(admin_client(settings.kafka_bootstrap_servers))
+            settings = load_settings(ConnectionSettings, [], environ=credentials.environ_for("admin"))
+            client_security = security_config(settings)
+            wait_for_kafka(settings.kafka_bootstrap_servers, security=client_security)
+            admin = admin_client(settings.kafka_bootstrap_servers, **client_security)
+            created = ensure_topics(admin)
             print("created: " + (", ".join(created) if created else "none, all topics exist"))
+            if client_security:
+                # The file, or (Compose's init job) the same keys in the environment.
+                secrets = {**credentials.read_credentials(),
+                           **{key: os.environ[key] for key in credentials.password_keys() if key in os.environ}}
+                ensure_kafka_principals(admin, secrets)
+                print("Kafka users and ACLs: " + ", ".join(kafka_users()))
+        elif args.command == "rotate-credential":
+            settings = load_settings(ConnectionSettings, [])
+            restart = security.rotate_kafka_credential(args.principal, settings.kafka_bootstrap_servers)
+            print(f"{args.principal}: new Kafka password set and written to {credentials.credentials_file()}")
+            restarted = manager.restart_running(restart)
+            print("restarted: " + (", ".join(restarted) if restarted else "nothing (not running)"))
         elif args.command == "clean":
             manager.clean()
             print("stopped everything and deleted the stack's state")
@@ -70,12 +93,14 @@ def main(argv: list[str] | None = None) -> int:
 
 def print_status(services: list) -> None:
     entries = manager.status(services)
-    print(f"{'service':<18}{'state':<10}{'health':<11}{'pid':>8}{'uptime':>12}{'restarts':>10}  ports")
+    print(f"{'service':<18}{'state':<10}{'health':<13}{'pid':>8}{'uptime':>12}{'restarts':>10}{'lag':>10}"
+          f"{'last progress':>15}  ports")
     for entry in entries:
         ports = ", ".join(f"{role} {port}" for role, port in entry.ports.items()) or "-"
         uptime = format_duration(entry.uptime_s) if entry.uptime_s is not None else "-"
-        print(f"{entry.name:<18}{entry.state:<10}{health(entry):<11}{entry.pid or '-':>8}{uptime:>12}"
-              f"{entry.restarts.count:>10}  {ports}")
+        lag, progress_age = stage_figures(entry.stage)
+        print(f"{entry.name:<18}{entry.state:<10}{health(entry):<13}{entry.pid or '-':>8}{uptime:>12}"
+              f"{entry.restarts.count:>10}{lag:>10}{progress_age:>15}  {ports}")
     for line in topology.status_lines([entry.name for entry in entries]):
         print(line)
     pid = supervision.daemon_pid()
@@ -89,6 +114,9 @@ def print_status(services: list) -> None:
               + "; `make down` stops them, then `make up` runs them supervised")
     print(loss_line())
     for entry in entries:
+        if entry.stage is not None and not entry.stage.healthy:
+            print(f"{entry.stage.state}: {entry.name}: {entry.stage.detail}; log: {entry.log_file}")
+    for entry in entries:
         if entry.trouble:
             print(f"\n{entry.name} keeps failing: {entry.trouble}")
             print(f"  log: {entry.log_file} (`make logs SERVICE={entry.name}` shows more); last lines:")
@@ -98,7 +126,7 @@ def print_status(services: list) -> None:
 
 def loss_line() -> str:
     """What the stages lost outside the pipeline's control, from their health metrics in InfluxDB."""
-    settings = load_settings(ConnectionSettings, [])
+    settings = load_settings(ConnectionSettings, [], environ=credentials.environ_for("monitor"))
     if not influxdb_ready(settings.influxdb_port, settings.influxdb_host):
         return "loss outside the pipeline's control: unknown while InfluxDB does not answer"
     try:
@@ -108,9 +136,20 @@ def loss_line() -> str:
 
 
 def health(entry: manager.ServiceStatus) -> str:
+    """A server's health check, or a ready stage's verdict by its heartbeat (README, "Operations")."""
+    if entry.stage is not None:
+        return "healthy" if entry.stage.healthy else entry.stage.state
     if entry.healthy:
         return "healthy"
     return {"STARTING": "starting", "RUNNING": "not ready"}.get(entry.state, "-")
+
+
+def stage_figures(stage: StageHealth | None) -> tuple[str, str]:
+    """A stage's lag (records waiting for it, as it knows them) and the age of its last progress."""
+    if stage is None:
+        return "-", "-"
+    lag = "?" if stage.lag is None else f"{stage.lag:,}"
+    return lag, f"{format_age(stage.progress_age_s)} ago" if stage.progress_age_s is not None else "none yet"
 
 
 def format_duration(seconds: float) -> str:

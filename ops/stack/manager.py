@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pipeline_core import paths
+from pipeline_core.stage_health import StageHealth
 from . import supervision, topology, unsupervised
 from .processes import StackError, port_holder, port_is_free, tail
 from .restarts import Restarts, read_restarts
@@ -94,8 +95,9 @@ class ServiceStatus:
     uptime_s: float | None
     restarts: Restarts  # by supervisord, since `up` last started it
     ports: dict[str, int]
-    healthy: bool
+    healthy: bool  # a server answers its protocol; a stage is ready and healthy by its heartbeat
     log_file: Path
+    stage: StageHealth | None = None  # a pipeline stage's heartbeat verdict, once it is ready
 
     @property
     def trouble(self) -> str | None:
@@ -203,6 +205,19 @@ def up(services: Iterable[Service]) -> list[str]:
             raise
 
 
+def restart_running(names: Iterable[str]) -> list[str]:
+    """Stop and start again, each healthy before the next, those of `names` that run now (say, to read new
+    credentials); the names restarted."""
+    wanted = set(names)
+    with supervision.exclusive():
+        active = set(supervision.active_programs())
+        restarted = [service for service in every_service() if service.name in wanted and service.name in active]
+        for service in restarted:
+            supervision.stop_process(service.name)
+            start(service)
+    return [service.name for service in restarted]
+
+
 def down(services: Iterable[Service]) -> list[str]:
     """Stop in reverse order: the pipeline first, so it can still flush to the servers. supervisord
     exits too once nothing runs under it. Names of the processes stopped."""
@@ -233,12 +248,15 @@ def running(services: Iterable[Service]) -> list[str]:
 def status(services: Iterable[Service]) -> list[ServiceStatus]:
     restarts = read_restarts(supervision.start_history())
     result = []
+    now = time.time()
     for service in services:
         info = supervision.process_info(service.name)
-        healthy = info.state in ("STARTING", "RUNNING") and service.is_ready(info.pid)
+        ready = info.state in ("STARTING", "RUNNING") and service.is_ready(info.pid)
+        # A stage is more than ready: healthy while it makes progress or has nothing to do.
+        stage = service.stage_health(info.pid, now) if ready and isinstance(service, PipelineProcess) else None
         result.append(ServiceStatus(service.name, info.state, info.pid, info.uptime_s,
-                                    restarts.get(service.name, Restarts()), service.ports(), healthy,
-                                    service.log_file))
+                                    restarts.get(service.name, Restarts()), service.ports(),
+                                    ready and (stage is None or stage.healthy), service.log_file, stage))
     return result
 
 

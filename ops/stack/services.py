@@ -12,9 +12,11 @@ from abc import ABC, abstractmethod
 from pathlib import Path
 from string import Template
 
-from pipeline_core import paths
+from pipeline_core import credentials, paths
 from pipeline_core.health import influxdb_ready, mqtt_ready
 from pipeline_core.logs import ready_marker
+from pipeline_core.stage_health import StageHealth, assess, read_heartbeat
+from . import influxdb_users, mqtt_security, security
 from .processes import StackError
 
 # Written into a service's log before `up` starts it, so readiness is read from the latest run only.
@@ -91,7 +93,10 @@ class Mosquitto(Service):
     name = "mosquitto"
 
     def ports(self) -> dict[str, int]:
-        return {"mqtt": env_port("MQTT_PORT", 1883)}
+        ports = {"mqtt": env_port("MQTT_PORT", 1883)}
+        if tls_enabled():
+            ports["mqtt-tls"] = env_port("MQTT_TLS_PORT", 8883)
+        return ports
 
     @property
     def config_file(self) -> Path:
@@ -99,15 +104,23 @@ class Mosquitto(Service):
 
     def prepare(self) -> None:
         (self.state_dir / "data").mkdir(parents=True, exist_ok=True)
+        values = credentials.read_credentials()
+        tls = tls_files() if tls_enabled() else None
+        if tls and not values:
+            raise StackError("STACK_TLS=on opens Mosquitto to other hosts: it needs a secure stack "
+                             "(`make up SECURITY=on`)")
+        ports = self.ports()
         render(paths.MQTT_BROKER_DIR / "mosquitto.conf", self.config_file,
-               port=self.ports()["mqtt"], data_dir=self.state_dir / "data",
-               user=_current_user())
+               port=ports["mqtt"], data_dir=self.state_dir / "data", user=_current_user(),
+               security=mqtt_security.security_config(values, self.state_dir),
+               tls_listener=mqtt_security.tls_listener_config(
+                   ports.get("mqtt-tls", 0), os.environ.get("MQTT_TLS_HOST", "0.0.0.0"), tls))
 
     def command(self) -> list[str]:
         return [require_binary("mosquitto", "mosquitto"), "-c", str(self.config_file)]
 
     def is_ready(self, pid: int | None = None) -> bool:
-        return mqtt_ready("127.0.0.1", self.ports()["mqtt"])
+        return mqtt_ready("127.0.0.1", self.ports()["mqtt"], refusal_counts=credentials.is_secure())
 
 
 class Kafka(Service):
@@ -141,18 +154,36 @@ class Kafka(Service):
     def prepare(self) -> None:
         data_dir = self.state_dir / "data"
         ports = self.ports()
-        render(paths.KAFKA_DIR / "server.properties", self.config_file,
-               port=ports["kafka"], controller_port=ports["controller"], data_dir=data_dir)
+        values = credentials.read_credentials()
+        tls = security.node_tls(values, self.name, ["127.0.0.1", "localhost"]) if values else None
+        protocol = security.listener_protocol(values) if values else "PLAINTEXT"
+        # Owner-only: with security on it holds the admin's passwords.
+        security.write_private(self.config_file, Template((paths.KAFKA_DIR / "server.properties").read_text()).substitute(
+            port=ports["kafka"], controller_port=ports["controller"], data_dir=data_dir, client_protocol=protocol,
+            controller_protocol="SASL_PLAINTEXT" if values else "PLAINTEXT",
+            security=security.kafka_node_security_properties(values, tls) if values else ""))
+        scram_marker = self.state_dir / "scram-bootstrapped"
         if (data_dir / "meta.properties").exists():
+            if values and not scram_marker.exists():
+                raise StackError("Kafka's storage was formatted without authentication, so it has no admin user: "
+                                 "`make clean` (deletes every topic), then `make up SECURITY=on`")
             return
         cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
-        formatted = subprocess.run(
-            # `=`: a URL-safe id may start with '-', which would otherwise read as a flag (1 start in 64).
-            [*self._java(), *self._jvm_flags(), "kafka.tools.StorageTool", "format",
-             f"--cluster-id={cluster_id}", "--config", str(self.config_file)],
-            capture_output=True, text=True, timeout=120)
+        # `=`: a URL-safe id may start with '-', which would otherwise read as a flag (1 start in 64).
+        arguments = ["kafka.tools.StorageTool", "format", f"--cluster-id={cluster_id}", "--config",
+                     str(self.config_file), *(security.kafka_storage_scram_arguments(values) if values else [])]
+        # The java launcher reads the main class and its arguments from the file: the admin's password stays off
+        # the command line.
+        argument_file = security.write_private(self.state_dir / "format.args", "\n".join(arguments) + "\n")
+        try:
+            formatted = subprocess.run([*self._java(), *self._jvm_flags(), f"@{argument_file}"],
+                                       capture_output=True, text=True, timeout=120)
+        finally:
+            argument_file.unlink(missing_ok=True)
         if formatted.returncode != 0:
             raise StackError(f"formatting Kafka's KRaft storage failed:\n{formatted.stdout}{formatted.stderr}")
+        if values:
+            scram_marker.touch()
 
     def _jvm_flags(self) -> list[str]:
         heap = os.environ.get("KAFKA_HEAP_OPTS", self.default_heap).split()
@@ -165,12 +196,18 @@ class Kafka(Service):
 
     def is_ready(self, pid: int | None = None) -> bool:
         from pipeline_core.kafka_clients import kafka_ready
-        return kafka_ready(self.bootstrap_servers, timeout=1.0)
+        client_security = security.client_security()
+        # A SASL (and TLS) handshake with a just started JVM takes longer than a plain metadata request.
+        return kafka_ready(self.bootstrap_servers, timeout=3.0 if client_security else 1.0, security=client_security)
 
     def after_ready(self) -> None:
         from pipeline_core.kafka_clients import admin_client
         from pipeline_core.topics import ensure_topics
-        ensure_topics(admin_client(self.bootstrap_servers))
+        from .kafka_acls import ensure_kafka_principals
+        admin = admin_client(self.bootstrap_servers, **security.client_security())
+        ensure_topics(admin)
+        if credentials.is_secure():
+            ensure_kafka_principals(admin, credentials.read_credentials())
 
 
 class InfluxDB(Service):
@@ -186,7 +223,8 @@ class InfluxDB(Service):
     def prepare(self) -> None:
         ports = self.ports()
         render(paths.INFLUXDB_GRAFANA_DIR / "influxdb.conf", self.config_file,
-               port=ports["http"], rpc_port=ports["rpc"], data_dir=self.state_dir / "data")
+               port=ports["http"], rpc_port=ports["rpc"], data_dir=self.state_dir / "data",
+               auth_enabled=str(credentials.is_secure()).lower())
 
     def command(self) -> list[str]:
         return [require_binary("influxd", "influxdb"), "-config", str(self.config_file)]
@@ -195,15 +233,15 @@ class InfluxDB(Service):
         return influxdb_ready(self.ports()["http"])
 
     def after_ready(self) -> None:
-        from pipeline_core.influx import influx_client
-        from pipeline_core.settings import ConnectionSettings, load_settings
-        settings = load_settings(ConnectionSettings, [])
-        influx_client(settings).create_database(settings.influxdb_database)
+        from pipeline_core.settings import InfluxSettings, load_settings
+        settings = load_settings(InfluxSettings, [])
+        influxdb_users.ensure_database_and_users(settings, credentials.read_credentials())
 
 
 class PipelineProcess(Service):
     """A Python stage of the pipeline, run as `python -m <module>`; ready when the running process
-    has logged READY (with its PID: a restarted process is not ready on its predecessor's word)."""
+    has logged READY (with its PID: a restarted process is not ready on its predecessor's word).
+    Once ready, its health is its heartbeat's (`progress_file`, judged by `pipeline_core.stage_health`)."""
 
     def __init__(self, name: str, module: str, *args: str, start_deadline_s: float = 30.0,
                  stop_grace_s: float = 10.0, startsecs: float = 5.0, env: dict[str, str] | None = None) -> None:
@@ -218,8 +256,17 @@ class PipelineProcess(Service):
     def ports(self) -> dict[str, int]:
         return {}
 
+    @property
+    def progress_file(self) -> Path:
+        return self.state_dir / "progress.json"
+
     def command(self) -> list[str]:
-        return [sys.executable, "-m", self.module, *self.args]
+        return [sys.executable, "-m", self.module, "--progress-file", str(self.progress_file), *self.args]
+
+    def stage_health(self, pid: int | None, now: float) -> StageHealth:
+        """Its health by the heartbeat of the process `pid` (a predecessor's heartbeat says nothing of it)."""
+        heartbeat = read_heartbeat(self.progress_file)
+        return assess(heartbeat if heartbeat is not None and heartbeat.pid == pid else None, now)
 
     def environment(self) -> dict[str, str]:
         return dict(self.env)
@@ -232,6 +279,21 @@ class PipelineProcess(Service):
         except OSError:
             return False
         return ready_marker(pid) in latest_run
+
+
+def tls_enabled() -> bool:
+    """STACK_TLS=on: listeners for other hosts, with TLS (a secure stack only)."""
+    return os.environ.get("STACK_TLS", "off").strip().lower() in ("1", "on", "true", "yes")
+
+
+def tls_files() -> mqtt_security.TlsFiles:
+    """Mosquitto's certificate, key and CA (PEM) for its TLS listener: STACK_TLS_CERT_FILE,
+    STACK_TLS_KEY_FILE, STACK_TLS_CA_FILE, by default the stack's own in its state dir's `tls/`."""
+    default = paths.STATE_DIR / "tls"
+    return mqtt_security.TlsFiles(
+        Path(os.environ.get("STACK_TLS_CERT_FILE", default / "mosquitto.pem")),
+        Path(os.environ.get("STACK_TLS_KEY_FILE", default / "mosquitto-key.pem")),
+        Path(os.environ.get("STACK_TLS_CA_FILE", default / "ca.pem")))
 
 
 def _current_user() -> str:

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from pipeline_core import paths
 from pipeline_core.logs import READY_MARKER
+from pipeline_core.stage_health import StageHealth, assess, read_heartbeat
 from . import kafka_cluster, spark_cluster
 from .processes import StackError
 from .services import START_MARKER, InfluxDB, Mosquitto, PipelineProcess, Service
@@ -125,7 +126,13 @@ class SparkSubmittedJoiner(PipelineProcess):
                 "--py-files", str(self.package_dir / "spark-joiner.zip"),
                 "--conf", f"spark.pyspark.python={sys.executable}",
                 str(self.package_dir / "spark_joiner_job.py"),
-                "--checkpoint-dir", str(self.state_dir / "checkpoint")]
+                "--progress-file", str(self.progress_file), "--checkpoint-dir", str(self.state_dir / "checkpoint")]
+
+    def stage_health(self, pid: int | None, now: float) -> StageHealth:
+        """By the heartbeat of the Python driver that the spark-submit JVM `pid` runs."""
+        heartbeat = read_heartbeat(self.progress_file)
+        ours = heartbeat is not None and pid is not None and _parent(heartbeat.pid) == pid
+        return assess(heartbeat if ours else None, now)
 
     def is_ready(self, pid: int | None = None) -> bool:
         """READY from the Python driver, a child of the spark-submit JVM that supervisord runs."""

@@ -1,6 +1,7 @@
 """Kafka goes away longer than the producer's delivery timeout and comes back: the stream
 connector loses nothing and dead-letters nothing good. Rows wait unacknowledged in Mosquitto, and
-every good row arrives exactly once.
+every good row arrives exactly once. Meanwhile its heartbeat says it is stuck (alive, but nothing done),
+and healthy once Kafka is back.
 
 The test stops and starts Kafka, so it runs its own Mosquitto and Kafka (private ports and state
 folder, started and stopped through `stack.manager`), never the shared stack.
@@ -8,6 +9,7 @@ folder, started and stopped through `stack.manager`), never the shared stack.
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -18,6 +20,7 @@ from conftest import EVENTS_FILE
 from connector_support import ConnectorProcess, expected_records, read_rows, topic_size
 from pipeline_core import paths
 from pipeline_core.settings import ConnectionSettings, load_settings
+from pipeline_core.stage_health import assess, read_heartbeat
 from simulator.publisher import Publisher
 from stack import manager
 from stack.services import Kafka, Mosquitto
@@ -76,7 +79,12 @@ def test_a_kafka_outage_loses_nothing_and_dead_letters_nothing(private_stack: Co
     name = unique("outage").replace(".", "-")
     bridge = ConnectorProcess(mqtt_topic=f"test/{name}/states", client_id=name, data_topic=f"machine.data.{name}",
                               dlq_topic=f"machine.dlq.{name}", log_path=tmp_path / "connector.log",
-                              extra=["--delivery-timeout-ms", str(delivery_timeout_ms)]).start()
+                              extra=["--delivery-timeout-ms", str(delivery_timeout_ms),
+                                     "--progress-file", str(tmp_path / "progress.json")]).start()
+
+    def health() -> str:
+        return assess(read_heartbeat(tmp_path / "progress.json"), time.time()).state
+
     rows = read_rows(EVENTS_FILE)[:400]
     before, during = rows[:200], rows[200:]
     try:
@@ -90,6 +98,8 @@ def test_a_kafka_outage_loses_nothing_and_dead_letters_nothing(private_stack: Co
             wait_for(lambda: "Message timed out" in bridge.log(), 60, "a delivery timeout during the outage")
         else:
             wait_for(lambda: ", lag 100;" in bridge.log(), 60, "rows waiting for Kafka")
+        # Whether its Kafka side restarts again and again (a delivery timeout) or waits: nothing is done.
+        wait_for(lambda: health() == "stuck", 60, "the connector's heartbeat to say stuck", interval_s=0.2)
         assert bridge.process.poll() is None, bridge.log()
         assert manager.up([Kafka()]) == ["kafka"]
 
@@ -102,5 +112,6 @@ def test_a_kafka_outage_loses_nothing_and_dead_letters_nothing(private_stack: Co
         assert bridge.process.poll() is None, bridge.log()
         if not delivery_timeout_ms:
             assert "Kafka did not take a record" not in bridge.log()
+        wait_for(lambda: health() in ("progressing", "idle"), 30, "the connector healthy again", interval_s=0.2)
     finally:
         bridge.kill()

@@ -29,13 +29,16 @@ JOINER_STAGE = {"spark": "spark_joiner", "lsb": "kafka_joiner"}
 _FRAMING_BYTES = 1024
 
 
-@pytest.mark.parametrize("joiner", ["spark", "lsb"])
-def test_make_up_from_nothing_runs_every_process_and_joins(joiner: str, tmp_path: Path, capsys) -> None:
-    stack = PrivateStack(tmp_path / "state")
+# The standalone joiner's run is the secure one (`make up SECURITY=on`): Kafka with SCRAM and each stage's ACLs.
+@pytest.mark.parametrize(("joiner", "secure"), [("spark", False), ("lsb", True)])
+def test_make_up_from_nothing_runs_every_process_and_joins(joiner: str, secure: bool, tmp_path: Path, capsys) -> None:
+    stack = PrivateStack(tmp_path / "state", secure=secure)
     try:
         started = stack.start_from_nothing(joiner)
         assert_all_healthy(started)
-        poison = {topic: put_poison(stack.bootstrap, topic) for topic in (MACHINE_DATA.name, MACHINE_OUT.name)}
+        assert (stack.state_dir / "credentials.env").exists() == secure
+        security = stack.kafka_security
+        poison = {topic: put_poison(stack.bootstrap, topic, security) for topic in (MACHINE_DATA.name, MACHINE_OUT.name)}
         joined = stack.first_join(rows=None)
         assert joined.record["thing"] and joined.record["quantity"]
 
@@ -44,19 +47,20 @@ def test_make_up_from_nothing_runs_every_process_and_joins(joiner: str, tmp_path
         expected = Counter({(JOINER_STAGE[joiner], *origin): 1 for origin in poison[MACHINE_DATA.name]})
         expected.update({("db_connector", *origin): 1 for records in poison.values() for origin in records})
         read_topic(stack.bootstrap, MACHINE_OUT.name, expected=EVENTS_FILE_JOINS + len(poison[MACHINE_OUT.name]),
-                   deadline_s=600)
-        read_topic(stack.bootstrap, MACHINE_DLQ.name, expected=sum(expected.values()), deadline_s=300)
+                   deadline_s=600, security=security)
+        read_topic(stack.bootstrap, MACHINE_DLQ.name, expected=sum(expected.values()), deadline_s=300, security=security)
         # Nothing more comes: both read again to their end.
-        letters = Counter(origin_of(message.value) for message in read_topic(stack.bootstrap, MACHINE_DLQ.name))
+        letters = Counter(origin_of(message.value)
+                          for message in read_topic(stack.bootstrap, MACHINE_DLQ.name, security=security))
         assert letters == expected
-        out = read_topic(stack.bootstrap, MACHINE_OUT.name)
+        out = read_topic(stack.bootstrap, MACHINE_OUT.name, security=security)
         joins = [message for message in out if (MACHINE_OUT.name, message.partition, message.offset)
                  not in poison[MACHINE_OUT.name]]
         ids = Counter(decode_record(message.value)["id"] for message in joins)
         assert len(joins) == EVENTS_FILE_JOINS and len(ids) == EVENTS_FILE_JOINS, ids.most_common(3)
         assert stack.states(joiner) == healthy_states(joiner)
         with capsys.disabled():
-            print(f"\nJOINER={joiner}: make up from nothing {started.seconds:.1f} s "
+            print(f"\nJOINER={joiner}{' SECURITY=on' if secure else ''}: make up from nothing {started.seconds:.1f} s "
                   f"(stack up in {started.reported_seconds:.1f} s); first replayed row -> first joined record "
                   f"{joined.latency_s:.2f} s; {len(poison[MACHINE_DATA.name])} bad records on each of "
                   f"{MACHINE_DATA.name} and {MACHINE_OUT.name}: {sum(letters.values())} dead letters")
@@ -64,10 +68,10 @@ def test_make_up_from_nothing_runs_every_process_and_joins(joiner: str, tmp_path
         stack.down()
 
 
-def put_poison(bootstrap: str, topic: str) -> dict[tuple[str, int, int], PoisonRecord]:
+def put_poison(bootstrap: str, topic: str, security: dict[str, str]) -> dict[tuple[str, int, int], PoisonRecord]:
     """Write the corpus to `topic` with a plain producer; each record by where it landed."""
-    limit = max_message_bytes(bootstrap, topic)
-    producer = Producer({"bootstrap.servers": bootstrap, "message.max.bytes": 2 * limit, "linger.ms": 0})
+    limit = max_message_bytes(bootstrap, topic, security)
+    producer = Producer({"bootstrap.servers": bootstrap, "message.max.bytes": 2 * limit, "linger.ms": 0, **security})
     landed: dict[tuple[str, int, int], PoisonRecord] = {}
     for record in poison_records(limit - _FRAMING_BYTES):
         def delivered(error, message, record=record) -> None:
@@ -79,9 +83,9 @@ def put_poison(bootstrap: str, topic: str) -> dict[tuple[str, int, int], PoisonR
     return landed
 
 
-def max_message_bytes(bootstrap: str, topic: str) -> int:
+def max_message_bytes(bootstrap: str, topic: str, security: dict[str, str]) -> int:
     resource = ConfigResource(ResourceType.TOPIC, topic)
-    admin = AdminClient({"bootstrap.servers": bootstrap})  # kept while its answer is awaited
+    admin = AdminClient({"bootstrap.servers": bootstrap, **security})  # kept while its answer is awaited
     configs = admin.describe_configs([resource])[resource].result(30)
     return int(configs["max.message.bytes"].value)
 

@@ -1,6 +1,6 @@
 """`python -m stack` as a user runs it, on a private state folder and private ports, so the shared
 stack other tests use is never touched: supervisord runs every process, restarts a killed one and
-`status` names one that keeps failing."""
+`status` names one that keeps failing, or one that is stuck."""
 from __future__ import annotations
 
 import json
@@ -13,10 +13,12 @@ from pathlib import Path
 
 import pytest
 
+from conftest import EVENTS_FILE
+from db_connector_support import raw_records
 from stack import manager
 from stack.processes import StackError
 from stack.services import Service
-from support import free_ports, wait_for
+from support import free_ports, produce_records, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -36,11 +38,16 @@ class PrivateStack:
         self.env = {**os.environ, "STACK_STATE_DIR": str(state_dir), "MQTT_PORT": str(mqtt),
                     "KAFKA_PORT": str(kafka), "KAFKA_CONTROLLER_PORT": str(controller),
                     "KAFKA_BOOTSTRAP_SERVERS": f"127.0.0.1:{kafka}", "INFLUXDB_PORT": str(influx),
-                    "INFLUXDB_RPC_PORT": str(rpc), "JOINER": "lsb", **BAD_SPARK_SETTING}
+                    "INFLUXDB_RPC_PORT": str(rpc), "JOINER": "lsb", **BAD_SPARK_SETTING,
+                    # Every stage reports (and is judged) each second; a write retry waits a second at most.
+                    "PROGRESS_INTERVAL_S": "1", "DB_CONNECTOR_RETRY_MAX_S": "1"}
 
     def run(self, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run([sys.executable, "-m", "stack", *args], env={**self.env, **env},
                               capture_output=True, text=True, timeout=300)
+
+    def python(self, *args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, *args], env=self.env, capture_output=True, text=True, timeout=120)
 
     def status(self, **env: str) -> dict[str, dict[str, str]]:
         """`status`'s table: service -> its columns."""
@@ -110,6 +117,39 @@ def test_a_killed_stage_is_restarted_with_a_new_pid_and_counted(private_stack) -
     wait_for(restarted, 60, "supervisord to restart the killed joiner", interval_s=0.5)
     status = private_stack.run("status").stdout
     assert "keeps failing" not in status, status
+
+
+def test_a_db_connector_whose_influxdb_refuses_writes_is_named_stuck_then_healthy_again(private_stack) -> None:
+    """A live process is not a healthy one: with InfluxDB gone, records wait for the DB connector and none
+    is written. `status` names it stuck, and the Compose healthcheck fails, within a few intervals; both say
+    healthy again once InfluxDB is back and the records are written."""
+    probe = ("-m", "stack.health_probe", "db-connector")
+    assert private_stack.python(*probe).returncode == 0
+    stopped = private_stack.python("-c", "from stack import supervision; supervision.stop_process('influxdb')")
+    assert stopped.returncode == 0, stopped.stderr
+    records = raw_records(EVENTS_FILE)[:200]
+    produce_records(f"127.0.0.1:{private_stack.ports['kafka']}", "machine.data", records)
+
+    def named_stuck() -> str | None:
+        out = private_stack.run("status").stdout
+        return out if "stuck: db-connector:" in out else None
+
+    status = wait_for(named_stuck, 60, "status to name the DB connector stuck", interval_s=0.5)
+    line = next(line for line in status.splitlines() if line.startswith("stuck: db-connector:"))
+    assert "waiting for InfluxDB" in line and "in hand" in line and "no progress" in line, line
+    assert line.endswith(f"log: {private_stack.state_dir / 'db-connector' / 'db-connector.log'}"), line
+    assert private_stack.status()["db-connector"]["health"] == "stuck"
+    unhealthy = private_stack.python(*probe)
+    assert unhealthy.returncode == 1 and "db-connector: stuck:" in unhealthy.stdout, unhealthy.stdout
+    assert all(private_stack.status()[name]["health"] == "healthy" for name in ("stream-connector", "lsb-joiner"))
+
+    restarted = private_stack.run("up")
+    assert restarted.returncode == 0, restarted.stderr
+    # Idle at last: everything written, no lag left over (the joins' transaction markers count as none).
+    wait_for(lambda: "db-connector: idle:" in private_stack.python(*probe).stdout, 60,
+             "the DB connector to have written everything", interval_s=0.5)
+    assert private_stack.status()["db-connector"]["health"] == "healthy"
+    assert "stuck:" not in private_stack.run("status").stdout
 
 
 def test_a_stage_that_keeps_failing_is_named_by_status_with_its_log(private_stack) -> None:

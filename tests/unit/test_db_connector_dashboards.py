@@ -14,13 +14,13 @@ PROVISIONING = paths.INFLUXDB_GRAFANA_DIR / "grafana" / "provisioning"
 DAY_MS = 86_400_000
 
 
-def test_the_datasource_is_influxdb_with_credentials_from_the_environment() -> None:
+def test_the_datasource_reads_as_the_read_only_user_with_its_password_from_the_environment() -> None:
     (datasource,) = yaml.safe_load((PROVISIONING / "datasources" / "influxdb.yaml").read_text())["datasources"]
     assert datasource["name"] == "InfluxDB" and datasource["type"] == "influxdb"
     assert datasource["url"] == "http://influxdb:8086"
     assert datasource["jsonData"]["dbName"] == "machinedata"
-    assert datasource["user"] == "$INFLUXDB_USERNAME"
-    assert datasource["secureJsonData"]["password"] == "$INFLUXDB_PASSWORD"
+    assert datasource["user"] == "reader"
+    assert datasource["secureJsonData"]["password"] == "$INFLUXDB_READER_PASSWORD"
 
 
 def test_the_dashboard_provider_reads_the_mounted_folder() -> None:

@@ -108,3 +108,14 @@ def test_the_observation_sums_rows_keeps_the_longest_batch_and_the_latest_state(
 def test_without_the_broker_s_answer_the_lag_is_unknown() -> None:
     progress, _ = _progress(_Broker(None))
     assert progress.observation([FIRST]).lag is None
+
+
+def test_a_query_failing_again_and_again_is_work_waiting_until_a_batch_commits() -> None:
+    progress, sink = _progress(_Broker(None))
+    assert progress.observation([]).waiting_for is None
+    progress.query_failures += 2  # restarted from the checkpoint twice; no update told the lag
+    observed = progress.observation([])
+    assert observed.lag is None and observed.work_waiting
+    assert observed.waiting_for == "its query (failed 2 times since its last batch)"
+    sink.batches += 1  # a batch committed after the restarts: the query works again
+    assert progress.observation([]).waiting_for is None

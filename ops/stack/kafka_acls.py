@@ -1,0 +1,165 @@
+"""Who may do what on Kafka: each stage's principal, its SCRAM user and its least-privilege ACLs, in one table.
+
+The native stack (`python -m stack up` and `python -m stack topics`), the cluster topology and Compose's init job
+all apply it with `ensure_kafka_principals`. Only `admin` (the brokers' super user) creates or deletes the
+pipeline's topics and changes ACLs; the standalone joiner creates its own internal topics, under its prefix."""
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from confluent_kafka.admin import (AclBinding, AclBindingFilter, AclOperation, AclPermissionType, AdminClient,
+                                   ResourcePatternType, ResourceType, ScramCredentialInfo, ScramMechanism,
+                                   UserScramCredentialUpsertion)
+
+from pipeline_core import credentials
+from pipeline_core.topics import MACHINE_DATA, MACHINE_DLQ, MACHINE_OUT
+
+log = logging.getLogger(__name__)
+
+# SCRAM's iteration count: Kafka's minimum is 4096; higher slows every connection's handshake.
+SCRAM_ITERATIONS = 8192
+REQUEST_TIMEOUT_S = 30.0
+
+# The names the stages use by default (their settings; each stage's README). A stage run with other names needs
+# other grants.
+LSB_JOINER_NAME = "kafka-joiner"  # group, transactional-id prefix and internal-topic prefix (kafka_joiner.settings)
+SPARK_JOINER_NAME = "spark-joiner"  # sink transactional ids and groups, Spark source groups (spark_joiner)
+DB_CONNECTOR_GROUP = "db-connector"
+STREAM_CONNECTOR_TAIL_GROUP = "stream-connector-tail"  # its start-up read of the topics' tails (no commits)
+
+READ = AclOperation.READ
+WRITE = AclOperation.WRITE
+DESCRIBE = AclOperation.DESCRIBE
+DESCRIBE_CONFIGS = AclOperation.DESCRIBE_CONFIGS
+CREATE = AclOperation.CREATE
+IDEMPOTENT_WRITE = AclOperation.IDEMPOTENT_WRITE
+LITERAL = ResourcePatternType.LITERAL
+PREFIXED = ResourcePatternType.PREFIXED
+TOPIC = ResourceType.TOPIC
+GROUP = ResourceType.GROUP
+TRANSACTIONAL_ID = ResourceType.TRANSACTIONAL_ID
+CLUSTER = ResourceType.BROKER  # confluent-kafka's name for Kafka's CLUSTER resource
+CLUSTER_NAME = "kafka-cluster"
+WILDCARD = "*"  # with LITERAL: every resource of the type
+
+
+@dataclass(frozen=True)
+class Grant:
+    """Operations one principal may do on the resources `name` names (exactly, or as a prefix)."""
+
+    resource: ResourceType
+    name: str
+    operations: tuple[AclOperation, ...]
+    pattern: ResourcePatternType = LITERAL
+
+
+def _topic(name: str, *operations: AclOperation, pattern: ResourcePatternType = LITERAL) -> Grant:
+    return Grant(TOPIC, name, operations, pattern)
+
+
+# Writers of dead letters read machine.dlq's max.message.bytes, to size their letters (topics.dead_letter_limit).
+_DLQ_WRITER = _topic(MACHINE_DLQ.name, WRITE, DESCRIBE, DESCRIBE_CONFIGS)
+_IDEMPOTENT = Grant(CLUSTER, CLUSTER_NAME, (IDEMPOTENT_WRITE,))
+
+# The admin user is the brokers' super user (super.users) and needs no ACL.
+KAFKA_GRANTS: dict[str, tuple[Grant, ...]] = {
+    "stream-connector": (
+        # Writes the records and their dead letters; reads both topics' tails at start to skip redeliveries.
+        _topic(MACHINE_DATA.name, WRITE, READ, DESCRIBE),
+        _topic(MACHINE_DLQ.name, WRITE, READ, DESCRIBE, DESCRIBE_CONFIGS),
+        Grant(GROUP, STREAM_CONNECTOR_TAIL_GROUP, (READ, DESCRIBE)),
+        _IDEMPOTENT,
+    ),
+    "lsb-joiner": (
+        _topic(MACHINE_DATA.name, READ, DESCRIBE),
+        _topic(MACHINE_OUT.name, WRITE, DESCRIBE),
+        _DLQ_WRITER,
+        # Its internal topics (the input co-partitioned by thing, the state changelog): it creates them at start.
+        _topic(f"{LSB_JOINER_NAME}.", CREATE, READ, WRITE, DESCRIBE, DESCRIBE_CONFIGS, pattern=PREFIXED),
+        Grant(GROUP, LSB_JOINER_NAME, (READ, DESCRIBE), PREFIXED),  # its group and its changelog reader's
+        Grant(TRANSACTIONAL_ID, f"{LSB_JOINER_NAME}.", (WRITE, DESCRIBE), PREFIXED),
+        _IDEMPOTENT,
+    ),
+    "spark-joiner": (
+        _topic(MACHINE_DATA.name, READ, DESCRIBE),
+        _topic(MACHINE_OUT.name, WRITE, DESCRIBE),
+        _DLQ_WRITER,
+        # The Kafka source's groups (groupIdPrefix) and the sink's group named like its transactional id.
+        Grant(GROUP, SPARK_JOINER_NAME, (READ, DESCRIBE), PREFIXED),
+        Grant(TRANSACTIONAL_ID, f"{SPARK_JOINER_NAME}.", (WRITE, DESCRIBE), PREFIXED),
+        _IDEMPOTENT,
+    ),
+    "db-connector": (
+        _topic(MACHINE_DATA.name, READ, DESCRIBE),
+        _topic(MACHINE_OUT.name, READ, DESCRIBE),
+        # It reads the dead letters too (to count and store them), and writes its own.
+        _topic(MACHINE_DLQ.name, READ, WRITE, DESCRIBE, DESCRIBE_CONFIGS),
+        Grant(GROUP, DB_CONNECTOR_GROUP, (READ, DESCRIBE)),
+        _IDEMPOTENT,
+    ),
+    # `make status`: topics' offsets and groups' committed offsets (lag), nothing else.
+    "monitor": (
+        _topic(WILDCARD, DESCRIBE),
+        Grant(GROUP, WILDCARD, (DESCRIBE,)),
+    ),
+}
+
+
+def kafka_users() -> list[str]:
+    """Every Kafka user of the pipeline's principals, admin first."""
+    users = {p.kafka_user for p in credentials.PRINCIPALS.values() if p.kafka_user}
+    return sorted(users, key=lambda user: (user != "admin", user))
+
+
+def acl_bindings(user: str) -> list[AclBinding]:
+    """The ALLOW bindings of `user`'s grants, from any host."""
+    return [AclBinding(grant.resource, grant.name, grant.pattern, f"User:{user}", "*", operation,
+                       AclPermissionType.ALLOW)
+            for grant in KAFKA_GRANTS.get(user, ()) for operation in grant.operations]
+
+
+def ensure_kafka_principals(admin: AdminClient, values: Mapping[str, str]) -> None:
+    """Set every pipeline user's SCRAM credential to its password in `values` (the credentials file), create the
+    ACLs of `KAFKA_GRANTS` and remove ACLs of those users that the table no longer holds. Idempotent; `admin` must
+    be a client of the admin user. A credential set again to the same password is a no-op for running clients."""
+    users = kafka_users()
+    upsertions = [UserScramCredentialUpsertion(
+        user, ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512, SCRAM_ITERATIONS),
+        values[credentials.kafka_password_key(user)].encode())
+        for user in users if user != "admin"]  # admin's was set at storage format; rotation sets it on purpose
+    for user, future in admin.alter_user_scram_credentials(upsertions, request_timeout=REQUEST_TIMEOUT_S).items():
+        future.result()
+    wanted = [binding for user in users for binding in acl_bindings(user)]
+    wanted_set = set(wanted)
+    stale = [binding for binding in existing_bindings(admin, users) if binding not in wanted_set]
+    if stale:
+        for future in admin.delete_acls([_exact_filter(b) for b in stale],
+                                        request_timeout=REQUEST_TIMEOUT_S).values():
+            future.result()
+    for future in admin.create_acls(wanted, request_timeout=REQUEST_TIMEOUT_S).values():
+        future.result()
+    log.info("Kafka: SCRAM users %s; %d ACLs", ", ".join(users), len(wanted))
+
+
+def set_scram_password(admin: AdminClient, user: str, password: str) -> None:
+    """Give `user` a new SCRAM-SHA-512 password (its running clients keep their sessions; new ones need it)."""
+    upsertion = UserScramCredentialUpsertion(user, ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512, SCRAM_ITERATIONS),
+                                             password.encode())
+    for future in admin.alter_user_scram_credentials([upsertion], request_timeout=REQUEST_TIMEOUT_S).values():
+        future.result()
+
+
+def existing_bindings(admin: AdminClient, users: list[str]) -> list[AclBinding]:
+    """The ACLs Kafka holds for `users`."""
+    principals = {f"User:{user}" for user in users}
+    every = AclBindingFilter(ResourceType.ANY, None, ResourcePatternType.ANY, None, None, AclOperation.ANY,
+                             AclPermissionType.ANY)
+    bindings = admin.describe_acls(every, request_timeout=REQUEST_TIMEOUT_S).result()
+    return [binding for binding in bindings if binding.principal in principals]
+
+
+def _exact_filter(binding: AclBinding) -> AclBindingFilter:
+    return AclBindingFilter(binding.restype, binding.name, binding.resource_pattern_type, binding.principal,
+                            binding.host, binding.operation, binding.permission_type)
