@@ -11,6 +11,10 @@ STACK ?= $(shell docker info >/dev/null 2>&1 && echo docker || echo native)
 # otherwise and the standalone one with the profile lsb: `up` enables the profile and scales the joiner not
 # chosen to zero, so exactly one runs, also after switching.
 COMPOSE_UNUSED_JOINER = $(if $(filter lsb,$(JOINER)),spark-joiner,lsb-joiner)
+# Native: TOPOLOGY=single (the default: one Kafka broker, one instance of each stage) or cluster (three Kafka nodes, a
+# Spark standalone master and two workers, two instances of each scaled stage), read by `python -m stack` from the
+# environment, where make puts a variable given on its command line. The state dir remembers the topology its
+# `up` ran: `status`, `logs`, `down` and `clean` act on it without TOPOLOGY.
 # Compose's topology is a profile: single (the default) or cluster (three Kafka nodes, a Spark standalone
 # cluster with the Spark joiner submitted to it, two DB connectors). The cluster runs the Spark joiner only.
 COMPOSE_UP = $(if $(filter cluster,$(TOPOLOGY)),\
@@ -28,7 +32,7 @@ export SECURITY STACK_TLS
 BENCHMARKS ?= benchmarks.join_engine benchmarks.mqtt_publish benchmarks.stream_connector \
 	benchmarks.kafka_joiner benchmarks.spark_joiner benchmarks.join_peers benchmarks.db_connector
 
-.PHONY: setup up down clean status logs data report test bench reliability chaos spark-package
+.PHONY: setup up down clean status logs data report test bench bench-topology reliability chaos spark-package
 
 setup: $(INSTALLED)
 	@$(PY) -m stack.provision
@@ -81,13 +85,16 @@ report: setup
 test: setup
 	@$(PY) -m pytest $(PYTEST_ARGS)
 
-# The minutes-long reliability runs: outages, ten starts from nothing per joiner, restart bounds, chaos.
+# The minutes-long reliability runs: outages, ten starts from nothing per joiner, restart bounds, chaos (of
+# both topologies).
 reliability: setup
-	@$(PY) -m pytest -m slow tests/reliability $(PYTEST_ARGS)
+	@env -u TOPOLOGY $(PY) -m pytest -m slow tests/reliability $(PYTEST_ARGS)
 
-# The full chaos run alone (a shorter seeded one is part of `make test`).
+# The full chaos run alone (a shorter seeded one is part of `make test`); TOPOLOGY=cluster, the cluster's.
+# Each run brings up a stack of its own (the chosen topology is the test's, not the environment's).
+CHAOS_TESTS = $(if $(filter cluster,$(TOPOLOGY)),tests/reliability/test_cluster_chaos.py,tests/reliability/test_chaos.py)
 chaos: setup
-	@$(PY) -m pytest -m slow tests/reliability/test_chaos.py $(PYTEST_ARGS)
+	@env -u TOPOLOGY $(PY) -m pytest -m slow $(CHAOS_TESTS) $(PYTEST_ARGS)
 
 # The benchmarks that need servers bring up the native ones (a no-op when they run). The join engine's
 # needs none and runs before they start: a booting JVM would share its two cores.
@@ -98,6 +105,11 @@ bench: setup
 		fi; \
 		echo; echo "=== $$benchmark ==="; PYTHONPATH=$(CURDIR) $(PY) -m $$benchmark || exit 1; \
 	done
+
+# TOPOLOGY=single against cluster on this host, in one run: each brought up on ports of its own (free ones, or
+# BENCH_PORTS=first-last), the same rows through each (README, "Scaling").
+bench-topology: setup
+	@env -u TOPOLOGY PYTHONPATH=$(CURDIR) $(PY) -m benchmarks.topology $(BENCH_ARGS)
 
 # The Spark joiner as spark-submit takes it, in build/spark-joiner/: its entry script, the --py-files archive of
 # the packages its driver and executors import, and the Kafka connector jars for --jars

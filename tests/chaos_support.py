@@ -166,7 +166,7 @@ class PrivateStack:
                                                  "INFLUXDB_PORT", "INFLUXDB_RPC_PORT")}
         self.bootstrap = f"127.0.0.1:{ports['KAFKA_PORT']}"
         self.env = {**os.environ, **{name: str(port) for name, port in ports.items()},
-                    "STACK_STATE_DIR": str(state_dir), "JOINER": joiner,
+                    "STACK_STATE_DIR": str(state_dir), "JOINER": joiner, "TOPOLOGY": "single",
                     "KAFKA_BOOTSTRAP_SERVERS": self.bootstrap}
         self.mqtt = MqttSettings(mqtt_port=ports["MQTT_PORT"])
         self.influxdb_port = ports["INFLUXDB_PORT"]
@@ -349,9 +349,11 @@ def dead_lettered_payloads(messages: list[Message]) -> list[bytes]:
     return payloads
 
 
-def run_chaos(plan: ChaosPlan, workdir: Path, faults: list[Fault] | None = None) -> ChaosReport:
+def run_chaos(plan: ChaosPlan, workdir: Path, faults: list[Fault] | None = None,
+              stack_class: type[PrivateStack] = PrivateStack) -> ChaosReport:
     """Replay, break (the seeded schedule unless `faults` are given), recover, then check every topic
-    and InfluxDB against what a fault-free run holds."""
+    and InfluxDB against what a fault-free run holds. `stack_class`: the stack to run (cluster_support's for
+    TOPOLOGY=cluster)."""
     report = ChaosReport(plan)
     rows_file = workdir / "rows.json"
     subprocess.run([sys.executable, "-m", "simulator", "--synthetic", "--machines", str(plan.machines),
@@ -361,7 +363,7 @@ def run_chaos(plan: ChaosPlan, workdir: Path, faults: list[Fault] | None = None)
     rows = {json.dumps(row).encode(): {canonical(record) for record in expected_records([row])}
             for row in read_rows(rows_file)}
     bad = bad_payloads(plan.bad_rows, plan.seed)
-    stack = PrivateStack(workdir / "stack", plan.joiner)
+    stack = stack_class(workdir / "stack", plan.joiner)
     stack.stack("up", timeout_s=900)
     try:
         replay_s = plan.rows / plan.rate

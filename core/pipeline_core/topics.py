@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from confluent_kafka import KafkaError, KafkaException
@@ -58,6 +59,20 @@ MACHINE_DLQ = TopicSpec("machine.dlq", 3, {**_TIME_SERIES, "max.message.bytes": 
 ALTERED_ON_START = ("retention.bytes",)
 PIPELINE_TOPICS = (MACHINE_DATA, MACHINE_OUT, MACHINE_DLQ)
 
+# The broker's own default.replication.factor (and min.insync.replicas): 1 on the single broker, 3 (and 2) on
+# the three-node cluster (04_kafka/cluster-node.properties), so every topic a stage or tool creates is
+# replicated as its cluster is. KAFKA_REPLICATION_FACTOR / KAFKA_MIN_INSYNC_REPLICAS set them per topic instead.
+BROKER_DEFAULT = -1
+
+
+def replication(environ: Mapping[str, str] | None = None) -> tuple[int, dict[str, str]]:
+    """The replication factor new topics get, and the topic config that sets their min.insync.replicas
+    (empty: the broker's default)."""
+    environ = os.environ if environ is None else environ
+    factor = int(environ.get("KAFKA_REPLICATION_FACTOR") or BROKER_DEFAULT)
+    min_insync = environ.get("KAFKA_MIN_INSYNC_REPLICAS")
+    return factor, ({"min.insync.replicas": str(int(min_insync))} if min_insync else {})
+
 
 def ensure_topics(admin: AdminClient, topics: tuple[TopicSpec, ...] = PIPELINE_TOPICS,
                   timeout: float = 30.0, deadline_s: float = DEFAULT_STARTUP_DEADLINE_S) -> list[str]:
@@ -65,11 +80,13 @@ def ensure_topics(admin: AdminClient, topics: tuple[TopicSpec, ...] = PIPELINE_T
     names created. Safe to call twice, and asks again while the broker answers a transient error (up to
     `deadline_s`)."""
     created: list[str] = []
+    factor, min_insync = replication()
 
     def create_missing() -> None:
         existing = admin.list_topics(timeout=timeout).topics
         _alter_existing(admin, [t for t in topics if t.name in existing], timeout)
-        wanted = [NewTopic(t.name, num_partitions=t.partitions, replication_factor=1, config=t.config)
+        wanted = [NewTopic(t.name, num_partitions=t.partitions, replication_factor=factor,
+                           config={**min_insync, **t.config})
                   for t in topics if t.name not in existing]
         for name, future in (admin.create_topics(wanted, operation_timeout=timeout).items() if wanted else ()):
             try:

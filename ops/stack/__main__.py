@@ -15,7 +15,7 @@ from pipeline_core.logs import configure_logging
 from pipeline_core.settings import ConnectionSettings, load_settings
 from pipeline_core.stage_health import StageHealth, format_age
 from pipeline_core.topics import ensure_topics
-from . import disk, losses, manager, security, supervision
+from . import disk, kafka_cluster, losses, manager, security, supervision, topology
 from .kafka_acls import ensure_kafka_principals, kafka_users
 from .processes import StackError, tail
 
@@ -49,6 +49,8 @@ def main(argv: list[str] | None = None) -> int:
     configure_logging("WARNING")
 
     try:
+        if topology.is_cluster():  # every tool run from here bootstraps from all three nodes
+            os.environ["KAFKA_BOOTSTRAP_SERVERS"] = kafka_cluster.bootstrap_servers()
         if args.command == "up":
             security.ensure_credentials()  # SECURITY=on: before any server starts
             services = manager.servers() if args.servers_only else manager.all_services()
@@ -107,6 +109,8 @@ def print_status(services: list) -> None:
         lag, progress_age = stage_figures(entry.stage)
         print(f"{entry.name:<18}{entry.state:<10}{health(entry):<13}{entry.pid or '-':>8}{uptime:>12}"
               f"{entry.restarts.count:>10}{lag:>10}{progress_age:>15}  {ports}")
+    for line in topology.status_lines([entry.name for entry in entries]):
+        print(line)
     pid = supervision.daemon_pid()
     print()
     print(f"supervisord: pid {pid}, config {supervision.config_file()}, log {supervision.daemon_log()}"

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from pipeline_core import paths
 from pipeline_core.stage_health import StageHealth
-from . import supervision, unsupervised
+from . import supervision, topology, unsupervised
 from .processes import StackError, port_holder, port_is_free, tail
 from .restarts import Restarts, read_restarts
 from .services import START_MARKER, InfluxDB, Kafka, Mosquitto, PipelineProcess, Service
@@ -23,6 +23,8 @@ RESTART_LOOP_WINDOW_S = 600.0
 
 
 def servers() -> list[Service]:
+    if topology.is_cluster():
+        return topology.cluster_servers(_joiner())
     return [Mosquitto(), Kafka(), InfluxDB()]
 
 
@@ -50,11 +52,18 @@ JOINERS = {
 }
 
 
-def pipeline(joiner: str | None = None) -> list[Service]:
-    """The pipeline's processes that `make up` runs on top of the servers (JOINER=lsb|spark)."""
+def _joiner(joiner: str | None = None) -> str:
     joiner = joiner or os.environ.get("JOINER", DEFAULT_JOINER)
     if joiner not in JOINERS:
         raise StackError(f"JOINER={joiner!r}: choose one of {', '.join(JOINERS)}")
+    return joiner
+
+
+def pipeline(joiner: str | None = None) -> list[Service]:
+    """The pipeline's processes that `make up` runs on top of the servers (JOINER=lsb|spark)."""
+    joiner = _joiner(joiner)
+    if topology.is_cluster():
+        return topology.cluster_pipeline(joiner)
     return [stream_connector(), JOINERS[joiner](), db_connector()]
 
 
@@ -65,6 +74,8 @@ def all_services() -> list[Service]:
 
 def every_service() -> list[Service]:
     """Every program supervisord knows, whichever joiner is chosen: `down` stops what runs of them."""
+    if topology.is_cluster():
+        return topology.every_cluster_service()
     return servers() + [stream_connector(), *(make() for make in JOINERS.values()), db_connector()]
 
 
@@ -131,22 +142,43 @@ def _await_ready(service: Service) -> None:
 def start(service: Service) -> bool:
     """Have supervisord start `service` unless it runs already, and wait until it is healthy;
     returns True when it was started now."""
-    if supervision.process_info(service.name).state in supervision.ACTIVE_STATES:
+    return bool(start_together([service]))
+
+
+def start_together(services: list[Service]) -> list[str]:
+    """Have supervisord start each of `services` that does not run yet, all at once, then wait until each is
+    healthy (the nodes of a quorum each wait for the others); names of those started now."""
+    launched = []
+    for service in services:
+        if supervision.process_info(service.name).state in supervision.ACTIVE_STATES:
+            continue
+        for role, port in service.ports().items():
+            if not port_is_free(port):
+                raise StackError(f"port {port} ({service.name} {role}) is already in use by "
+                                 f"{port_holder(port)}: stop that process or choose another port "
+                                 f"(see the README, 'Ports')")
+        service.state_dir.mkdir(parents=True, exist_ok=True)
+        service.prepare()
+        with open(service.log_file, "a") as log_file:
+            log_file.write(f"{START_MARKER} {time.strftime('%Y-%m-%d %H:%M:%S')}\n")
+        supervision.start_process(service.name)
+        launched.append(service)
+    for service in services:
         _await_ready(service)
-        return False
-    for role, port in service.ports().items():
-        if not port_is_free(port):
-            raise StackError(f"port {port} ({service.name} {role}) is already in use by "
-                             f"{port_holder(port)}: stop that process or choose another port "
-                             f"(see the README, 'Ports')")
-    service.state_dir.mkdir(parents=True, exist_ok=True)
-    service.prepare()
-    with open(service.log_file, "a") as log_file:
-        log_file.write(f"{START_MARKER} {time.strftime('%Y-%m-%d %H:%M:%S')}\n")
-    supervision.start_process(service.name)
-    _await_ready(service)
-    service.after_ready()
-    return True
+    for service in launched:
+        service.after_ready()
+    return [service.name for service in launched]
+
+
+def _start_groups(services: list[Service]) -> list[list[Service]]:
+    """`services` in order, those of one start group (consecutive) together, every other one alone."""
+    groups: list[list[Service]] = []
+    for service in services:
+        if groups and service.start_group and groups[-1][-1].start_group == service.start_group:
+            groups[-1].append(service)
+        else:
+            groups.append([service])
+    return groups
 
 
 def up(services: Iterable[Service]) -> list[str]:
@@ -158,10 +190,15 @@ def up(services: Iterable[Service]) -> list[str]:
             raise StackError("processes of this state dir run without supervisord ("
                              + ", ".join(f"{name} pid {pid}" for name, pid in leftovers.items())
                              + "): `python -m stack down` stops them, then `up` runs them supervised")
+        chosen = topology.current()
+        if (running_topology := topology.recorded()) not in (None, chosen) and supervision.active_programs():
+            raise StackError(f"the {running_topology} stack of this state dir runs: `make down` stops it, "
+                             f"then `make up TOPOLOGY={chosen}` starts the {chosen} one")
+        topology.record(chosen)
         known = {service.name for service in every_service()}
         supervision.ensure_daemon(every_service() + [s for s in services if s.name not in known])
         try:
-            return [service.name for service in services if start(service)]
+            return [name for group in _start_groups(services) for name in start_together(group)]
         except StackError:
             if not supervision.active_programs():  # nothing for it to supervise: no idle daemon left
                 supervision.shut_down_daemon()

@@ -56,6 +56,8 @@ class Service(ABC):
     stop_grace_s: float = 10.0
     # supervisord's startsecs: a process that exits sooner is retried with growing delays.
     startsecs: float = 5.0
+    # Services of one group start together, each then waited for: members of a quorum need each other.
+    start_group: str | None = None
 
     @property
     def state_dir(self) -> Path:
@@ -72,6 +74,10 @@ class Service(ABC):
     @abstractmethod
     def command(self) -> list[str]:
         """The command line supervisord runs."""
+
+    def environment(self) -> dict[str, str]:
+        """Environment variables the process gets beyond supervisord's own."""
+        return {}
 
     def prepare(self) -> None:
         """Render config files and initialise storage before the first start."""
@@ -124,6 +130,7 @@ class Kafka(Service):
     start_deadline_s = 60.0
     stop_grace_s = 30.0
     startsecs = 10.0  # a bad config or a taken port ends the JVM a few seconds in
+    default_heap = "-Xms256m -Xmx1g"  # KAFKA_HEAP_OPTS overrides it
 
     def ports(self) -> dict[str, int]:
         return {"kafka": env_port("KAFKA_PORT", 9092),
@@ -181,7 +188,7 @@ class Kafka(Service):
             scram_marker.touch()
 
     def _jvm_flags(self) -> list[str]:
-        heap = os.environ.get("KAFKA_HEAP_OPTS", "-Xms256m -Xmx1g").split()
+        heap = os.environ.get("KAFKA_HEAP_OPTS", self.default_heap).split()
         return [*heap, "-XX:+UseG1GC", "-Djava.awt.headless=true",
                 f"-Dlog4j2.configurationFile={paths.KAFKA_DIR / 'log4j2.properties'}",
                 f"-Dkafka.logs.dir={self.state_dir}"]
@@ -243,10 +250,11 @@ class PipelineProcess(Service):
     ready, its health is its heartbeat's (`progress_file`, judged by `pipeline_core.stage_health`)."""
 
     def __init__(self, name: str, module: str, *args: str, start_deadline_s: float = 30.0,
-                 stop_grace_s: float = 10.0, startsecs: float = 5.0) -> None:
+                 stop_grace_s: float = 10.0, startsecs: float = 5.0, env: dict[str, str] | None = None) -> None:
         self.name = name
         self.module = module
         self.args = args
+        self.env = env or {}
         self.start_deadline_s = start_deadline_s
         self.stop_grace_s = stop_grace_s
         self.startsecs = startsecs
@@ -270,6 +278,9 @@ class PipelineProcess(Service):
     def ready_record(self) -> Path:
         """Which process was seen ready (PID and start time): its READY line may rotate out of the log."""
         return self.state_dir / "ready"
+
+    def environment(self) -> dict[str, str]:
+        return dict(self.env)
 
     def is_ready(self, pid: int | None = None) -> bool:
         if pid is None:

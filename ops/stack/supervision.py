@@ -132,11 +132,24 @@ def render_config(services: Iterable[Service]) -> Path:
             "stopasgroup=true\nkillasgroup=true\n"
             "redirect_stderr=true\n"
             f"stdout_logfile={_value(service.log_file)}\n"
-            f"stdout_logfile_maxbytes={max_bytes}\nstdout_logfile_backups={backups}")
+            f"stdout_logfile_maxbytes={max_bytes}\nstdout_logfile_backups={backups}"
+            + _environment_line(service.environment()))
     text = "\n\n".join(sections) + "\n"
     if not config_file().exists() or config_file().read_text() != text:
         config_file().write_text(text)
     return config_file()
+
+
+def _environment_line(environment: dict[str, str]) -> str:
+    """supervisord's `environment=` setting for a program: KEY="value" pairs, added to its own environment."""
+    if not environment:
+        return ""
+    pairs = []
+    for key, value in sorted(environment.items()):
+        if '"' in value or "\n" in value:
+            raise StackError(f"{key}: a value for supervisord's environment may hold no quote or newline")
+        pairs.append(f'{key}="{_value(value)}"')
+    return "\nenvironment=" + ",".join(pairs)
 
 
 def _rpc() -> xmlrpc.client.ServerProxy:

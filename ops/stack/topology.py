@@ -1,0 +1,199 @@
+"""Which stack `python -m stack` runs: TOPOLOGY=single (the default: one Kafka broker, the joiner in one
+process) or cluster (three Kafka nodes with replication factor 3, a Spark standalone master and two workers, and
+every scaled stage as two instances), and the services of the cluster.
+
+The state dir records the topology its `up` last ran, so `status`, `logs` and `down` without TOPOLOGY act on what
+runs; `clean` deletes the record with the rest."""
+from __future__ import annotations
+
+import os
+import re
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+from pipeline_core import paths
+from pipeline_core.logs import READY_MARKER
+from pipeline_core.stage_health import StageHealth, assess, read_heartbeat
+from . import kafka_cluster, spark_cluster
+from .processes import StackError
+from .services import START_MARKER, InfluxDB, Mosquitto, PipelineProcess, Service
+
+SINGLE = "single"
+CLUSTER = "cluster"
+TOPOLOGIES = (SINGLE, CLUSTER)
+# Instances of each scaled stage on the cluster: one group, distinct instance ids.
+INSTANCES = (1, 2)
+# Every port of the single stack, and every one the cluster adds (what a stack beside others must set).
+SINGLE_PORTS = ("MQTT_PORT", "KAFKA_PORT", "KAFKA_CONTROLLER_PORT", "INFLUXDB_PORT", "INFLUXDB_RPC_PORT")
+CLUSTER_PORTS = ("KAFKA_NODE2_PORT", "KAFKA_NODE2_CONTROLLER_PORT", "KAFKA_NODE3_PORT", "KAFKA_NODE3_CONTROLLER_PORT",
+                 "SPARK_MASTER_PORT", "SPARK_MASTER_WEBUI_PORT", "SPARK_WORKER1_PORT", "SPARK_WORKER1_WEBUI_PORT",
+                 "SPARK_WORKER2_PORT", "SPARK_WORKER2_WEBUI_PORT", "SPARK_DRIVER_PORT", "SPARK_BLOCKMANAGER_PORT")
+
+
+def _record():
+    return paths.STATE_DIR / "topology"
+
+
+def recorded() -> str | None:
+    """The topology this state dir's `up` last ran, if any."""
+    try:
+        return _record().read_text().strip() or None
+    except FileNotFoundError:
+        return None
+
+
+def current() -> str:
+    """TOPOLOGY from the environment, else what the state dir runs, else single."""
+    chosen = os.environ.get("TOPOLOGY") or recorded() or SINGLE
+    if chosen not in TOPOLOGIES:
+        raise StackError(f"TOPOLOGY={chosen!r}: choose one of {', '.join(TOPOLOGIES)}")
+    return chosen
+
+
+def record(topology: str) -> None:
+    _record().parent.mkdir(parents=True, exist_ok=True)
+    _record().write_text(topology + "\n")
+
+
+def is_cluster() -> bool:
+    return current() == CLUSTER
+
+
+def cluster_servers(joiner: str) -> list[Service]:
+    """Mosquitto, the three Kafka nodes, InfluxDB, and with the Spark joiner the Spark master and workers."""
+    servers: list[Service] = [Mosquitto(), *(kafka_cluster.KafkaNode(n) for n in kafka_cluster.NODES), InfluxDB()]
+    if joiner == "spark":
+        servers += [spark_cluster.SparkMaster(), *(spark_cluster.SparkWorker(n) for n in spark_cluster.WORKERS)]
+    return servers
+
+
+def _stage_environment() -> dict[str, str]:
+    """What every stage of the cluster is given: all three Kafka nodes to bootstrap from."""
+    return {"KAFKA_BOOTSTRAP_SERVERS": kafka_cluster.bootstrap_servers()}
+
+
+def stream_connector() -> Service:
+    return PipelineProcess("stream-connector", "stream_connector", stop_grace_s=35.0, env=_stage_environment())
+
+
+def db_connectors() -> list[Service]:
+    """Two DB connectors in one consumer group, each with its own static membership."""
+    return [PipelineProcess(f"db-connector-{n}", "db_connector", "--group-instance-id", f"db-connector-{n}",
+                            env=_stage_environment()) for n in INSTANCES]
+
+
+def lsb_joiners() -> list[Service]:
+    """Two standalone joiners in one group: the instance id names each one's static membership and its
+    transactional id (kafka-joiner.<instance id>), so each fences only its own predecessor."""
+    return [PipelineProcess(f"lsb-joiner-{n}", "kafka_joiner", "--instance-id", f"lsb-joiner-{n}",
+                            "--input-partitioned-by-thing", env=_stage_environment()) for n in INSTANCES]
+
+
+def spark_joiner() -> Service:
+    """The Spark joiner, submitted with spark-submit to the standalone master in client deploy mode (a standalone
+    cluster runs no Python driver in cluster mode), so its driver runs here under supervisord, which restarts it;
+    it resumes its checkpoint, which lies in the state dir: on several hosts, storage every host that may run the
+    driver, and every executor, reaches (README, "Scaling")."""
+    return SparkSubmittedJoiner()
+
+
+class SparkSubmittedJoiner(PipelineProcess):
+    """`spark-submit` of the package `make spark-package` builds (rebuilt into the state dir at each `up`, so the
+    driver and executors run the checkout's code); spark-defaults.conf in its SPARK_CONF_DIR holds the cluster's
+    ports and executor sizes."""
+
+    def __init__(self) -> None:
+        super().__init__("spark-joiner", "spark_joiner", start_deadline_s=300.0, startsecs=30.0,
+                         env={**_stage_environment(), **spark_cluster.spark_environment(),
+                              "SPARK_CONF_DIR": str(spark_cluster.joiner_conf_dir())})
+
+    @property
+    def package_dir(self) -> Path:
+        return self.state_dir / "package"
+
+    def prepare(self) -> None:
+        spark_cluster.render_joiner_conf()
+        built = subprocess.run([sys.executable, "-m", "spark_joiner.package", str(self.package_dir)],
+                               capture_output=True, text=True, timeout=300)
+        if built.returncode != 0:
+            raise StackError(f"building the Spark joiner's package failed:\n{built.stdout}{built.stderr}")
+
+    def command(self) -> list[str]:
+        return [spark_cluster.spark_submit(), "--master", spark_cluster.master_url(), "--deploy-mode", "client",
+                "--name", "spark-joiner", "--jars", str(self.package_dir / "jars" / "*.jar"),
+                "--py-files", str(self.package_dir / "spark-joiner.zip"),
+                "--conf", f"spark.pyspark.python={sys.executable}",
+                str(self.package_dir / "spark_joiner_job.py"),
+                "--progress-file", str(self.progress_file), "--checkpoint-dir", str(self.state_dir / "checkpoint")]
+
+    def stage_health(self, pid: int | None, now: float) -> StageHealth:
+        """By the heartbeat of the Python driver that the spark-submit JVM `pid` runs."""
+        heartbeat = read_heartbeat(self.progress_file)
+        ours = heartbeat is not None and pid is not None and _parent(heartbeat.pid) == pid
+        return assess(heartbeat if ours else None, now)
+
+    def is_ready(self, pid: int | None = None) -> bool:
+        """READY from the Python driver, a child of the spark-submit JVM that supervisord runs."""
+        if pid is None:
+            return False
+        try:
+            latest_run = self.log_file.read_text(errors="replace").rsplit(START_MARKER, 1)[-1]
+        except OSError:
+            return False
+        return any(_parent(int(child)) == pid for child in re.findall(rf"{READY_MARKER} pid=(\d+):", latest_run))
+
+
+def _parent(pid: int) -> int | None:
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def cluster_joiners() -> dict[str, list[Service]]:
+    return {"lsb": lsb_joiners(), "spark": [spark_joiner()]}
+
+
+def cluster_pipeline(joiner: str) -> list[Service]:
+    return [stream_connector(), *cluster_joiners()[joiner], *db_connectors()]
+
+
+def every_cluster_service() -> list[Service]:
+    """Every program of the cluster, whichever joiner runs, in start order."""
+    return [*cluster_servers("spark"), stream_connector(), *lsb_joiners(), spark_joiner(), *db_connectors()]
+
+
+def status_lines(names: list[str]) -> list[str]:
+    """`status` of the cluster beyond each process's own line: the Spark master's view of its workers and of
+    the joiner's application, when the Spark master is among `names`."""
+    return spark_cluster.application_lines() if spark_cluster.SparkMaster.name in names else []
+
+
+def private_ports(names: tuple[str, ...], port_range: str | None = None) -> dict[str, int]:
+    """A port nothing listens on now for each of `names`, for a stack of its own beside others (tests,
+    benchmarks): from `port_range` ("first-last") when given, else any the system offers."""
+    if not port_range:
+        sockets = [socket.socket() for _ in names]
+        try:
+            for probe in sockets:
+                probe.bind(("127.0.0.1", 0))
+            return {name: probe.getsockname()[1] for name, probe in zip(names, sockets)}
+        finally:
+            for probe in sockets:
+                probe.close()
+    first, last = (int(part) for part in port_range.split("-"))
+    free = [port for port in range(first, last + 1) if _free(port)]
+    if len(free) < len(names):
+        raise StackError(f"ports {port_range}: {len(free)} free, {len(names)} needed")
+    return dict(zip(names, free))
+
+
+def _free(port: int) -> bool:
+    with socket.socket() as probe:
+        try:
+            probe.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
