@@ -88,8 +88,9 @@ class Transaction:
         try:
             if offsets:
                 metadata = self._consumer.consumer_group_metadata()
-                self._until_done(lambda: self.producer.send_offsets_to_transaction(offsets, metadata, KAFKA_TIMEOUT_S),
-                                 "send_offsets_to_transaction")
+                self._until_done(
+                    lambda: self.producer.send_offsets_to_transaction(offsets, metadata, KAFKA_TIMEOUT_S),
+                    "send_offsets_to_transaction")
             self._until_done(lambda: self.producer.commit_transaction(KAFKA_TIMEOUT_S), "commit_transaction")
         except KafkaException as exception:
             error = exception.args[0]

@@ -1,5 +1,6 @@
 """`retry_transient`, the start-up retry of every stage: which of Kafka's answers it asks again after, and
-how it gives up; and `call_bounded`, which bounds a client call librdkafka may wait on forever. Real `KafkaError` codes, raised as confluent-kafka raises them (`KafkaException(KafkaError)`)."""
+how it gives up; and `call_bounded`, which bounds a client call librdkafka may wait on forever. Real
+`KafkaError` codes, raised as confluent-kafka raises them (`KafkaException(KafkaError)`)."""
 from __future__ import annotations
 
 import threading
