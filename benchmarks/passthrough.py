@@ -37,14 +37,13 @@ class PassThrough:
         self.stats = JoinerStats()
         instance_id = settings.instance_id or uuid.uuid4().hex[:12]
         self.transactional_id = f"{settings.transactional_id_prefix}.{instance_id}"
-        self._producer = joiner_producer(settings, self.transactional_id)
         self._consumer = joiner_consumer(settings)
-        self._transaction = Transaction(self._producer, self._consumer, self.stats,
-                                        settings.commit_interval_ms / 1000, settings.max_transaction_records)
+        self._transaction = Transaction(lambda: joiner_producer(settings, self.transactional_id), self._consumer,
+                                        self.stats, settings.commit_interval_ms / 1000, settings.max_transaction_records)
         self._positions: dict[int, int] = {}  # input partition -> next offset, committed with the outputs
 
     def start(self) -> None:
-        retry_transient(lambda: self._producer.init_transactions(KAFKA_TIMEOUT_S),
+        retry_transient(lambda: self._transaction.initialise(KAFKA_TIMEOUT_S),
                         what=f"initialising transactions ({self.transactional_id})",
                         deadline_s=self.settings.kafka_startup_deadline_s)
         self._consumer.subscribe([self.settings.input_topic], on_revoke=self._on_revoke, on_lost=self._on_lost)
@@ -57,7 +56,7 @@ class PassThrough:
             if self._transaction.open:
                 self._commit()
             self._consumer.close()
-            self._producer.flush(KAFKA_TIMEOUT_S)
+            self._transaction.producer.flush(KAFKA_TIMEOUT_S)
 
     def step(self) -> None:
         """One round, as the joiner's: consume a batch, produce it in the open transaction, commit when the
@@ -75,7 +74,7 @@ class PassThrough:
         transaction = self._transaction
         if not transaction.open:
             transaction.begin()
-        producer = self._producer
+        producer = self._transaction.producer
         produce_one = producer.produce
         output_topic = self.settings.output_topic
         append_times = transaction.append_times

@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 
-from confluent_kafka import KafkaException, Message, Producer, TopicPartition
+from confluent_kafka import KafkaException, Message, TopicPartition
 
 from pipeline_core.kafka_clients import produce
 from pipeline_core.partitioning import thing_partition
@@ -170,11 +170,10 @@ class FrameJoiner:
     :param dead_letter_max_bytes: the largest dead letter the DLQ topic takes (`topics.dead_letter_limit`).
     """
 
-    def __init__(self, producer: Producer, transaction: Transaction, stats: JoinerStats, input_topic: str,
+    def __init__(self, transaction: Transaction, stats: JoinerStats, input_topic: str,
                  output_topic: str, dlq_topic: str, frame_of: Callable[[Message], list[FramedRecord]],
                  partitions: int, dead_letter_max_bytes: int = DEAD_LETTER_MAX_BYTES) -> None:
-        self._producer = producer
-        self._transaction = transaction
+        self._transaction = transaction  # and its producer, which a failure may replace
         self._stats = stats
         self._input_topic = input_topic
         self._output_topic = output_topic
@@ -194,7 +193,8 @@ class FrameJoiner:
         """
         transaction = self._transaction
         append_times = transaction.append_times
-        produce_output = self._producer.produce
+        producer = transaction.producer
+        produce_output = producer.produce
         output_topic = self._output_topic
         partitions = self._partitions
         joined = rebuilt = records_since_check = 0
@@ -253,7 +253,7 @@ class FrameJoiner:
                     try:
                         produce_output(output_topic, payload, key)
                     except BufferError:  # local queue full: the shared helper waits for deliveries to drain it
-                        refused = produce(self._producer, output_topic, payload, key)
+                        refused = produce(producer, output_topic, payload, key)
                         if refused is not None:  # an output record is a few kB: never expected
                             raise KafkaException(refused) from None
                     append_times.append(framed.append_time)
@@ -302,9 +302,10 @@ class FrameJoiner:
         the client refuses all the same, goes without its payload."""
         if len(envelope) > self._dead_letter_max_bytes:
             envelope = payload_omitted(envelope, f"larger than the {self._dlq_topic} limit", STAGE)
-        refused = produce(self._producer, self._dlq_topic, envelope, key)
+        producer = self._transaction.producer
+        refused = produce(producer, self._dlq_topic, envelope, key)
         if refused is not None:
-            refused = produce(self._producer, self._dlq_topic, payload_omitted(envelope, refused.str(), STAGE), key)
+            refused = produce(producer, self._dlq_topic, payload_omitted(envelope, refused.str(), STAGE), key)
         if refused is not None:
             raise KafkaException(refused)
         self._stats.dead_letters += 1

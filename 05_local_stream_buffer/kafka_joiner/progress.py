@@ -27,6 +27,7 @@ class JoinerStats(ConsumerCounters):
     rebuild_records_lost: int = 0  # records a rebuild of lost state needed that retention had deleted
     transactions: int = 0
     aborted: int = 0
+    producers_replaced: int = 0  # transactional producers replaced after a fatal error or a wedged call
     evicted: int = 0  # held records dead-lettered because the key bound evicted their join key
     first_record_at: float | None = None  # time.monotonic() of the first consumed record
     last_commit_at: float | None = None  # time.monotonic() after the last commit with outputs
@@ -56,10 +57,11 @@ class JoinerObservation:
     owned), the commit latency of the interval, and a warning when the pending limit forced records out."""
 
     def __init__(self, stats: JoinerStats, figures: Callable[[], StateFigures | None],
-                 logger: logging.Logger) -> None:
+                 logger: logging.Logger, waiting_for: Callable[[], str | None] = lambda: None) -> None:
         self._stats = stats
         self._figures = figures
         self._logger = logger
+        self._waiting_for = waiting_for
         self._forced_reported = 0
 
     def __call__(self) -> Observation:
@@ -68,9 +70,10 @@ class JoinerObservation:
         if not stats.keep_latencies:
             del stats.latencies_ms[:]
         values: dict[str, int | float | None] = {"commit_latency_p50_ms": p50, "commit_latency_p99_ms": p99}
+        waiting_for = self._waiting_for()  # a commit Kafka keeps failing: the heartbeat says stuck, not idle
         state = self._figures()
         if state is None:
-            return Observation(values=values)
+            return Observation(values=values, waiting_for=waiting_for)
         if state.forced > self._forced_reported:
             # Forcing follows arrival and moves a stream's frontier past its held records, which a restore
             # after a crash does not reproduce: say so loudly.
@@ -80,4 +83,4 @@ class JoinerObservation:
         self._forced_reported = state.forced
         values.update(held_records=state.held, held_keys=state.keys, replaying_partitions=state.replaying or None,
                       forced=state.forced)
-        return Observation(lag=state.lag, values=values)
+        return Observation(lag=state.lag, values=values, waiting_for=waiting_for)

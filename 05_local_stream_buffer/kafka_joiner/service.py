@@ -22,7 +22,7 @@ from collections.abc import Callable
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
 from pipeline_core.data_loss import OffsetWatch
-from pipeline_core.kafka_clients import admin_client, produce, retry_transient, security_config
+from pipeline_core.kafka_clients import KafkaCallWedged, admin_client, produce, retry_transient, security_config
 from pipeline_core.lifecycle import StopSignal
 from pipeline_core.progress import ProgressReporter
 from pipeline_core.records import DLQ_MAX_MESSAGE_BYTES
@@ -66,12 +66,13 @@ class KafkaJoiner:
         self._progress = ProgressReporter.for_stage(
             "kafka_joiner", self.stats, settings, logger=log, labels=LABELS, progress_counters=("transactions",),
             observe=JoinerObservation(self.stats, lambda: self._partitions.figures() if self._partitions is not None else None,
-                                      log))
-        self._producer = joiner_producer(settings, self.transactional_id)
+                                      log, lambda: self._transaction.waiting_for))
         self._consumer = joiner_consumer(settings)
         self._watch = OffsetWatch(self._consumer, self.stats, log)
-        self._transaction = Transaction(self._producer, self._consumer, self.stats,
-                                        settings.commit_interval_ms / 1000, settings.max_transaction_records)
+        self._transaction = Transaction(
+            lambda: joiner_producer(settings, self.transactional_id), self._consumer, self.stats,
+            settings.commit_interval_ms / 1000, settings.max_transaction_records,
+            while_waiting=self._progress.maybe_report, stopping=self.stop.is_set)
         # Set up by start(), once the partition counts are known.
         self._forwarder: Forwarder | None = None
         self._alignment: InputAlignment | None = None
@@ -117,13 +118,13 @@ class KafkaJoiner:
                 self.resolver, max_pending_per_side=settings.max_pending_per_side, on_release=on_release,
                 max_join_keys=settings.max_join_keys or None, on_evict=on_evict),
             self._restorer, self.stats, self._forwarder, self._alignment, self._watch)
-        self._frames = FrameJoiner(self._producer, self._transaction, self.stats, settings.input_topic,
+        self._frames = FrameJoiner(self._transaction, self.stats, settings.input_topic,
                                    settings.output_topic, settings.dlq_topic, frame_of, join_partitions,
                                    dead_letter_limit(admin, settings.dlq_topic, deadline_s))
         # Before joining the group: aborts the open transaction of a crashed run with this transactional id,
         # whose pending offsets would otherwise hold up reading the committed ones. A just started broker
         # answers it with NOT_COORDINATOR while it creates __transaction_state.
-        retry_transient(lambda: self._producer.init_transactions(min(KAFKA_TIMEOUT_S, deadline_s)),
+        retry_transient(lambda: self._transaction.initialise(min(KAFKA_TIMEOUT_S, deadline_s)),
                         what=f"initialising transactions ({self.transactional_id})", deadline_s=deadline_s)
         self._consumer.subscribe(sorted({settings.input_topic, self.join_topic}),
                                  on_assign=self._on_assign, on_revoke=self._on_revoke, on_lost=self._on_lost)
@@ -158,7 +159,7 @@ class KafkaJoiner:
             self._consumer.close()
             if self._restorer is not None:
                 self._restorer.close()
-        self._producer.flush(KAFKA_TIMEOUT_S)
+        self._transaction.producer.flush(KAFKA_TIMEOUT_S)
         self._progress.close()
         log.info("stopped")
 
@@ -166,8 +167,8 @@ class KafkaJoiner:
         # Outputs and state changes of records whose positions were not yet counted would commit with stale
         # offsets: on restart those records would meet their own state again (out_of_order dead letters).
         try:
-            self._transaction.abort()
-        except KafkaException as error:
+            self._transaction.abort(replace_on_failure=False)
+        except (KafkaException, KafkaCallWedged) as error:
             # Fenced or the broker gone: it aborts the transaction itself (at once when this instance id
             # restarts, else after the transaction timeout); nothing of it ever commits.
             log.warning("could not abort the open transaction after a failure: %s", error)
@@ -232,10 +233,10 @@ class KafkaJoiner:
             self._forwarder.flush(self._produce_frame)
 
     def _produce_frame(self, partition: int, frame: bytes) -> None:
-        _produced(produce(self._producer, self.join_topic, frame, None, partition=partition))
+        _produced(produce(self._transaction.producer, self.join_topic, frame, None, partition=partition))
 
     def _produce_state(self, partition: int, key: bytes, value: bytes | None) -> None:
-        _produced(produce(self._producer, self.state_topic, value, key, partition=partition))
+        _produced(produce(self._transaction.producer, self.state_topic, value, key, partition=partition))
 
     def _commit(self, rewind_on_abort: bool = True) -> bool:
         """Commit outputs, dead letters, forwarded records, state changes and positions together; on abort go
@@ -268,7 +269,10 @@ class KafkaJoiner:
             self._consumer_error(error)
 
     def _consumer_error(self, error: KafkaError) -> None:
-        if error.fatal():
+        # A fatal consumer error comes as _FATAL, not always flagged fatal (a static member fenced after the
+        # group coordinator restarted): the consumer serves nothing any more, so the joiner exits (and is
+        # restarted) instead of turning idle forever.
+        if error.fatal() or error.code() == KafkaError._FATAL:
             raise KafkaException(error)
         log.warning("consumer: %s", error)
 

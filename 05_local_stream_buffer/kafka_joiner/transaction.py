@@ -1,43 +1,71 @@
-"""The joiner's transactions: one open at a time, committed with the consumed positions, retried while
-the error is retriable, aborted when Kafka says so.
+"""The joiner's transactions: one open at a time, committed with the consumed positions.
 
 A transaction is batched by time (`interval_s`) or size (`max_records`), never one per join. Its offsets
 go in with the consumer group metadata (`send_offsets_to_transaction`, KIP-447), so an instance whose
 partitions moved cannot commit any more.
+
+Every transactional call is bounded (`call_bounded`), and its errors are handled as confluent-kafka
+documents: a retriable one is asked again (as long as Kafka is away: the heartbeat says the joiner waits
+for it), one that requires an abort aborts, and a fatal one (the producer fenced), a call that outlived
+its bound or an abort that failed replace the producer. A new producer with the same transactional id
+fences the old one and aborts its open transaction, so nothing of it ever commits; the caller goes back to
+the last commit either way.
 """
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable
 
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+
+from pipeline_core.kafka_clients import KafkaCallWedged, call_bounded, is_transient
 
 from .progress import JoinerStats
 
 log = logging.getLogger(__name__)
 
 KAFKA_TIMEOUT_S = 30.0
-_COMMIT_ATTEMPTS = 5
+# What a bounded call may take beyond the timeout it passes to librdkafka before it counts as wedged.
+_WEDGED_AFTER_S = 5.0
+# A call unanswered this long means Kafka is away: the heartbeat says the joiner waits for it.
+_SLOW_CALL_S = 5.0
+# Pause between two attempts of a call Kafka answered with a retriable error at once.
+_RETRY_PAUSE_S = 0.5
 
 
 class Transaction:
-    """The producer's open transaction and what it carries so far."""
+    """The producer and its open transaction, and what it carries so far.
 
-    def __init__(self, producer: Producer, consumer: Consumer, stats: JoinerStats, interval_s: float,
-                 max_records: int) -> None:
-        self._producer = producer
+    :param new_producer: a transactional producer of this instance's transactional id (a replacement too).
+    :param while_waiting: called while a call waits and between attempts (the progress report).
+    """
+
+    def __init__(self, new_producer: Callable[[], Producer], consumer: Consumer, stats: JoinerStats,
+                 interval_s: float, max_records: int, while_waiting: Callable[[], object] | None = None,
+                 stopping: Callable[[], bool] = lambda: False) -> None:
+        self._new_producer = new_producer
+        self.producer = new_producer()
         self._consumer = consumer
         self._stats = stats
         self._interval_s = interval_s
         self._max_records = max_records
+        self._while_waiting = while_waiting
+        self._stopping = stopping
         self.open = False
         self.started = 0.0  # time.monotonic() of begin()
         self.records = 0  # records consumed or joined in it
         self.append_times: list[int] = []  # per output: append time of its completing record
+        self.waiting_for: str | None = None  # "Kafka" while a commit keeps failing
+
+    def initialise(self, timeout_s: float = KAFKA_TIMEOUT_S) -> None:
+        """`init_transactions` (one bounded attempt): aborts the open transaction of an earlier producer with this
+        transactional id and fences it."""
+        self._call(lambda: self.producer.init_transactions(timeout_s), "init_transactions", timeout_s)
 
     def begin(self) -> None:
-        self._producer.begin_transaction()
+        self.producer.begin_transaction()
         self.open = True
         self.started = time.monotonic()
         self.records = 0
@@ -55,20 +83,28 @@ class Transaction:
         return min(longest, max(self.started + self._interval_s - time.monotonic(), 0.0))
 
     def commit(self, offsets: list[TopicPartition]) -> bool:
-        """Commit everything produced with `offsets`; False if Kafka aborted it instead (then nothing of it
+        """Commit everything produced with `offsets`; False if it was aborted instead (then nothing of it
         is visible, and the caller goes back to the last commit)."""
         try:
             if offsets:
-                _retry(lambda: self._producer.send_offsets_to_transaction(
-                    offsets, self._consumer.consumer_group_metadata(), KAFKA_TIMEOUT_S))
-            _retry(lambda: self._producer.commit_transaction(KAFKA_TIMEOUT_S))
+                metadata = self._consumer.consumer_group_metadata()
+                self._until_done(
+                    lambda: self.producer.send_offsets_to_transaction(offsets, metadata, KAFKA_TIMEOUT_S),
+                    "send_offsets_to_transaction")
+            self._until_done(lambda: self.producer.commit_transaction(KAFKA_TIMEOUT_S), "commit_transaction")
         except KafkaException as exception:
             error = exception.args[0]
-            if not error.txn_requires_abort():
-                raise
-            log.warning("transaction aborted (%s): going back to the last commit", error)
-            self.abort()
+            if error.txn_requires_abort():
+                log.warning("transaction aborted (%s): going back to the last commit", error)
+                self.abort()
+            else:
+                self._replace_producer(str(error))
             return False
+        except KafkaCallWedged as wedged:
+            self._replace_producer(str(wedged))
+            return False
+        finally:
+            self.waiting_for = None
         self.open = False
         stats = self._stats
         stats.transactions += 1
@@ -80,23 +116,82 @@ class Transaction:
             self.append_times.clear()
         return True
 
-    def abort(self) -> None:
-        """Abort the open transaction. Even if Kafka fails the abort (the producer fenced or in a fatal
-        state), the transaction counts as closed: nothing may commit it afterwards (the broker aborts it)."""
+    def abort(self, replace_on_failure: bool = True) -> None:
+        """Abort the open transaction. Should Kafka fail the abort (the producer fenced, in a fatal state, or
+        its call wedged), the producer is replaced, which aborts it as well: either way nothing of it commits.
+        Without `replace_on_failure` (the joiner exits) the failure is raised: the broker aborts the transaction
+        after its timeout, and a restart with this transactional id at once."""
         try:
-            self._producer.abort_transaction(KAFKA_TIMEOUT_S)
-        finally:
-            self.open = False
-            self.append_times.clear()
-            self._stats.aborted += 1
-
-
-def _retry(call: Callable[[], None]) -> None:
-    for attempt in range(_COMMIT_ATTEMPTS):
-        try:
-            call()
-            return
-        except KafkaException as exception:
-            if not exception.args[0].retriable() or attempt == _COMMIT_ATTEMPTS - 1:
+            self._call(lambda: self.producer.abort_transaction(KAFKA_TIMEOUT_S), "abort_transaction")
+        except (KafkaException, KafkaCallWedged) as error:
+            if not replace_on_failure:
+                self._closed()
                 raise
-            log.info("retrying after %s", exception.args[0])
+            self._replace_producer(f"the abort failed: {error}")
+            return
+        finally:
+            self.waiting_for = None
+        self._closed()
+
+    def _closed(self) -> None:
+        self.open = False
+        self.append_times.clear()
+        self._stats.aborted += 1
+
+    def _until_done(self, call: Callable[[], None], what: str) -> None:
+        """`call()`, asked again while Kafka answers a retriable error (a resumed commit_transaction goes on
+        where it stopped), for as long as Kafka stays away, unless the joiner is stopping."""
+        while True:
+            try:
+                self._call(call, what)
+                return
+            except KafkaException as exception:
+                error = exception.args[0]
+                if not is_transient(error) or error.txn_requires_abort() or self._stopping():
+                    raise
+                self._waiting(f"{what}: {error}")
+
+    def _waiting(self, why: str) -> None:
+        if self.waiting_for is None:
+            log.warning("%s: asking again until Kafka answers", why)
+        self.waiting_for = "Kafka"
+        if self._while_waiting is not None:
+            self._while_waiting()
+        time.sleep(_RETRY_PAUSE_S)
+
+    def _call(self, call: Callable[[], None], what: str, timeout_s: float = KAFKA_TIMEOUT_S) -> None:
+        started = time.monotonic()
+
+        def waiting() -> None:
+            if self.waiting_for is None and time.monotonic() - started > _SLOW_CALL_S:
+                log.warning("%s: no answer from Kafka for %.0f s", what, time.monotonic() - started)
+                self.waiting_for = "Kafka"
+            if self._while_waiting is not None:
+                self._while_waiting()
+
+        call_bounded(call, timeout_s + _WEDGED_AFTER_S, what=what, while_waiting=waiting)
+
+    def _replace_producer(self, why: str) -> None:
+        """A new producer with this transactional id: its `init_transactions` fences the current one and
+        aborts the open transaction. The old one is dropped on a thread of its own: a call of it may still
+        wait, and destroying a client waits for its broker threads."""
+        self._closed()
+        if self._stopping():
+            # No new producer to stop with: the broker aborts the transaction after its timeout, and a restart
+            # with this transactional id at once.
+            log.warning("stopping with the transaction unfinished (%s): nothing of it commits", why)
+            return
+        log.warning("replacing the transactional producer (%s): the new one aborts the open transaction and "
+                    "fences the old one; going back to the last commit", why)
+        old, self.producer = self.producer, self._new_producer()
+        self._stats.producers_replaced += 1
+        threading.Thread(target=_drop, args=(old,), name="kafka-producer-drop", daemon=True).start()
+        self._until_done(lambda: self.producer.init_transactions(KAFKA_TIMEOUT_S), "init_transactions")
+        self.waiting_for = None
+
+
+def _drop(producer: Producer) -> None:
+    try:
+        producer.purge()
+    except KafkaException as error:  # a fatal producer may refuse even this; it goes all the same
+        log.debug("purging the replaced producer: %s", error)

@@ -3,6 +3,7 @@ start-up calls through `retry_transient`."""
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, TypeVar
@@ -202,6 +203,43 @@ def produce(producer: Producer, topic: str, value: bytes | None, key: bytes | st
             if isinstance(error, KafkaError) and refused_for_itself(error):
                 return error
             raise
+
+
+class KafkaCallWedged(RuntimeError):
+    """A client call outlived its bound (`call_bounded`): it still runs on its own thread, and its client may
+    be used for nothing else; the caller replaces the client."""
+
+
+def call_bounded(call: Callable[[], T], timeout_s: float, *, what: str,
+                 while_waiting: Callable[[], object] | None = None, slice_s: float = 0.5) -> T:
+    """`call()` on a thread of its own, waited for at most `timeout_s`; `while_waiting()` runs every `slice_s`
+    meanwhile (a progress report: the stage's heartbeat says it waits instead of going stale).
+
+    For client calls whose own timeout librdkafka does not always keep: `send_offsets_to_transaction` waits
+    without bound while the group coordinator is unknown or its broker was decommissioned (librdkafka issues
+    5456 and 5511), as seen with two of three Kafka nodes stopped and started again. Raises what the call
+    raised, or `KafkaCallWedged` past `timeout_s` (the call goes on in the background: drop its client)."""
+    outcome: dict[str, Any] = {}
+    done = threading.Event()
+
+    def run() -> None:
+        try:
+            outcome["value"] = call()
+        except BaseException as exception:  # noqa: BLE001 - handed to the caller's thread
+            outcome["error"] = exception
+        finally:
+            done.set()
+
+    threading.Thread(target=run, name=f"kafka-call: {what}", daemon=True).start()
+    end = time.monotonic() + timeout_s
+    while not done.wait(max(0.0, min(slice_s, end - time.monotonic()))):
+        if time.monotonic() >= end:
+            raise KafkaCallWedged(f"{what} did not return within {timeout_s:.0f} s")
+        if while_waiting is not None:
+            while_waiting()
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome["value"]
 
 
 def admin_client(bootstrap_servers: str, **overrides: Any) -> AdminClient:

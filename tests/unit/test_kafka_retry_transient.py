@@ -1,14 +1,16 @@
 """`retry_transient`, the start-up retry of every stage: which of Kafka's answers it asks again after, and
-how it gives up. Real `KafkaError` codes, raised as confluent-kafka raises them (`KafkaException(KafkaError)`)."""
+how it gives up; and `call_bounded`, which bounds a client call librdkafka may wait on forever. Real
+`KafkaError` codes, raised as confluent-kafka raises them (`KafkaException(KafkaError)`)."""
 from __future__ import annotations
 
+import threading
 from types import SimpleNamespace
 
 import pytest
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
-from pipeline_core.kafka_clients import (KafkaStartupError, is_transient, raise_partition_errors,
-                                         retry_transient)
+from pipeline_core.kafka_clients import (KafkaCallWedged, KafkaStartupError, call_bounded, is_transient,
+                                         raise_partition_errors, retry_transient)
 
 # What a broker answers while it starts, creates __consumer_offsets or __transaction_state, loads a
 # coordinator or elects a leader, or while it cannot be reached.
@@ -113,3 +115,25 @@ def test_per_partition_errors_become_the_exception_retry_transient_classifies() 
     with pytest.raises(KafkaException) as raised:
         raise_partition_errors([ok, failed])
     assert raised.value.args[0].code() == KafkaError.COORDINATOR_LOAD_IN_PROGRESS
+
+
+def test_a_bounded_call_returns_what_the_call_returns_or_raises():
+    assert call_bounded(lambda: 42, 5.0, what="answering") == 42
+
+    def timing_out():
+        raise KafkaException(KafkaError(KafkaError._TIMED_OUT))
+
+    with pytest.raises(KafkaException):
+        call_bounded(timing_out, 5.0, what="timing out")
+
+
+def test_a_call_past_its_bound_is_wedged_and_the_caller_reports_meanwhile():
+    release = threading.Event()
+    reports = []
+    try:
+        with pytest.raises(KafkaCallWedged, match="send_offsets_to_transaction did not return within"):
+            call_bounded(lambda: release.wait(60), 0.3, what="send_offsets_to_transaction",
+                         while_waiting=lambda: reports.append(1), slice_s=0.05)
+        assert reports  # the caller's loop went on turning (its heartbeat) while the call waited
+    finally:
+        release.set()  # the abandoned call ends

@@ -347,13 +347,13 @@ def assert_letters_name_their_records(letters: list[bytes], bad: dict[tuple[int,
 
 def frame_joiner(producer: ProducedRecords, frame_of) -> tuple[FrameJoiner, dict[int, PartitionJoin], JoinerStats]:
     stats = JoinerStats()
-    transaction = Transaction(producer, None, stats, interval_s=3600, max_records=10**9)
+    transaction = Transaction(lambda: producer, None, stats, interval_s=3600, max_records=10**9)
     joins = {partition: PartitionJoin(INPUT_TOPIC, partition,
                                       lambda on_release, on_evict: KeyedJoiner(
                                           RESOLVER, max_pending_per_side=100, on_release=on_release,
                                           on_evict=on_evict), None, None)
              for partition in range(PARTITIONS)}
-    return (FrameJoiner(producer, transaction, stats, INPUT_TOPIC, OUTPUT_TOPIC, DLQ_TOPIC, frame_of, PARTITIONS),
+    return (FrameJoiner(transaction, stats, INPUT_TOPIC, OUTPUT_TOPIC, DLQ_TOPIC, frame_of, PARTITIONS),
             joins, stats)
 
 
