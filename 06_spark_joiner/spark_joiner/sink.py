@@ -25,8 +25,9 @@ import pyarrow.compute as pc
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from pyspark.sql import DataFrame, SparkSession
 
-from pipeline_core.kafka_clients import (DEFAULT_STARTUP_DEADLINE_S, admin_client, consumer_config, produce,
-                                         raise_partition_errors, retry_transient, transactional_producer_config)
+from pipeline_core.kafka_clients import (DEFAULT_STARTUP_DEADLINE_S, KafkaCallWedged, admin_client, call_bounded,
+                                         consumer_config, produce, raise_partition_errors, retry_transient,
+                                         transactional_producer_config)
 from pipeline_core.records import payload_omitted
 from pipeline_core.topics import dead_letter_limit
 
@@ -37,6 +38,8 @@ log = logging.getLogger(__name__)
 
 # Records the driver may queue while producing one batch before it has to wait for deliveries.
 _QUEUE_MESSAGES = 1_000_000
+# How long one transactional call may wait for Kafka.
+_TRANSACTION_CALL_S = 60
 
 
 @dataclass
@@ -63,18 +66,15 @@ class TransactionalBatchSink:
         self.dlq_topic = dlq_topic
         # Uncompressed, as the standalone joiner writes: lz4 cost the client threads and the broker several µs
         # of the same cores per record, for records that only cross the loopback or a cluster's network.
-        self.producer = Producer(transactional_producer_config(
+        self._producer_config = transactional_producer_config(
             bootstrap_servers, transactional_id, **(security or {}),
             **{"queue.buffering.max.messages": _QUEUE_MESSAGES, "linger.ms": 20, "transaction.timeout.ms": 120_000,
-               "compression.type": "none"}))
+               "compression.type": "none"})
         # A broker that has only just started answers both calls below with NOT_COORDINATOR or
         # COORDINATOR_NOT_AVAILABLE for a few seconds, while it creates __transaction_state and __consumer_offsets.
-        request_timeout = min(30.0, startup_deadline_s)
-        # Fences an earlier instance of this job and aborts its open transaction, before the positions are read.
-        retry_transient(lambda: self.producer.init_transactions(request_timeout),
-                        what=f"initialising the sink's transactions ({transactional_id})", deadline_s=startup_deadline_s)
-        self._request_timeout = request_timeout
+        self._request_timeout = min(30.0, startup_deadline_s)
         self._startup_deadline_s = startup_deadline_s
+        self.producer = self._new_producer()
         # The committed input positions live in the group named like the transactional id; this consumer
         # never subscribes.
         self._group = Consumer(consumer_config(bootstrap_servers, transactional_id, **(security or {})))
@@ -87,6 +87,14 @@ class TransactionalBatchSink:
         # refuse larger letters and fail every batch holding one.
         self.dead_letter_max_bytes = dead_letter_limit(admin_client(bootstrap_servers, **(security or {})), dlq_topic,
                                                        startup_deadline_s)
+
+    def _new_producer(self) -> Producer:
+        """The job's transactional producer. Its init fences an earlier one of the same transactional id (a
+        crashed driver's, or a wedged one of this process) and aborts what that left open."""
+        producer = Producer(self._producer_config)
+        retry_transient(lambda: producer.init_transactions(self._request_timeout), deadline_s=self._startup_deadline_s,
+                        what=f"initialising the sink's transactions ({self._producer_config['transactional.id']})")
+        return producer
 
     def resume(self, input_topic: str, checkpoint_dir: str) -> dict[int, int]:
         """Before a query starts on ``checkpoint_dir``: read the committed input position of every partition
@@ -138,13 +146,23 @@ class TransactionalBatchSink:
             if advanced:
                 positions = [TopicPartition(self.input_topic, partition, end, f"spark batch {batch_id}")
                              for partition, end in sorted(advanced.items())]
-                self.producer.send_offsets_to_transaction(positions, self._group.consumer_group_metadata(), 60)
+                # Bounded from outside: librdkafka may wait for ever here while Kafka nodes return
+                # (pipeline_core.kafka_clients.call_bounded).
+                call_bounded(lambda: self.producer.send_offsets_to_transaction(
+                    positions, self._group.consumer_group_metadata(), _TRANSACTION_CALL_S),
+                    _TRANSACTION_CALL_S + 5, what=f"committing batch {batch_id}'s input offsets")
             self._commit()
+        except KafkaCallWedged:
+            # Its producer can do nothing else: a new one fences it and aborts the open transaction, and
+            # Spark runs the batch again.
+            log.warning("batch %d: Kafka did not answer its transaction's offsets; replacing the producer", batch_id)
+            self.producer = self._new_producer()
+            raise
         except BaseException:
             # Whatever failed (Kafka, a record the producer refused, an interrupt), nothing of the batch may
             # commit: Spark runs it again.
             try:
-                self.producer.abort_transaction(60)
+                self.producer.abort_transaction(_TRANSACTION_CALL_S)
             except KafkaException as error:
                 log.warning("could not abort batch %d's transaction (the next start fences it): %s", batch_id, error)
             raise
@@ -219,7 +237,7 @@ class TransactionalBatchSink:
         deadline = time.monotonic() + 120
         while True:
             try:
-                self.producer.commit_transaction(60)
+                self.producer.commit_transaction(_TRANSACTION_CALL_S)
                 return
             except KafkaException as error:
                 if not error.args[0].retriable() or time.monotonic() > deadline:
