@@ -99,6 +99,10 @@ chaos: setup
 # The benchmarks that need servers bring up the native ones (a no-op when they run). The join engine's
 # needs none and runs before they start: a booting JVM would share its two cores.
 bench: setup
+	@$(PY) -c 'import sys; from pipeline_core import credentials; credentials.is_secure() and sys.exit( \
+		"make bench measures an unauthenticated stack, and this state dir is secure (" \
+		+ str(credentials.credentials_file()) + "): run it on another STACK_STATE_DIR with other ports, " \
+		"or after make clean")'
 	@servers=; for benchmark in $(BENCHMARKS); do \
 		if [ -z "$$servers" ] && [ "$$benchmark" != benchmarks.join_engine ]; then \
 			$(PY) -m stack up --servers-only || exit 1; servers=up; \

@@ -15,8 +15,9 @@ from paho.mqtt.enums import MQTTErrorCode, MQTTProtocolVersion
 
 from db_connector.writer import InfluxWriter
 from pipeline_core import credentials, paths
+from pipeline_core.influx_retention import RAW_POLICY, RetentionSettings
 from pipeline_core.mqtt import DEVICE_CLIENT_ID, new_client, pump, wait_connected
-from pipeline_core.settings import MACHINE_STATES_TOPIC, InfluxSettings, MqttSettings
+from pipeline_core.settings import MACHINE_STATES_TOPIC, InfluxSettings, MqttSettings, load_settings
 from connector_support import run_simulator
 from conftest import EVENTS_FILE
 from stack import influxdb_users
@@ -277,10 +278,10 @@ def test_influxdb_users_have_their_privilege_only(secure: SecureServers) -> None
     writer, reader = secure.influx_as("writer"), secure.influx_as("reader")
     line = f"security_check,test={unique('t')} value=1i"
     # As the DB connector writes: it may not create the database, which the admin made.
-    db_writer = InfluxWriter(writer, "machinedata", retry_max_s=0.1)
+    db_writer = InfluxWriter(writer, "machinedata", load_settings(RetentionSettings, []), retry_max_s=0.1)
     db_writer.ensure_database()
-    assert db_writer.write([line]) == [] and db_writer.retries == 0
-    assert list(reader.query('SELECT count("value") FROM "security_check"').get_points())[0]["count"] >= 1
+    assert db_writer.write([line], RAW_POLICY) == [] and db_writer.retries == 0
+    assert list(reader.query('SELECT count("value") FROM "raw"."security_check"').get_points())[0]["count"] >= 1
     with pytest.raises(InfluxDBClientError) as reader_writes:
         reader.write_points([line], protocol="line")
     assert reader_writes.value.code == 403
@@ -288,7 +289,7 @@ def test_influxdb_users_have_their_privilege_only(secure: SecureServers) -> None
         writer.query('DROP DATABASE "machinedata"', method="POST")
     assert writer_drops.value.code == 403
     with pytest.raises(InfluxDBClientError) as writer_reads:
-        writer.query('SELECT count("value") FROM "security_check"')
+        writer.query('SELECT count("value") FROM "raw"."security_check"')
     assert writer_reads.value.code == 403
     assert "machinedata" in [row["name"] for row in secure.influx_as("admin").get_list_database()]
     # `make status` reads the stages' losses as the reader.
