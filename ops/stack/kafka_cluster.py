@@ -111,7 +111,7 @@ class KafkaNode(Kafka):
             data_dir=self.state_dir / "data", replication_factor=REPLICATION_FACTOR,
             min_insync_replicas=MIN_INSYNC_REPLICAS, client_protocol=security.listener_protocol(values),
             controller_protocol=security.controller_protocol(values, tls=True))
-        return template.rstrip("\n") + "\n\n" + self.security_properties(values)
+        return template.rstrip("\n") + "\n\n" + self.security_properties(values).rstrip("\n") + "\n"
 
     def storage_cluster_id(self) -> str:
         return cluster_id()
