@@ -121,9 +121,11 @@ class SparkDaemon(Service):
     def conf_dir(self) -> Path:
         return self.state_dir / "conf"
 
+    def defaults(self) -> dict[str, str]:
+        return authentication_defaults()
+
     def prepare(self) -> None:
-        write_defaults(self.conf_dir, authentication_defaults(),
-                       f"Rendered by `python -m stack up` for the {self.name}.")
+        write_defaults(self.conf_dir, self.defaults(), f"Rendered by `python -m stack up` for the {self.name}.")
 
     def environment(self) -> dict[str, str]:
         return {**spark_environment(), "SPARK_CONF_DIR": str(self.conf_dir)}
@@ -136,6 +138,11 @@ class SparkMaster(SparkDaemon):
 
     def ports(self) -> dict[str, int]:
         return {"master": master_port(), "ui": master_webui_port()}
+
+    def defaults(self) -> dict[str, str]:
+        # The REST submission server authenticates nobody (and Spark refuses it with spark.authenticate); the joiner
+        # is submitted over the authenticated RPC.
+        return {**authentication_defaults(), "spark.master.rest.enabled": "false"}
 
     def command(self) -> list[str]:
         return [spark_class(), "org.apache.spark.deploy.master.Master", "--host", master_host(),
