@@ -175,6 +175,8 @@ def test_spark_authenticates_its_master_workers_and_driver_with_one_secret_kept_
         assert stat.S_IMODE(conf.stat().st_mode) == 0o600
         assert "spark.authenticate true" in conf.read_text().splitlines()
         assert f"spark.authenticate.secret {secret}" in conf.read_text().splitlines()
+    # The master's REST submission server authenticates nobody: off (the joiner is submitted over the RPC).
+    assert "spark.master.rest.enabled false" in conf_files[0].read_text().splitlines()
     for service in [*daemons, topology.spark_joiner()]:
         assert secret not in " ".join(service.command())
     joiner = topology.spark_joiner().environment()
