@@ -16,7 +16,6 @@ after acknowledging it and before saving again. Any other missing row fails the 
 from __future__ import annotations
 
 import base64
-import dataclasses
 import json
 import os
 import random
@@ -39,6 +38,7 @@ from db_connector_support import count, free_port
 from local_stream_buffer.keyed import KeyedJoiner
 from pipeline_core import credentials
 from pipeline_core.kafka_clients import security_config
+from pipeline_core.mqtt import DEVICE_CLIENT_ID
 from pipeline_core.records import decode_record
 from pipeline_core.settings import MACHINE_STATES_TOPIC, KafkaSettings, MqttSettings, load_settings
 from pipeline_core.topics import MACHINE_DATA, MACHINE_DLQ, MACHINE_OUT
@@ -232,12 +232,6 @@ class PrivateStack:
         """The admin's Kafka client settings (empty when the stack is not secure): the tests read every topic."""
         return security_config(load_settings(KafkaSettings, [], environ=self.environ_for("admin")))
 
-    def device_mqtt(self) -> MqttSettings:
-        """The MQTT settings of a device: the bad rows' publisher."""
-        environ = self.environ_for("device")
-        return dataclasses.replace(self.mqtt, mqtt_username=environ.get("MQTT_USERNAME"),
-                                   mqtt_password=environ.get("MQTT_PASSWORD"))
-
     def simulator_settings(self, *args: str) -> SimulatorSettings:
         return load_settings(SimulatorSettings, ["--no-progress", *args], environ=self.environ_for("device"))
 
@@ -257,11 +251,25 @@ def _dead(pid: int) -> bool:
 class RowPublisher(threading.Thread):
     """The simulator's replay of an events file, in this process so that each row's PUBACK is timed."""
 
-    def __init__(self, settings: SimulatorSettings) -> None:
+    def __init__(self, settings: SimulatorSettings, client_id: str = "chaos-rows", bad: list[bytes] | None = None,
+                 bad_every: int = 1) -> None:
+        """`bad`: payloads published on the same connection, one after every `bad_every` rows (a secure stack's
+        device has one client id, so the bad rows cannot come from a second connection)."""
         super().__init__(name="rows", daemon=True)
         self.settings = settings
-        self.publisher = AckTimedPublisher(settings, "chaos-rows")
+        self.publisher = AckTimedPublisher(settings, client_id)
         self.error: BaseException | None = None
+        if bad:
+            pending, publish_row, rows = list(bad), self.publisher.publish, [0]
+
+            def publish_mixing_bad_rows(topic: str, payload: bytes | str) -> None:
+                publish_row(topic, payload)
+                rows[0] += 1
+                if pending and rows[0] % bad_every == 0:
+                    publish_row(MACHINE_STATES_TOPIC, pending.pop(0))
+
+            self.publisher.publish = publish_mixing_bad_rows
+            self.unpublished_bad = pending
 
     def run(self) -> None:
         try:
@@ -393,22 +401,31 @@ def run_chaos(plan: ChaosPlan, workdir: Path, faults: list[Fault] | None = None,
     try:
         replay_s = plan.rows / plan.rate
         report.faults = faults if faults is not None else fault_schedule(plan, replay_s)
-        replay = RowPublisher(stack.simulator_settings("--events-file", str(rows_file), "--rate", str(plan.rate),
-                                                       "--order", "file", "--drain-timeout-s", "600"))
-        bad_rows = BadRowPublisher(stack.device_mqtt(), bad, spread_s=0.8 * replay_s)
+        settings = stack.simulator_settings("--events-file", str(rows_file), "--rate", str(plan.rate), "--order",
+                                            "file", "--drain-timeout-s", "600")
+        if stack.credentials():
+            # A secure stack's device is bound to one client id: the bad rows go on the replay's connection.
+            replay = RowPublisher(settings, DEVICE_CLIENT_ID, bad,
+                                  bad_every=max(1, int(0.8 * plan.rows) // (len(bad) or 1)))
+            publishers = [replay]
+        else:
+            replay = RowPublisher(settings)
+            publishers = [replay, BadRowPublisher(stack.mqtt, bad, spread_s=0.8 * replay_s)]
         began = time.monotonic()
-        replay.start()
-        bad_rows.start()
+        for publisher in publishers:
+            publisher.start()
         for fault in report.faults:
             # The schedule's own clock: faults happen at their seeded times, whatever the pipeline does.
             time.sleep(max(0.0, began + fault.at_s - time.monotonic()))
             stack.inject(fault)
-        for publisher in (replay, bad_rows):
+        for publisher in publishers:
             publisher.join(timeout=replay_s + 900)
             assert not publisher.is_alive(), f"{publisher.name}: still publishing"
             assert publisher.error is None, publisher.error
+        assert not getattr(replay, "unpublished_bad", None), "bad rows left unpublished"
         report.replay_s = time.monotonic() - began
-        check_outcome(stack, report, rows, bad, {**replay.publisher.acks, **bad_rows.publisher.acks})
+        check_outcome(stack, report, rows, bad, {payload: ack for publisher in publishers
+                                                 for payload, ack in publisher.publisher.acks.items()})
         report.settle_s = time.monotonic() - began - report.replay_s
     finally:
         stack.stack("down", timeout_s=300)

@@ -28,6 +28,7 @@ from chaos_support import (REPO_ROOT, ChaosPlan, ChaosReport, RowPublisher, cano
 from cluster_support import PrivateClusterStack, cluster_fault_schedule
 from connector_support import expected_records, read_rows
 from pipeline_core.kafka_clients import admin_client, producer_config
+from pipeline_core.mqtt import DEVICE_CLIENT_ID
 from pipeline_core.topics import MACHINE_DATA, TopicSpec, ensure_topics
 from support import read_topic, wait_for
 
@@ -91,7 +92,8 @@ def test_with_two_of_three_kafka_nodes_down_writes_are_refused_and_rows_wait_in_
 def publish(stack: PrivateClusterStack, rows_file) -> None:
     """Every row of `rows_file`, acknowledged by Mosquitto (QoS 1), in file order."""
     publisher = RowPublisher(stack.simulator_settings("--events-file", str(rows_file), "--order", "file",
-                                                      "--drain-timeout-s", "300"))
+                                                      "--drain-timeout-s", "300"),
+                             DEVICE_CLIENT_ID)  # the secure cluster's device has this one client id
     publisher.start()
     publisher.join(timeout=600)
     assert not publisher.is_alive() and publisher.error is None, publisher.error
