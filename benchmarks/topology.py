@@ -6,7 +6,8 @@ BENCH_PORTS=first-last), so a running stack is not touched. The same synthetic r
 then published to Mosquitto as fast as its acknowledgements allow, and the run waits for machine.out to hold every
 join. Figures per topology: the time `up` took, the publisher's rows/s, and rows/s end to end, from the first
 publish to the last join's timestamp in machine.out (so the polling of the read-back is not counted). The stack is
-stopped and deleted before the next one starts: the two never share the cores.
+stopped and deleted before the next one starts: the two never share the cores. The cluster is always secure
+(SASL_SSL, TLS), the single stack as `make up` runs it by default: the figures include what security costs.
 """
 from __future__ import annotations
 
@@ -22,7 +23,9 @@ from pathlib import Path
 
 from confluent_kafka import Consumer, TopicPartition
 
-from pipeline_core.kafka_clients import consumer_config
+from pipeline_core import credentials
+from pipeline_core.kafka_clients import consumer_config, security_config
+from pipeline_core.settings import KafkaSettings, load_settings
 from pipeline_core.topics import MACHINE_OUT
 from stack.topology import CLUSTER, CLUSTER_PORTS, SINGLE, SINGLE_PORTS, private_ports
 
@@ -71,17 +74,21 @@ def run(topology: str, joiner: str, rows_file: Path, rows: int, expected_joins: 
                         "--no-progress"], env=env, cwd=REPO_ROOT, check=True, stdout=subprocess.DEVNULL,
                        timeout=1200)
         publish_s = time.monotonic() - began
-        joins, last_join_ms = read_joins(bootstrap, expected_joins)
+        values = credentials.read_credentials(state_dir / "credentials.env")  # the cluster's: read as admin
+        security = security_config(load_settings(KafkaSettings, [], environ={
+            **env, **credentials.environment("admin", values)})) if values else {}
+        joins, last_join_ms = read_joins(bootstrap, expected_joins, security)
     finally:
         stack("clean")
         shutil.rmtree(state_dir, ignore_errors=True)
     return TopologyResult(topology, up_s, rows, publish_s, last_join_ms / 1000 - published_at, joins)
 
 
-def read_joins(bootstrap: str, expected: int | None, deadline_s: float = 1800.0) -> tuple[int, int]:
+def read_joins(bootstrap: str, expected: int | None, security: dict[str, str],
+               deadline_s: float = 1800.0) -> tuple[int, int]:
     """machine.out's committed joins and the timestamp (ms) of the last: once `expected` are in, or (None) once
     it stopped growing for SETTLED_S."""
-    consumer = Consumer(consumer_config(bootstrap, f"bench-topology-{os.getpid()}-{time.time_ns()}"))
+    consumer = Consumer(consumer_config(bootstrap, f"bench-topology-{os.getpid()}-{time.time_ns()}", **security))
     partitions = len(consumer.list_topics(MACHINE_OUT.name, timeout=30).topics[MACHINE_OUT.name].partitions)
     consumer.assign([TopicPartition(MACHINE_OUT.name, p, 0) for p in range(partitions)])
     count, last_ms = 0, 0

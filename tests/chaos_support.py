@@ -36,8 +36,11 @@ from influxdb import InfluxDBClient
 from connector_support import expected_records, read_rows
 from db_connector_support import count, free_port
 from local_stream_buffer.keyed import KeyedJoiner
+from pipeline_core import credentials
+from pipeline_core.kafka_clients import security_config
+from pipeline_core.mqtt import DEVICE_CLIENT_ID
 from pipeline_core.records import decode_record
-from pipeline_core.settings import MACHINE_STATES_TOPIC, MqttSettings, load_settings
+from pipeline_core.settings import MACHINE_STATES_TOPIC, KafkaSettings, MqttSettings, load_settings
 from pipeline_core.topics import MACHINE_DATA, MACHINE_DLQ, MACHINE_OUT
 from simulator.publisher import Publisher
 from simulator.replay import publish_rows, selected_rows
@@ -215,11 +218,27 @@ class PrivateStack:
             self.broker_kills.append(BrokerKill(killed_at, saved_at))
         return True
 
+    def credentials(self) -> dict[str, str]:
+        """The stack's credentials file, which `up` makes when the stack is secure (always on the cluster)."""
+        return credentials.read_credentials(self.state_dir / "credentials.env")
+
+    def environ_for(self, principal: str) -> dict[str, str]:
+        """The stack's environment with `principal`'s identity on it, when the stack is secure."""
+        values = self.credentials()
+        return {**self.env, **credentials.environment(principal, values)} if values else dict(self.env)
+
+    @property
+    def kafka_security(self) -> dict[str, str]:
+        """The admin's Kafka client settings (empty when the stack is not secure): the tests read every topic."""
+        return security_config(load_settings(KafkaSettings, [], environ=self.environ_for("admin")))
+
     def simulator_settings(self, *args: str) -> SimulatorSettings:
-        return load_settings(SimulatorSettings, ["--no-progress", *args], environ=self.env)
+        return load_settings(SimulatorSettings, ["--no-progress", *args], environ=self.environ_for("device"))
 
     def influx(self) -> InfluxDBClient:
-        return InfluxDBClient("127.0.0.1", self.influxdb_port, database="machinedata", timeout=30)
+        environ = self.environ_for("reader")
+        return InfluxDBClient("127.0.0.1", self.influxdb_port, database="machinedata", timeout=30,
+                              username=environ.get("INFLUXDB_USERNAME"), password=environ.get("INFLUXDB_PASSWORD"))
 
 
 def _dead(pid: int) -> bool:
@@ -232,18 +251,33 @@ def _dead(pid: int) -> bool:
 class RowPublisher(threading.Thread):
     """The simulator's replay of an events file, in this process so that each row's PUBACK is timed."""
 
-    def __init__(self, settings: SimulatorSettings) -> None:
+    def __init__(self, settings: SimulatorSettings, client_id: str = "chaos-rows", bad: list[bytes] | None = None,
+                 bad_every: int = 1) -> None:
+        """`bad`: payloads published on the same connection, one after every `bad_every` rows (a secure stack's
+        device has one client id, so the bad rows cannot come from a second connection)."""
         super().__init__(name="rows", daemon=True)
         self.settings = settings
-        self.publisher = AckTimedPublisher(settings, "chaos-rows")
+        self.publisher = AckTimedPublisher(settings, client_id)
         self.error: BaseException | None = None
+        self.mixed_bad = len(bad or [])
+        if bad:
+            pending, publish_row, rows = list(bad), self.publisher.publish, [0]
+
+            def publish_mixing_bad_rows(topic: str, payload: bytes | str) -> None:
+                publish_row(topic, payload)
+                rows[0] += 1
+                if pending and rows[0] % bad_every == 0:
+                    publish_row(MACHINE_STATES_TOPIC, pending.pop(0))
+
+            self.publisher.publish = publish_mixing_bad_rows
+            self.unpublished_bad = pending
 
     def run(self) -> None:
         try:
             self.publisher.connect(deadline_s=30)
             rows, total = selected_rows(self.settings)
             summary = publish_rows(self.publisher, self.settings, rows, total)
-            if summary.failures or summary.rows != total:
+            if summary.failures or summary.rows != total + self.mixed_bad:  # the publisher counts the bad rows too
                 raise AssertionError(f"the broker did not acknowledge every row: {summary}")
             self.publisher.close()
         except BaseException as error:  # the test thread reports it
@@ -368,22 +402,31 @@ def run_chaos(plan: ChaosPlan, workdir: Path, faults: list[Fault] | None = None,
     try:
         replay_s = plan.rows / plan.rate
         report.faults = faults if faults is not None else fault_schedule(plan, replay_s)
-        replay = RowPublisher(stack.simulator_settings("--events-file", str(rows_file), "--rate", str(plan.rate),
-                                                       "--order", "file", "--drain-timeout-s", "600"))
-        bad_rows = BadRowPublisher(stack.mqtt, bad, spread_s=0.8 * replay_s)
+        settings = stack.simulator_settings("--events-file", str(rows_file), "--rate", str(plan.rate), "--order",
+                                            "file", "--drain-timeout-s", "600")
+        if stack.credentials():
+            # A secure stack's device is bound to one client id: the bad rows go on the replay's connection.
+            replay = RowPublisher(settings, DEVICE_CLIENT_ID, bad,
+                                  bad_every=max(1, int(0.8 * plan.rows) // (len(bad) or 1)))
+            publishers = [replay]
+        else:
+            replay = RowPublisher(settings)
+            publishers = [replay, BadRowPublisher(stack.mqtt, bad, spread_s=0.8 * replay_s)]
         began = time.monotonic()
-        replay.start()
-        bad_rows.start()
+        for publisher in publishers:
+            publisher.start()
         for fault in report.faults:
             # The schedule's own clock: faults happen at their seeded times, whatever the pipeline does.
             time.sleep(max(0.0, began + fault.at_s - time.monotonic()))
             stack.inject(fault)
-        for publisher in (replay, bad_rows):
+        for publisher in publishers:
             publisher.join(timeout=replay_s + 900)
             assert not publisher.is_alive(), f"{publisher.name}: still publishing"
             assert publisher.error is None, publisher.error
+        assert not getattr(replay, "unpublished_bad", None), "bad rows left unpublished"
         report.replay_s = time.monotonic() - began
-        check_outcome(stack, report, rows, bad, {**replay.publisher.acks, **bad_rows.publisher.acks})
+        check_outcome(stack, report, rows, bad, {payload: ack for publisher in publishers
+                                                 for payload, ack in publisher.publisher.acks.items()})
         report.settle_s = time.monotonic() - began - report.replay_s
     finally:
         stack.stack("down", timeout_s=300)
@@ -394,7 +437,7 @@ def run_chaos(plan: ChaosPlan, workdir: Path, faults: list[Fault] | None = None,
 def check_outcome(stack: PrivateStack, report: ChaosReport, rows: dict[bytes, set[str]], bad: list[bytes],
                   acks: dict[bytes, Ack]) -> None:
     """`rows`: each good row's payload and its records; `acks`: every row's PUBACK, good and bad."""
-    bootstrap = stack.bootstrap
+    bootstrap, security = stack.bootstrap, stack.kafka_security
     report.broker_kills = list(stack.broker_kills)
     at_risk = {payload for payload, ack in acks.items() if lost_to_broker_kill(ack, report.broker_kills)}
     report.at_risk_in_broker_kills = len(at_risk)
@@ -402,7 +445,7 @@ def check_outcome(stack: PrivateStack, report: ChaosReport, rows: dict[bytes, se
     required = set().union(*(records for payload, records in rows.items() if payload not in at_risk))
 
     def data_complete() -> list[Message]:
-        messages = read_topic(bootstrap, MACHINE_DATA.name, idle_s=2.0, deadline_s=300)
+        messages = read_topic(bootstrap, MACHINE_DATA.name, idle_s=2.0, deadline_s=300, security=security)
         return messages if {canonical(m.value) for m in messages} >= required else []
 
     data = wait_for(data_complete, 900, "every good record not lost to a SIGKILL of Mosquitto in machine.data",
@@ -414,7 +457,7 @@ def check_outcome(stack: PrivateStack, report: ChaosReport, rows: dict[bytes, se
         previous = [len(data)]
 
         def data_settled() -> list[Message]:
-            messages = read_topic(bootstrap, MACHINE_DATA.name, idle_s=2.0, deadline_s=300)
+            messages = read_topic(bootstrap, MACHINE_DATA.name, idle_s=2.0, deadline_s=300, security=security)
             settled, previous[0] = len(messages) == previous[0], len(messages)
             return messages if settled else []
 
@@ -434,7 +477,7 @@ def check_outcome(stack: PrivateStack, report: ChaosReport, rows: dict[bytes, se
 
     def joins_complete() -> Counter[str] | None:
         joins = Counter(canonical(m.value) for m in read_topic(bootstrap, MACHINE_OUT.name, idle_s=2.0,
-                                                                 deadline_s=300))
+                                                                 deadline_s=300, security=security))
         assert not joins - expected_joins, f"joins that the offline join lacks: {list(joins - expected_joins)[:3]}"
         return joins if joins == expected_joins else None
 
@@ -442,7 +485,7 @@ def check_outcome(stack: PrivateStack, report: ChaosReport, rows: dict[bytes, se
     report.joins = sum(expected_joins.values())
     joined_points = len({json.loads(join)["id"] for join in expected_joins})
 
-    dead = read_topic(bootstrap, MACHINE_DLQ.name, idle_s=2.0, deadline_s=300)
+    dead = read_topic(bootstrap, MACHINE_DLQ.name, idle_s=2.0, deadline_s=300, security=security)
     payloads = dead_lettered_payloads(dead)
     # A good record dead-lettered as out of order is a stranger too: a broker restart under load used to
     # cause such (the simulator's rows sent again after its reconnect went out behind newer ones).

@@ -1,17 +1,23 @@
 """The three-node Kafka cluster of TOPOLOGY=cluster: each node a combined KRaft broker + controller with its
 own ports and data dir, all formatted with one cluster id, started together (a node waits for a quorum of
-controllers before it serves)."""
+controllers before it serves).
+
+The cluster is always secure: its listeners are meant for other hosts. Clients and the brokers among themselves
+use SASL/SCRAM-SHA-512 over TLS, the controllers SASL/PLAIN over TLS, each node with its own certificate from
+the stack's CA; StandardAuthorizer with an ACL per stage principal (kafka_acls)."""
 from __future__ import annotations
 
 import base64
 import os
-import subprocess
+import socket
 import uuid
 from pathlib import Path
+from string import Template
 
 from pipeline_core import credentials, paths
+from . import security
 from .processes import StackError
-from .services import Kafka, env_port, render
+from .services import Kafka, ensure_topics_and_principals, env_port
 
 NODES = (1, 2, 3)
 REPLICATION_FACTOR = 3
@@ -80,53 +86,52 @@ class KafkaNode(Kafka):
     def bootstrap_servers(self) -> str:
         return f"{node_host(self.node_id)}:{self.ports()['kafka']}"
 
-    def security_properties(self) -> str:
-        """Properties appended to the node's rendered server.properties: the place for its SASL/TLS listeners,
-        their JAAS settings and the ACL authorizer when the stack is secure. Nothing yet: PLAINTEXT."""
-        return ""
+    def certificate_hosts(self) -> list[str]:
+        """The names the node's certificate is valid for: this host's loopback and name, and the node's host."""
+        return list(dict.fromkeys(["127.0.0.1", "localhost", socket.gethostname(), node_host(self.node_id)]))
+
+    def security_properties(self, values: dict[str, str]) -> str:
+        """Properties appended to the node's rendered template: its SASL_SSL listeners, their JAAS settings and
+        the ACL authorizer (`security.kafka_node_security_properties`, as the single node's)."""
+        tls = security.node_tls(values, self.name, self.certificate_hosts())
+        if tls is None:
+            raise StackError("the cluster's Kafka nodes take TLS: the credentials file must say "
+                             f"KAFKA_SECURITY_PROTOCOL=SASL_SSL ({credentials.credentials_file()})")
+        return security.kafka_node_security_properties(values, tls, controller_tls=True)
+
+    def server_properties(self, values: dict[str, str]) -> str:
+        """The cluster template filled in, the node's security properties after it (later keys win)."""
+        if not values:
+            raise StackError("the cluster is always secure: `python -m stack up` makes its credentials before any "
+                             "server starts")
+        ports = self.ports()
+        template = Template((paths.KAFKA_DIR / "cluster-node.properties").read_text()).substitute(
+            node_id=self.node_id, quorum_voters=quorum_voters(), bind_host=node_host(self.node_id),
+            advertised_host=node_host(self.node_id), port=ports["kafka"], controller_port=ports["controller"],
+            data_dir=self.state_dir / "data", replication_factor=REPLICATION_FACTOR,
+            min_insync_replicas=MIN_INSYNC_REPLICAS, client_protocol=security.listener_protocol(values),
+            controller_protocol=security.controller_protocol(values, tls=True))
+        return template.rstrip("\n") + "\n\n" + self.security_properties(values).rstrip("\n") + "\n"
+
+    def storage_cluster_id(self) -> str:
+        return cluster_id()
 
     def render_config(self) -> Path:
-        """The node's server.properties: the cluster template filled in, its security properties after it."""
-        ports = self.ports()
-        render(paths.KAFKA_DIR / "cluster-node.properties", self.config_file,
-               node_id=self.node_id, quorum_voters=quorum_voters(), bind_host=node_host(self.node_id),
-               advertised_host=node_host(self.node_id), port=ports["kafka"], controller_port=ports["controller"],
-               data_dir=self.state_dir / "data", replication_factor=REPLICATION_FACTOR,
-               min_insync_replicas=MIN_INSYNC_REPLICAS)
-        security = self.security_properties()
-        if security:
-            with open(self.config_file, "a") as config:
-                config.write("\n" + security.rstrip("\n") + "\n")
-        return self.config_file
-
-    def prepare(self) -> None:
-        if credentials.is_secure():
-            raise StackError("the cluster's Kafka nodes do not take the stack's credentials yet "
-                             "(KafkaNode.security_properties): `make clean`, then `make up TOPOLOGY=cluster` "
-                             "without SECURITY=on")
-        self.render_config()
-        if (self.state_dir / "data" / "meta.properties").exists():
-            return
-        formatted = subprocess.run(
-            [*self._java(), *self._jvm_flags(), "kafka.tools.StorageTool", "format",
-             f"--cluster-id={cluster_id()}", "--config", str(self.config_file)],
-            capture_output=True, text=True, timeout=120)
-        if formatted.returncode != 0:
-            raise StackError(f"formatting the KRaft storage of {self.name} failed:\n"
-                             f"{formatted.stdout}{formatted.stderr}")
+        """The node's server.properties (owner-only: it holds the admin's passwords)."""
+        return security.write_private(self.config_file, self.server_properties(credentials.read_credentials()))
 
     def is_ready(self, pid: int | None = None) -> bool:
-        """The node answers, and the cluster's metadata it serves lists it as a broker (so it has joined)."""
+        """The node answers (as admin, over SASL_SSL), and the cluster's metadata it serves lists it as a broker
+        (so it has joined)."""
         from confluent_kafka import KafkaException
 
         from pipeline_core.kafka_clients import admin_client
         try:
-            metadata = admin_client(self.bootstrap_servers, log_level=0).list_topics(timeout=1.0)
+            metadata = admin_client(self.bootstrap_servers, log_level=0,
+                                    **security.client_security()).list_topics(timeout=3.0)
         except KafkaException:
             return False
         return self.node_id in metadata.brokers
 
     def after_ready(self) -> None:
-        from pipeline_core.kafka_clients import admin_client
-        from pipeline_core.topics import ensure_topics
-        ensure_topics(admin_client(bootstrap_servers()))
+        ensure_topics_and_principals(bootstrap_servers())

@@ -3,7 +3,8 @@
 `make up SECURITY=on` (env SECURITY for `python -m stack up`) makes the credentials file before any server
 starts; from then on the stack is secure for as long as the file exists (`credentials.is_secure()`), until
 `make clean` deletes it with the rest of the state. STACK_TLS=on adds TLS to Kafka's client listener with a
-generated CA (`certificates`). Without either, the stack is as before: loopback, no authentication."""
+generated CA (`certificates`). Without either, the stack is as before: loopback, no authentication.
+TOPOLOGY=cluster is always secure, with TLS: its listeners are meant to cross hosts."""
 from __future__ import annotations
 
 import os
@@ -25,15 +26,23 @@ SCRAM_MODULE = "org.apache.kafka.common.security.scram.ScramLoginModule"
 PLAIN_MODULE = "org.apache.kafka.common.security.plain.PlainLoginModule"
 STANDARD_AUTHORIZER = "org.apache.kafka.metadata.authorizer.StandardAuthorizer"
 ADMIN = "admin"
+# The shared secret of Spark's RPC authentication (spark.authenticate) on the cluster.
+SPARK_SECRET_KEY = "SPARK_AUTHENTICATE_SECRET"
 
 
 def requested() -> bool:
-    """Security is wanted: SECURITY=on, or this stack has its credentials already."""
-    return os.environ.get(SECURITY_ENV, "").strip().lower() in ON or credentials.is_secure()
+    """Security is wanted: SECURITY=on, the cluster topology, or this stack has its credentials already."""
+    return os.environ.get(SECURITY_ENV, "").strip().lower() in ON or credentials.is_secure() or _cluster()
 
 
 def tls_requested() -> bool:
-    return os.environ.get(TLS_ENV, "").strip().lower() in ON
+    """TLS on the listeners for other hosts: STACK_TLS=on, or the cluster topology (always)."""
+    return os.environ.get(TLS_ENV, "").strip().lower() in ON or _cluster()
+
+
+def _cluster() -> bool:
+    from .topology import is_cluster  # the topology module builds on the services, which build on this one
+    return is_cluster()
 
 
 def ensure_credentials() -> dict[str, str] | None:
@@ -46,10 +55,14 @@ def ensure_credentials() -> dict[str, str] | None:
                          "authentication (it has no admin user). `make clean` (deletes all of its data), then "
                          "`make up SECURITY=on`")
     if tls_requested():
-        extra = {"KAFKA_SECURITY_PROTOCOL": "SASL_SSL", "KAFKA_SSL_CA_LOCATION": str(certificates.ensure_ca())}
-    else:
-        extra = {"KAFKA_SECURITY_PROTOCOL": "SASL_PLAINTEXT"}
-    return credentials.ensure_credentials(extra=extra)
+        tls = {"KAFKA_SECURITY_PROTOCOL": "SASL_SSL", "KAFKA_SSL_CA_LOCATION": str(certificates.ensure_ca())}
+        if listener_protocol(credentials.read_credentials()) != "SASL_SSL":
+            # Credentials made without TLS (say, by the single stack's SECURITY=on): every client switches to it.
+            credentials.write_credentials({**credentials.read_credentials(), **tls})
+        if _cluster():  # the Spark master, workers, executors and driver authenticate each other with it
+            tls[SPARK_SECRET_KEY] = secrets.token_urlsafe(credentials.PASSWORD_BYTES)
+        return credentials.ensure_credentials(extra=tls)
+    return credentials.ensure_credentials(extra={"KAFKA_SECURITY_PROTOCOL": "SASL_PLAINTEXT"})
 
 
 def client_security(principal: str = ADMIN) -> dict[str, str]:
@@ -81,13 +94,15 @@ def node_tls(values: Mapping[str, str], name: str, hosts: list[str]) -> NodeTls 
 
 
 def kafka_node_security_properties(values: Mapping[str, str], tls: NodeTls | None = None, *,
-                                   client_listener: str = "CLIENT", controller_listener: str = "CONTROLLER") -> str:
+                                   client_listener: str = "CLIENT", controller_listener: str = "CONTROLLER",
+                                   controller_tls: bool = False) -> str:
     """The server.properties lines of a secure Kafka node (broker, controller or both), for the native stack's
     single node and each node of a cluster alike:
     - the client listener (also the inter-broker one) takes SASL/SCRAM-SHA-512; brokers talk to each other as
       `admin`, whose SCRAM credential `kafka_storage_scram_arguments` puts in the storage at format;
     - the controller listener takes SASL/PLAIN as `admin` with KAFKA_CONTROLLER_PASSWORD (KRaft keeps SCRAM
-      credentials in the metadata the controllers serve, so they cannot use SCRAM themselves);
+      credentials in the metadata the controllers serve, so they cannot use SCRAM themselves); with
+      `controller_tls` (a cluster, whose controllers talk across hosts) over TLS with the node's certificate;
     - StandardAuthorizer, only `admin` a super user, nothing allowed without an ACL (kafka_acls).
     The listener names and `listener.security.protocol.map` are the caller's (protocol: `listener_protocol`).
     The lines hold passwords: write them to a file readable by its owner only."""
@@ -115,6 +130,9 @@ def kafka_node_security_properties(values: Mapping[str, str], tls: NodeTls | Non
             "ssl.truststore.type=PEM",
             f"ssl.truststore.location={tls.ca}",
         ]
+        if controller_tls:
+            lines += [f"listener.name.{controller}.ssl.keystore.type=PEM",
+                      f"listener.name.{controller}.ssl.keystore.location={tls.keystore}"]
     return "\n".join(lines) + "\n"
 
 
@@ -124,6 +142,13 @@ def kafka_storage_scram_arguments(values: Mapping[str, str]) -> list[str]:
     readable by the owner only, never on a command line."""
     password = values[credentials.kafka_password_key(ADMIN)]
     return ["--add-scram", f"{credentials.KAFKA_SASL_MECHANISM}=[name={ADMIN},password={password}]"]
+
+
+def controller_protocol(values: Mapping[str, str], tls: bool = False) -> str:
+    """The controller listener's protocol: SASL (PLAIN) when secure, over TLS with `tls`."""
+    if not values:
+        return "PLAINTEXT"
+    return "SASL_SSL" if tls else "SASL_PLAINTEXT"
 
 
 def write_private(path: Path, text: str) -> Path:
@@ -153,4 +178,7 @@ def rotate_kafka_credential(principal: str, bootstrap_servers: str) -> list[str]
     admin = admin_client(bootstrap_servers, **client_security(ADMIN))
     set_scram_password(admin, user, password)
     credentials.write_credentials({**values, credentials.kafka_password_key(user): password})
-    return ["kafka"] if user == ADMIN else [principal]
+    if user != ADMIN:
+        return [principal]
+    from .kafka_cluster import NODES  # each node of the cluster, one at a time: the others keep the quorum
+    return [f"kafka-{node}" for node in NODES] if _cluster() else ["kafka"]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import os
 import shutil
+import socket
 import subprocess
 import sys
 import uuid
@@ -16,7 +17,7 @@ from pipeline_core import credentials, paths
 from pipeline_core.health import influxdb_ready, mqtt_ready
 from pipeline_core.logs import ready_marker
 from pipeline_core.stage_health import StageHealth, assess, read_heartbeat
-from . import influxdb_users, mqtt_security, security
+from . import certificates, influxdb_users, mqtt_security, security
 from .processes import StackError, process_start_ticks, tail_bytes
 
 # Written into a service's log before `up` starts it, so readiness is read from the latest run only.
@@ -153,26 +154,33 @@ class Kafka(Service):
             raise StackError(f"Kafka's jars are not in {paths.KAFKA_LIBS}: run `make setup`")
         return [java, "-cp", f"{paths.KAFKA_LIBS}/*"]
 
+    def server_properties(self, values: dict[str, str]) -> str:
+        """The node's server.properties for the stack's credentials `values` (empty: not secure)."""
+        ports = self.ports()
+        tls = security.node_tls(values, self.name, ["127.0.0.1", "localhost"]) if values else None
+        return Template((paths.KAFKA_DIR / "server.properties").read_text()).substitute(
+            port=ports["kafka"], controller_port=ports["controller"], data_dir=self.state_dir / "data",
+            client_protocol=security.listener_protocol(values) if values else "PLAINTEXT",
+            controller_protocol=security.controller_protocol(values),
+            security=security.kafka_node_security_properties(values, tls) if values else "")
+
+    def storage_cluster_id(self) -> str:
+        """The id the storage is formatted with: a new one for the single node."""
+        return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+
     def prepare(self) -> None:
         data_dir = self.state_dir / "data"
-        ports = self.ports()
         values = credentials.read_credentials()
-        tls = security.node_tls(values, self.name, ["127.0.0.1", "localhost"]) if values else None
-        protocol = security.listener_protocol(values) if values else "PLAINTEXT"
         # Owner-only: with security on it holds the admin's passwords.
-        security.write_private(self.config_file, Template((paths.KAFKA_DIR / "server.properties").read_text()).substitute(
-            port=ports["kafka"], controller_port=ports["controller"], data_dir=data_dir, client_protocol=protocol,
-            controller_protocol="SASL_PLAINTEXT" if values else "PLAINTEXT",
-            security=security.kafka_node_security_properties(values, tls) if values else ""))
+        security.write_private(self.config_file, self.server_properties(values))
         scram_marker = self.state_dir / "scram-bootstrapped"
         if (data_dir / "meta.properties").exists():
             if values and not scram_marker.exists():
-                raise StackError("Kafka's storage was formatted without authentication, so it has no admin user: "
-                                 "`make clean` (deletes every topic), then `make up SECURITY=on`")
+                raise StackError(f"{self.name}'s storage was formatted without authentication, so it has no admin "
+                                 "user: `make clean` (deletes every topic), then `make up` with security on")
             return
-        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
         # `=`: a URL-safe id may start with '-', which would otherwise read as a flag (1 start in 64).
-        arguments = ["kafka.tools.StorageTool", "format", f"--cluster-id={cluster_id}", "--config",
+        arguments = ["kafka.tools.StorageTool", "format", f"--cluster-id={self.storage_cluster_id()}", "--config",
                      str(self.config_file), *(security.kafka_storage_scram_arguments(values) if values else [])]
         # The java launcher reads the main class and its arguments from the file: the admin's password stays off
         # the command line.
@@ -183,7 +191,8 @@ class Kafka(Service):
         finally:
             argument_file.unlink(missing_ok=True)
         if formatted.returncode != 0:
-            raise StackError(f"formatting Kafka's KRaft storage failed:\n{formatted.stdout}{formatted.stderr}")
+            raise StackError(f"formatting the KRaft storage of {self.name} failed:\n"
+                             f"{formatted.stdout}{formatted.stderr}")
         if values:
             scram_marker.touch()
 
@@ -203,13 +212,18 @@ class Kafka(Service):
         return kafka_ready(self.bootstrap_servers, timeout=3.0 if client_security else 1.0, security=client_security)
 
     def after_ready(self) -> None:
-        from pipeline_core.kafka_clients import admin_client
-        from pipeline_core.topics import ensure_topics
-        from .kafka_acls import ensure_kafka_principals
-        admin = admin_client(self.bootstrap_servers, **security.client_security())
-        ensure_topics(admin)
-        if credentials.is_secure():
-            ensure_kafka_principals(admin, credentials.read_credentials())
+        ensure_topics_and_principals(self.bootstrap_servers)
+
+
+def ensure_topics_and_principals(bootstrap_servers: str) -> None:
+    """As admin: the pipeline's topics, and when the stack is secure its Kafka users and their ACLs."""
+    from pipeline_core.kafka_clients import admin_client
+    from pipeline_core.topics import ensure_topics
+    from .kafka_acls import ensure_kafka_principals
+    admin = admin_client(bootstrap_servers, **security.client_security())
+    ensure_topics(admin)
+    if credentials.is_secure():
+        ensure_kafka_principals(admin, credentials.read_credentials())
 
 
 class InfluxDB(Service):
@@ -312,14 +326,18 @@ class PipelineProcess(Service):
 
 
 def tls_enabled() -> bool:
-    """STACK_TLS=on: listeners for other hosts, with TLS (a secure stack only)."""
-    return os.environ.get("STACK_TLS", "off").strip().lower() in ("1", "on", "true", "yes")
+    """STACK_TLS=on or the cluster topology: listeners for other hosts, with TLS (a secure stack only)."""
+    return security.tls_requested()
 
 
 def tls_files() -> mqtt_security.TlsFiles:
     """Mosquitto's certificate, key and CA (PEM) for its TLS listener: STACK_TLS_CERT_FILE,
-    STACK_TLS_KEY_FILE, STACK_TLS_CA_FILE, by default the stack's own in its state dir's `tls/`."""
-    default = paths.STATE_DIR / "tls"
+    STACK_TLS_KEY_FILE, STACK_TLS_CA_FILE, by default the stack's own in its state dir's `tls/` (made on first use,
+    for this host's names)."""
+    if "STACK_TLS_CERT_FILE" not in os.environ:
+        hosts = ["127.0.0.1", "localhost", socket.gethostname(), os.environ.get("MQTT_TLS_HOST", "0.0.0.0")]
+        certificates.ensure_server_certificate("mosquitto", [h for h in dict.fromkeys(hosts) if h != "0.0.0.0"])
+    default = certificates.tls_dir()
     return mqtt_security.TlsFiles(
         Path(os.environ.get("STACK_TLS_CERT_FILE", default / "mosquitto.pem")),
         Path(os.environ.get("STACK_TLS_KEY_FILE", default / "mosquitto-key.pem")),

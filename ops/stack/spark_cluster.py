@@ -3,7 +3,10 @@
 
 Ports and sizes come from Spark's own environment variables where Spark has them (SPARK_MASTER_HOST,
 SPARK_MASTER_PORT, SPARK_MASTER_WEBUI_PORT, SPARK_WORKER_CORES, SPARK_WORKER_MEMORY), with per-worker ones for
-the two workers on one host (SPARK_WORKER<n>_PORT, SPARK_WORKER<n>_WEBUI_PORT)."""
+the two workers on one host (SPARK_WORKER<n>_PORT, SPARK_WORKER<n>_WEBUI_PORT).
+
+The master, the workers, their executors and the joiner's driver authenticate each other (spark.authenticate)
+with one secret from the credentials file, given to each in a spark-defaults.conf readable by its owner only."""
 from __future__ import annotations
 
 import json
@@ -13,7 +16,8 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-from pipeline_core import paths
+from pipeline_core import credentials, paths
+from . import security
 from .processes import StackError
 from .services import Service, env_port
 
@@ -94,7 +98,40 @@ def spark_environment() -> dict[str, str]:
     return {"SPARK_HOME": str(spark_home()), "SPARK_LOCAL_IP": local_ip()}
 
 
-class SparkMaster(Service):
+def authentication_defaults() -> dict[str, str]:
+    """spark.authenticate with the cluster's secret (the master and workers read it from their
+    spark-defaults.conf, executors get it from their worker)."""
+    secret = credentials.read_credentials().get(security.SPARK_SECRET_KEY)
+    if not secret:
+        raise StackError(f"{security.SPARK_SECRET_KEY} is missing from {credentials.credentials_file()}: "
+                         "`python -m stack up` adds it")
+    return {"spark.authenticate": "true", "spark.authenticate.secret": secret}
+
+
+def write_defaults(conf_dir: Path, defaults: dict[str, str], comment: str) -> Path:
+    """`conf_dir`/spark-defaults.conf, readable by its owner only: it holds the secret."""
+    return security.write_private(conf_dir / "spark-defaults.conf", f"# {comment}\n"
+                                  + "".join(f"{key} {value}\n" for key, value in defaults.items()))
+
+
+class SparkDaemon(Service):
+    """The master or a worker: Spark's environment, and a SPARK_CONF_DIR of its own with the secret."""
+
+    @property
+    def conf_dir(self) -> Path:
+        return self.state_dir / "conf"
+
+    def defaults(self) -> dict[str, str]:
+        return authentication_defaults()
+
+    def prepare(self) -> None:
+        write_defaults(self.conf_dir, self.defaults(), f"Rendered by `python -m stack up` for the {self.name}.")
+
+    def environment(self) -> dict[str, str]:
+        return {**spark_environment(), "SPARK_CONF_DIR": str(self.conf_dir)}
+
+
+class SparkMaster(SparkDaemon):
     name = "spark-master"
     start_deadline_s = 120.0
     startsecs = 10.0
@@ -102,19 +139,21 @@ class SparkMaster(Service):
     def ports(self) -> dict[str, int]:
         return {"master": master_port(), "ui": master_webui_port()}
 
+    def defaults(self) -> dict[str, str]:
+        # The REST submission server authenticates nobody (and Spark refuses it with spark.authenticate); the joiner
+        # is submitted over the authenticated RPC.
+        return {**authentication_defaults(), "spark.master.rest.enabled": "false"}
+
     def command(self) -> list[str]:
         return [spark_class(), "org.apache.spark.deploy.master.Master", "--host", master_host(),
                 "--port", str(master_port()), "--webui-port", str(master_webui_port())]
-
-    def environment(self) -> dict[str, str]:
-        return spark_environment()
 
     def is_ready(self, pid: int | None = None) -> bool:
         state = master_state()
         return bool(state) and state.get("status") == "ALIVE"
 
 
-class SparkWorker(Service):
+class SparkWorker(SparkDaemon):
     """Worker `index`: it registers with the master and runs the executors the master gives it, in a work
     dir of its own under the state dir (the default lies inside site-packages)."""
 
@@ -135,6 +174,7 @@ class SparkWorker(Service):
         return self.state_dir / "work"
 
     def prepare(self) -> None:
+        super().prepare()
         self.work_dir.mkdir(parents=True, exist_ok=True)
 
     def command(self) -> list[str]:
@@ -144,9 +184,6 @@ class SparkWorker(Service):
                 "--cores", os.environ.get("SPARK_WORKER_CORES", DEFAULT_WORKER_CORES),
                 "--memory", os.environ.get("SPARK_WORKER_MEMORY", DEFAULT_WORKER_MEMORY),
                 "--work-dir", str(self.work_dir)]
-
-    def environment(self) -> dict[str, str]:
-        return spark_environment()
 
     def is_ready(self, pid: int | None = None) -> bool:
         """The master lists this worker (by its web UI's port) ALIVE."""
@@ -178,10 +215,10 @@ def render_joiner_conf() -> Path:
         # The driver's ports, which the executors connect back to; 0: any free port.
         "spark.driver.port": str(env_port("SPARK_DRIVER_PORT", 0)),
         "spark.blockManager.port": str(env_port("SPARK_BLOCKMANAGER_PORT", 0)),
+        **authentication_defaults(),
     }
-    (conf_dir / "spark-defaults.conf").write_text(
-        "# Rendered by `python -m stack up` for the joiner's driver on the standalone cluster.\n"
-        + "".join(f"{key} {value}\n" for key, value in defaults.items()))
+    write_defaults(conf_dir, defaults, "Rendered by `python -m stack up` for the joiner's driver on the standalone "
+                   "cluster.")
     return conf_dir
 
 

@@ -13,7 +13,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from pipeline_core import paths
+from pipeline_core import credentials, paths
 from pipeline_core.logs import READY_MARKER
 from pipeline_core.stage_health import StageHealth, assess, read_heartbeat
 from . import kafka_cluster, spark_cluster
@@ -27,7 +27,7 @@ TOPOLOGIES = (SINGLE, CLUSTER)
 INSTANCES = (1, 2)
 # Every port of the single stack, and every one the cluster adds (what a stack beside others must set).
 SINGLE_PORTS = ("MQTT_PORT", "KAFKA_PORT", "KAFKA_CONTROLLER_PORT", "INFLUXDB_PORT", "INFLUXDB_RPC_PORT")
-CLUSTER_PORTS = ("KAFKA_NODE2_PORT", "KAFKA_NODE2_CONTROLLER_PORT", "KAFKA_NODE3_PORT", "KAFKA_NODE3_CONTROLLER_PORT",
+CLUSTER_PORTS = ("MQTT_TLS_PORT", "KAFKA_NODE2_PORT", "KAFKA_NODE2_CONTROLLER_PORT", "KAFKA_NODE3_PORT", "KAFKA_NODE3_CONTROLLER_PORT",
                  "SPARK_MASTER_PORT", "SPARK_MASTER_WEBUI_PORT", "SPARK_WORKER1_PORT", "SPARK_WORKER1_WEBUI_PORT",
                  "SPARK_WORKER2_PORT", "SPARK_WORKER2_WEBUI_PORT", "SPARK_DRIVER_PORT", "SPARK_BLOCKMANAGER_PORT")
 
@@ -107,7 +107,9 @@ class SparkSubmittedJoiner(PipelineProcess):
     def __init__(self) -> None:
         super().__init__("spark-joiner", "spark_joiner", start_deadline_s=300.0, startsecs=30.0,
                          env={**_stage_environment(), **spark_cluster.spark_environment(),
-                              "SPARK_CONF_DIR": str(spark_cluster.joiner_conf_dir())})
+                              "SPARK_CONF_DIR": str(spark_cluster.joiner_conf_dir()),
+                              # Its driver runs from the package, away from the checkout: where its identity is.
+                              credentials.CREDENTIALS_FILE_ENV: str(credentials.credentials_file())})
 
     @property
     def package_dir(self) -> Path:

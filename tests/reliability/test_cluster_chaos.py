@@ -4,7 +4,9 @@ min.insync.replicas 2, a Spark standalone master and two workers, two DB connect
 The storm: a synthetic replay of 50,000 rows from 20 machines with bad rows mixed in, while a seeded schedule
 SIGKILLs one Kafka node (supervision restarts it), one Spark worker with its executors, the Spark driver, the
 stream connector and one DB connector. Afterwards machine.out (read_committed) equals the offline join of
-machine.data, InfluxDB holds every raw and joined point once and machine.dlq exactly the bad rows.
+machine.data, InfluxDB holds every raw and joined point once and machine.dlq exactly the bad rows. The cluster is
+secure, as always (SASL_SSL, ACLs, TLS): the test reads every topic as its admin, publishes as a device and reads
+InfluxDB as the reader.
 
 Two of three nodes down: the survivor refuses writes with acks=all (no quorum, no second in-sync replica),
 nothing it acknowledged before is lost, and the rows published meanwhile wait in Mosquitto (the stream
@@ -26,6 +28,7 @@ from chaos_support import (REPO_ROOT, ChaosPlan, ChaosReport, RowPublisher, cano
 from cluster_support import PrivateClusterStack, cluster_fault_schedule
 from connector_support import expected_records, read_rows
 from pipeline_core.kafka_clients import admin_client, producer_config
+from pipeline_core.mqtt import DEVICE_CLIENT_ID
 from pipeline_core.topics import MACHINE_DATA, TopicSpec, ensure_topics
 from support import read_topic, wait_for
 
@@ -58,14 +61,17 @@ def test_with_two_of_three_kafka_nodes_down_writes_are_refused_and_rows_wait_in_
     stack.stack("up", timeout_s=900)
     try:
         probe = "cluster.quorum.probe"
-        ensure_topics(admin_client(stack.bootstrap), (TopicSpec(probe, 3),))
+        security = stack.kafka_security  # the cluster is secure: the test's clients are its admin
+        ensure_topics(admin_client(stack.bootstrap, **security), (TopicSpec(probe, 3),))
         publish(stack, before)
         acknowledged = {canonical(record) for row in read_rows(before) for record in expected_records([row])}
-        wait_for(lambda: {canonical(m.value) for m in read_topic(stack.bootstrap, MACHINE_DATA.name)} >= acknowledged,
+        wait_for(lambda: {canonical(m.value) for m in read_topic(stack.bootstrap, MACHINE_DATA.name,
+                                                                  security=security)} >= acknowledged,
                  300, "the first half of the rows in machine.data", interval_s=2.0)
 
         stack.supervisorctl("stop", "kafka-2", "kafka-3")
-        outcomes = produce_and_wait(stack.bootstrap.split(",")[0], probe, records=20, timeout_ms=15_000)
+        outcomes = produce_and_wait(stack.bootstrap.split(",")[0], probe, records=20, timeout_ms=15_000,
+                                    security=security)
         assert outcomes and all(error is not None for error in outcomes), \
             f"the one node left acknowledged writes with acks=all: {outcomes}"
         # Mosquitto takes the rows meanwhile; the stream connector holds each MQTT message unacknowledged
@@ -86,17 +92,19 @@ def test_with_two_of_three_kafka_nodes_down_writes_are_refused_and_rows_wait_in_
 def publish(stack: PrivateClusterStack, rows_file) -> None:
     """Every row of `rows_file`, acknowledged by Mosquitto (QoS 1), in file order."""
     publisher = RowPublisher(stack.simulator_settings("--events-file", str(rows_file), "--order", "file",
-                                                      "--drain-timeout-s", "300"))
+                                                      "--drain-timeout-s", "300"),
+                             DEVICE_CLIENT_ID)  # the secure cluster's device has this one client id
     publisher.start()
     publisher.join(timeout=600)
     assert not publisher.is_alive() and publisher.error is None, publisher.error
 
 
-def produce_and_wait(bootstrap: str, topic: str, records: int, timeout_ms: int) -> list[str | None]:
+def produce_and_wait(bootstrap: str, topic: str, records: int, timeout_ms: int,
+                     security: dict[str, str]) -> list[str | None]:
     """Produce with the pipeline's producer settings (acks=all, idempotent) and wait for every delivery report:
     the error's name of each, or None for a record the cluster acknowledged."""
     outcomes: list[str | None] = []
-    producer = Producer(producer_config(bootstrap, **{"message.timeout.ms": timeout_ms}))
+    producer = Producer(producer_config(bootstrap, **security, **{"message.timeout.ms": timeout_ms}))
     for n in range(records):
         producer.produce(topic, f"probe {n}".encode(),
                          on_delivery=lambda error, _message: outcomes.append(error.name() if error else None))

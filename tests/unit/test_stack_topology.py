@@ -1,23 +1,35 @@
-"""TOPOLOGY=cluster without processes: which stack runs, each Kafka node's configuration, the stages' instances
-and what the topics are created with."""
+"""TOPOLOGY=cluster without processes: which stack runs, each Kafka node's configuration and security, the stages'
+instances and what the topics are created with."""
 from __future__ import annotations
 
 import configparser
+import socket
+import stat
+import subprocess
 from pathlib import Path
 
 import pytest
 
+from pipeline_core import credentials
 from pipeline_core.topics import BROKER_DEFAULT, replication
-from stack import kafka_cluster, manager, supervision, topology
+from stack import kafka_cluster, manager, security, services, spark_cluster, supervision, topology
 from stack.processes import StackError
 
 
 @pytest.fixture
 def state_dir(tmp_path: Path, monkeypatch) -> Path:
     monkeypatch.setattr("pipeline_core.paths.STATE_DIR", tmp_path)
-    for name in ("TOPOLOGY", *topology.CLUSTER_PORTS, *[f"KAFKA_NODE{n}_HOST" for n in kafka_cluster.NODES]):
+    for name in ("TOPOLOGY", "SECURITY", "STACK_TLS", "STACK_TLS_CERT_FILE", credentials.CREDENTIALS_FILE_ENV,
+                 *topology.CLUSTER_PORTS, *[f"KAFKA_NODE{n}_HOST" for n in kafka_cluster.NODES]):
         monkeypatch.delenv(name, raising=False)
     return tmp_path
+
+
+@pytest.fixture
+def secure_cluster(state_dir, monkeypatch) -> dict[str, str]:
+    """TOPOLOGY=cluster with the credentials (and CA) `up` makes before any server starts."""
+    monkeypatch.setenv("TOPOLOGY", "cluster")
+    return security.ensure_credentials()
 
 
 def properties(path: Path) -> dict[str, str]:
@@ -35,10 +47,11 @@ def test_the_environment_chooses_the_topology_else_what_the_state_dir_ran_else_s
         topology.current()
 
 
-def test_the_three_nodes_share_a_quorum_and_replicate_each_topic_three_times(state_dir, monkeypatch):
+def test_the_three_nodes_share_a_quorum_and_replicate_each_topic_three_times(secure_cluster, monkeypatch):
     monkeypatch.setenv("KAFKA_PORT", "30092")
     monkeypatch.setenv("KAFKA_NODE3_CONTROLLER_PORT", "30197")
-    monkeypatch.setattr(kafka_cluster.KafkaNode, "security_properties", lambda node: f"# secured {node.node_id}")
+    monkeypatch.setattr(kafka_cluster.KafkaNode, "security_properties",
+                        lambda node, values: f"# secured {node.node_id}")
     nodes = [kafka_cluster.KafkaNode(n) for n in kafka_cluster.NODES]
     configs = [properties(node.render_config()) for node in nodes]
     assert [c["node.id"] for c in configs] == ["1", "2", "3"]
@@ -46,7 +59,7 @@ def test_the_three_nodes_share_a_quorum_and_replicate_each_topic_three_times(sta
     assert len({c["listeners"] for c in configs}) == 3
     assert {c["controller.quorum.voters"] for c in configs} == {
         f"1@127.0.0.1:{nodes[0].ports()['controller']},2@127.0.0.1:9095,3@127.0.0.1:30197"}
-    assert configs[0]["advertised.listeners"] == "PLAINTEXT://127.0.0.1:30092"
+    assert configs[0]["advertised.listeners"] == "CLIENT://127.0.0.1:30092"
     for config in configs:
         assert config["default.replication.factor"] == config["offsets.topic.replication.factor"] == "3"
         assert config["transaction.state.log.replication.factor"] == "3"
@@ -79,3 +92,92 @@ def test_topics_take_the_brokers_replication_unless_told():  # 1 on the single b
     assert replication({}) == (BROKER_DEFAULT, {})
     assert replication({"KAFKA_REPLICATION_FACTOR": "3", "KAFKA_MIN_INSYNC_REPLICAS": "2"}) == (
         3, {"min.insync.replicas": "2"})
+
+
+def test_the_cluster_is_secure_with_tls_without_being_asked(state_dir, monkeypatch):
+    assert not security.requested() and not services.tls_enabled()
+    # Credentials a single stack made with SECURITY=on, without TLS: the cluster moves every client to TLS.
+    credentials.ensure_credentials(extra={"KAFKA_SECURITY_PROTOCOL": "SASL_PLAINTEXT"})
+    monkeypatch.setenv("TOPOLOGY", "cluster")
+    assert security.requested() and services.tls_enabled()
+    values = security.ensure_credentials()
+    assert values == credentials.read_credentials()
+    assert values["KAFKA_SECURITY_PROTOCOL"] == "SASL_SSL"
+    assert Path(values["KAFKA_SSL_CA_LOCATION"]).is_file()
+    assert values[security.SPARK_SECRET_KEY]
+    client = credentials.environment("db-connector", values)
+    assert client["KAFKA_SECURITY_PROTOCOL"] == "SASL_SSL" and client["KAFKA_SSL_CA_LOCATION"] == values[
+        "KAFKA_SSL_CA_LOCATION"]
+    assert "mqtt-tls" in services.Mosquitto().ports()
+    with pytest.raises(StackError, match="always secure"):
+        credentials.credentials_file().unlink()
+        kafka_cluster.KafkaNode(1).render_config()
+
+
+def test_each_node_takes_sasl_ssl_on_both_listeners_with_its_own_certificate_and_acls(secure_cluster):
+    nodes = [kafka_cluster.KafkaNode(n) for n in kafka_cluster.NODES]
+    configs = [properties(node.render_config()) for node in nodes]
+    for node, config in zip(nodes, configs):
+        assert stat.S_IMODE(node.config_file.stat().st_mode) == 0o600  # it holds the admin's passwords
+        assert config["listener.security.protocol.map"] == "CLIENT:SASL_SSL,CONTROLLER:SASL_SSL"
+        assert "PLAINTEXT" not in config["listeners"] + config["advertised.listeners"]
+        assert config["inter.broker.listener.name"] == "CLIENT"
+        assert config["listener.name.client.sasl.enabled.mechanisms"] == "SCRAM-SHA-512"
+        assert config["sasl.mechanism.inter.broker.protocol"] == "SCRAM-SHA-512"
+        assert f'password="{secure_cluster["KAFKA_ADMIN_PASSWORD"]}"' in config[
+            "listener.name.client.scram-sha-512.sasl.jaas.config"]
+        assert config["authorizer.class.name"] == security.STANDARD_AUTHORIZER
+        assert config["super.users"] == "User:admin" and config["allow.everyone.if.no.acl.found"] == "false"
+        assert config["ssl.truststore.location"] == secure_cluster["KAFKA_SSL_CA_LOCATION"]
+        assert config["listener.name.client.ssl.keystore.location"] == config[
+            "listener.name.controller.ssl.keystore.location"]
+    keystores = {config["listener.name.client.ssl.keystore.location"] for config in configs}
+    assert len(keystores) == 3
+    names = subprocess.run(["openssl", "x509", "-noout", "-ext", "subjectAltName",
+                            "-in", keystores.pop()], capture_output=True, text=True, check=True).stdout
+    assert "IP Address:127.0.0.1" in names and "DNS:localhost" in names and f"DNS:{socket.gethostname()}" in names
+
+
+def test_each_node_is_formatted_with_the_one_cluster_id_and_the_admins_scram_credential(secure_cluster, monkeypatch):
+    """The arguments of kafka-storage format, read from the argument file the java launcher gets."""
+    formats: list[tuple[list[str], str]] = []
+
+    def run(command, **_kwargs):
+        argument_file = Path(command[-1].removeprefix("@"))
+        formats.append((command, argument_file.read_text()))
+        return subprocess.CompletedProcess(command, 0, "", "")
+
+    nodes = [kafka_cluster.KafkaNode(n) for n in kafka_cluster.NODES]
+    for node in nodes:
+        node.render_config()  # its certificate, made by openssl before subprocess.run is replaced
+    monkeypatch.setattr(services.Kafka, "_java", lambda node: ["java"])
+    monkeypatch.setattr(services.subprocess, "run", run)
+    for node in nodes:
+        node.prepare()
+    password = secure_cluster["KAFKA_ADMIN_PASSWORD"]
+    assert len(formats) == 3
+    for command, arguments in formats:
+        assert password not in " ".join(command)  # off the command line
+        assert f"--cluster-id={kafka_cluster.cluster_id()}" in arguments.splitlines()
+        assert f"SCRAM-SHA-512=[name=admin,password={password}]" in arguments.splitlines()
+    assert not list(Path(credentials.credentials_file()).parent.glob("kafka-*/format.args"))
+
+
+def test_spark_authenticates_its_master_workers_and_driver_with_one_secret_kept_from_command_lines(secure_cluster):
+    daemons = [spark_cluster.SparkMaster(), *(spark_cluster.SparkWorker(n) for n in spark_cluster.WORKERS)]
+    conf_files = []
+    for daemon in daemons:
+        daemon.prepare()
+        conf_files.append(Path(daemon.environment()["SPARK_CONF_DIR"]) / "spark-defaults.conf")
+    conf_files.append(spark_cluster.render_joiner_conf() / "spark-defaults.conf")
+    secret = secure_cluster[security.SPARK_SECRET_KEY]
+    for conf in conf_files:
+        assert stat.S_IMODE(conf.stat().st_mode) == 0o600
+        assert "spark.authenticate true" in conf.read_text().splitlines()
+        assert f"spark.authenticate.secret {secret}" in conf.read_text().splitlines()
+    # The master's REST submission server authenticates nobody: off (the joiner is submitted over the RPC).
+    assert "spark.master.rest.enabled false" in conf_files[0].read_text().splitlines()
+    for service in [*daemons, topology.spark_joiner()]:
+        assert secret not in " ".join(service.command())
+    joiner = topology.spark_joiner().environment()
+    assert joiner[credentials.CREDENTIALS_FILE_ENV] == str(credentials.credentials_file())
