@@ -88,7 +88,7 @@ class ConnectorCounters(StageCounters):
     reconnects: int = 0
     kafka_restarts: int = 0
     redelivered_records: int = 0  # of rows sent again, records Kafka already held: not written twice
-    redelivered_dead_letters: int = 0  # of rows sent again, dead letters Kafka already held
+    redelivered_dead_letters: int = 0  # of rows sent again, dead letters Kafka already held or had on their way
 
 
 class Connector:
@@ -118,6 +118,9 @@ class Connector:
         # Record values handed to the producer and not yet confirmed or failed, each with the rows sent
         # again that wait for it too.
         self.in_flight: dict[bytes, list[PendingRow]] = {}
+        # The same for dead letters, by rejected_row_key: a bad row sent again while its letter is on its way
+        # waits for that letter instead of writing a second one.
+        self.letters_in_flight: dict[bytes, list[PendingRow]] = {}
 
     def _new_producer(self) -> Producer:
         return Producer(producer_config(self.settings.kafka_bootstrap_servers, **security_config(self.settings), **{
@@ -321,17 +324,29 @@ class Connector:
         if row in self.dead_lettered:  # a row sent again, whose dead letter Kafka holds already
             self.counters.redelivered_dead_letters += 1
             return
+        waiting = self.letters_in_flight.get(row)
+        if waiting is not None:  # a row sent again, whose dead letter is on its way: the row waits for it
+            waiting.append(pending)
+            pending.remaining += 1
+            self.counters.redelivered_dead_letters += 1
+            return
         # Never larger than Kafka takes: an over-size letter keeps the start of the payload and its size.
         letter = dead_letter(reason, payload, STAGE, mqttTopic=mqtt_topic, **context)
-        self._produce(self.settings.dlq_topic, letter, None, pending, self._remembering(row, delivered))
+        if self._produce(self.settings.dlq_topic, letter, None, pending, self._remembering(row, delivered)):
+            self.letters_in_flight[row] = []
         self.counters.dead_letters += 1
 
     def _remembering(self, row: bytes, delivered):
-        """`delivered`, which also remembers the row once Kafka confirmed its dead letter."""
+        """`delivered`, which also remembers the row once Kafka confirmed its dead letter, and settles the rows
+        sent again that waited for it. A letter Kafka refuses for itself is sent again without its payload by
+        the row that sent it, so those rows need nothing more."""
 
         def remembering(error: KafkaError | None, message: Message) -> None:
             if error is None:
                 self.dead_lettered.add(row)
+            settled = None if error is None or refused_for_itself(error) else error
+            for waiting in self.letters_in_flight.pop(row, ()):
+                self._settle_waiting(waiting, settled)
             delivered(error, message)
 
         return remembering
@@ -452,6 +467,7 @@ class Connector:
         self.producer.purge()
         self.producer.poll(0)
         self.in_flight.clear()
+        self.letters_in_flight.clear()
         self._pause(self.kafka_retry_delay_s)
         self.kafka_retry_delay_s = min(self.kafka_retry_delay_s * 2, MAX_KAFKA_RETRY_DELAY_S)
         self.producer = self._new_producer()
