@@ -148,7 +148,9 @@ class KafkaJoiner:
 
     def close(self, commit: bool = True) -> None:
         """Commit what is done (`commit`, after a clean stop) or abort the open transaction (after an
-        exception), and leave the group."""
+        exception), and leave the group. Nothing is left to flush: every record went into the transaction,
+        which the commit flushed or the abort purged (and a producer whose abort Kafka refused is in a fatal
+        state, where a flush raises)."""
         try:
             if self._transaction.open:
                 if commit:
@@ -159,7 +161,6 @@ class KafkaJoiner:
             self._consumer.close()
             if self._restorer is not None:
                 self._restorer.close()
-        self._transaction.producer.flush(KAFKA_TIMEOUT_S)
         self._progress.close()
         log.info("stopped")
 
@@ -169,8 +170,9 @@ class KafkaJoiner:
         try:
             self._transaction.abort(replace_on_failure=False)
         except (KafkaException, KafkaCallWedged) as error:
-            # Fenced or the broker gone: it aborts the transaction itself (at once when this instance id
-            # restarts, else after the transaction timeout); nothing of it ever commits.
+            # Fenced, the broker gone, or the abort refused (INVALID_TXN_STATE right after a produce, librdkafka
+            # issue 4849): the broker aborts the transaction itself (at once when this instance id restarts, else
+            # after the transaction timeout); nothing of it ever commits.
             log.warning("could not abort the open transaction after a failure: %s", error)
 
     # -- the loop --------------------------------------------------------------------------------------
