@@ -7,6 +7,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import settings as hypothesis_settings
 
 from stack import manager
 from stack.services import Service
@@ -19,6 +20,11 @@ from support import unique
 # the tests' databases (and the stack a session starts) keep raw, joined and history data forever.
 for _policy in ("RAW", "JOINED", "HISTORY"):
     os.environ.setdefault(f"INFLUXDB_{_policy}_RETENTION", "INF")
+
+# Property tests draw the same examples on every run, so CI never fails on a new draw; a loaded machine's slow
+# example is no failure either. A test's own @settings inherits both.
+hypothesis_settings.register_profile("pipeline", derandomize=True, deadline=None)
+hypothesis_settings.load_profile("pipeline")
 
 # The 5,000 real event rows (three machines), shipped with the simulator as its default replay.
 EVENTS_FILE = Path(__file__).resolve().parents[1] / "01_simulator" / "data" / "test_events.json"
