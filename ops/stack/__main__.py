@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
 import time
 
@@ -47,6 +48,9 @@ def main(argv: list[str] | None = None) -> int:
                                          "(idempotent; `up` does it for the native stack)")
     args = parser.parse_args(argv)
     configure_logging("WARNING")
+    if args.command in ("status", "logs"):
+        # Read through `head` or `less`: a reader that stops early ends the listing quietly, as with any Unix tool.
+        signal.signal(signal.SIGPIPE, signal.SIG_DFL)
 
     try:
         if topology.is_cluster():  # every tool run from here bootstraps from all three nodes

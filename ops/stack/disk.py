@@ -19,8 +19,9 @@ from .processes import StackError
 WARN_USED_PERCENT = 80.0
 WARN_FREE_GIB = 2.0
 GIB = 1024**3
-# The servers whose data `status` sizes, by their data dirs under the state dir.
-SERVER_DATA = {"Kafka": "kafka/data", "InfluxDB": "influxdb/data", "Mosquitto": "mosquitto/data"}
+# The servers whose data `status` sizes, by their data dirs under the state dir (patterns: the cluster's Kafka
+# nodes have one each, kafka-1/data ...).
+SERVER_DATA = {"Kafka": "kafka*/data", "InfluxDB": "influxdb/data", "Mosquitto": "mosquitto/data"}
 
 
 @dataclass(frozen=True)
@@ -92,8 +93,8 @@ def describe(state_dir: Path | None = None, data: Iterable[tuple[str, str]] | No
     """`status`'s disk lines: the filesystem's free space and use, the servers' data, and any WARNING."""
     state_dir = state_dir or paths.STATE_DIR
     usage = disk_usage(state_dir)
-    sizes = ", ".join(f"{name} {size(directory_bytes(state_dir / relative))}"
-                      for name, relative in (data if data is not None else SERVER_DATA.items()))
+    sizes = ", ".join(f"{name} {size(sum(directory_bytes(found) for found in state_dir.glob(pattern)))}"
+                      for name, pattern in (data if data is not None else SERVER_DATA.items()))
     lines = [f"disk: {size(usage.free_bytes)} free of {size(usage.total_bytes)} ({usage.used_ratio:.0%} used) "
              f"on the filesystem of {state_dir}; data: {sizes}"]
     alarm = warning(usage, *thresholds())

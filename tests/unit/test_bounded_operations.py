@@ -84,6 +84,15 @@ def test_status_sizes_the_servers_data(tmp_path: Path, monkeypatch) -> None:
     assert text.splitlines()[1].startswith("WARNING: the disk holding")
 
 
+def test_status_sizes_the_data_of_every_kafka_node_of_the_cluster(tmp_path: Path) -> None:
+    for node in (1, 2, 3):
+        (tmp_path / f"kafka-{node}" / "data").mkdir(parents=True)
+        (tmp_path / f"kafka-{node}" / "data" / "segment.log").write_bytes(b"x" * 1024 * 1024)
+    (tmp_path / "kafka-cluster-id").write_text("id")
+    sizes = disk.describe(tmp_path).splitlines()[0].split("data: ")[1]
+    assert sizes.startswith("Kafka 3.0 MiB, ")
+
+
 def test_every_compose_container_s_log_rotates() -> None:
     compose = yaml.safe_load((Path(__file__).resolve().parents[2] / "docker-compose.yml").read_text())
     for name, service in compose["services"].items():
