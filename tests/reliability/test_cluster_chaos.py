@@ -2,8 +2,8 @@
 min.insync.replicas 2, a Spark standalone master and two workers, two DB connectors in one group) under faults.
 
 The storm: a synthetic replay of 50,000 rows from 20 machines with bad rows mixed in, while a seeded schedule
-SIGKILLs one Kafka node (supervision restarts it), one Spark worker with its executors, the Spark driver, the
-stream connector and one DB connector. Afterwards machine.out (read_committed) equals the offline join of
+SIGKILLs one Kafka node (supervision restarts it), the stream connector, one DB connector and, with the Spark
+joiner, one Spark worker with its executors and the Spark driver, or one of the two standalone joiners. Afterwards machine.out (read_committed) equals the offline join of
 machine.data, InfluxDB holds every raw and joined point once and machine.dlq exactly the bad rows. The cluster is
 secure, as always (SASL_SSL, ACLs, TLS): the test reads every topic as its admin, publishes as a device and reads
 InfluxDB as the reader.
@@ -36,8 +36,9 @@ pytestmark = [pytest.mark.slow, pytest.mark.integration]
 
 
 @pytest.mark.timeout(3600)
-def test_the_cluster_survives_a_storm_of_faults():
-    plan = ChaosPlan(joiner="spark", rows=50_000, machines=20, rate=300.0, bad_rows=60, kills_per_stage=1)
+@pytest.mark.parametrize("joiner", ["spark", "lsb"])
+def test_the_cluster_survives_a_storm_of_faults(joiner: str):
+    plan = ChaosPlan(joiner=joiner, rows=50_000, machines=20, rate=300.0, bad_rows=60, kills_per_stage=1)
     faults = cluster_fault_schedule(plan, plan.rows / plan.rate)
     report = run_chaos(plan, chaos_workdir("cluster-chaos"), faults, stack_class=PrivateClusterStack)
     print(report.summary())
