@@ -171,7 +171,8 @@ def start_together(services: list[Service]) -> list[str]:
 
 
 def _start_groups(services: list[Service]) -> list[list[Service]]:
-    """`services` in order, those of one start group (consecutive) together, every other one alone."""
+    """`services` in order, those of one start group (consecutive) together, every other one alone: the order
+    in which they start, and reversed, stop."""
     groups: list[list[Service]] = []
     for service in services:
         if groups and service.start_group and groups[-1][-1].start_group == service.start_group:
@@ -222,8 +223,8 @@ def down(services: Iterable[Service]) -> list[str]:
     """Stop in reverse order: the pipeline first, so it can still flush to the servers. supervisord
     exits too once nothing runs under it. Names of the processes stopped."""
     with supervision.exclusive():
-        stopped = [service.name for service in reversed(list(services))
-                   if supervision.stop_process(service.name)]
+        stopped = [name for group in _start_groups(list(reversed(list(services))))
+                   for name in supervision.stop_together([service.name for service in group])]
         if not supervision.active_programs() and supervision.shut_down_daemon():
             stopped.append("supervisord")
     return stopped

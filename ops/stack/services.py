@@ -57,7 +57,8 @@ class Service(ABC):
     stop_grace_s: float = 10.0
     # supervisord's startsecs: a process that exits sooner is retried with growing delays.
     startsecs: float = 5.0
-    # Services of one group start together, each then waited for: members of a quorum need each other.
+    # Services of one group start together, each then waited for, and stop together: members of a quorum need
+    # each other (stopped one by one, the last would wait for a quorum that is gone until it is killed).
     start_group: str | None = None
 
     @property

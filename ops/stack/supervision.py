@@ -242,14 +242,23 @@ def start_process(name: str) -> None:
 def stop_process(name: str) -> bool:
     """Stop `name` and wait until it has exited (SIGKILL to its group after its grace period);
     True when it ran or was being restarted."""
-    if process_info(name).state not in ACTIVE_STATES:
-        return False
-    try:
-        _rpc().supervisor.stopProcess(name, True)
-    except xmlrpc.client.Fault as fault:
-        if fault.faultCode != Faults.NOT_RUNNING:
-            raise
-    return True
+    return bool(stop_together([name]))
+
+
+def stop_together(names: list[str]) -> list[str]:
+    """Stop every one of `names` that runs or is being restarted, all at once, and wait until each has exited
+    (supervisord SIGKILLs a process's group after its grace period); the names of those stopped."""
+    stopping = [name for name in names if process_info(name).state in ACTIVE_STATES]
+    for name in stopping:
+        try:
+            _rpc().supervisor.stopProcess(name, False)
+        except xmlrpc.client.Fault as fault:
+            if fault.faultCode != Faults.NOT_RUNNING:
+                raise
+    for name in stopping:
+        while process_info(name).state in (*ACTIVE_STATES, "STOPPING"):
+            time.sleep(0.1)
+    return stopping
 
 
 def active_programs() -> list[str]:
@@ -268,7 +277,16 @@ def shut_down_daemon() -> bool:
     if pid is None:
         return False
     try:
-        _rpc().supervisor.shutdown()
+        rpc = _rpc().supervisor
+        # supervisord shuts down one process group per pass of its loop, a second each, stopped or not: the
+        # groups of the stopped programs go first, so that only the event listener is left to it.
+        for info in rpc.getAllProcessInfo():
+            if info["statename"] not in ACTIVE_STATES and info["name"] != EVENT_LISTENER:
+                try:
+                    rpc.removeProcessGroup(info["group"])
+                except xmlrpc.client.Fault:  # started again meanwhile: supervisord's shutdown stops it
+                    pass
+        rpc.shutdown()
     except UNREACHABLE:
         pass  # it may close the connection as it goes
     end = time.monotonic() + 30
