@@ -6,6 +6,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, TypeVar
 
 from confluent_kafka import Consumer, Producer
@@ -122,3 +123,17 @@ def produce_records(bootstrap: str, topic: str, records: Iterable[dict[str, Any]
     producer.flush(60)
     assert not failures, failures[:3]
     return count
+
+
+def processes_under(state_dir: Path) -> set[int]:
+    """PIDs of what a stack on `state_dir` runs: supervisord and everything it started inherit
+    STACK_STATE_DIR from the `up` that started supervisord."""
+    marker = f"STACK_STATE_DIR={state_dir}".encode()
+    pids = set()
+    for entry in Path("/proc").iterdir():
+        try:
+            if entry.name.isdigit() and marker in (entry / "environ").read_bytes().split(b"\0"):
+                pids.add(int(entry.name))
+        except OSError:
+            pass
+    return pids

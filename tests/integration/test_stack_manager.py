@@ -18,7 +18,7 @@ from db_connector_support import raw_records
 from stack import manager
 from stack.processes import StackError
 from stack.services import Service
-from support import free_ports, produce_records, wait_for
+from support import free_ports, processes_under, produce_records, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -59,20 +59,6 @@ class PrivateStack:
                 break
             rows[line.split()[0]] = dict(zip(header, line.split()))
         return rows
-
-
-def processes_under(state_dir: Path) -> set[int]:
-    """PIDs of what a stack on `state_dir` runs: supervisord and everything it started inherit
-    STACK_STATE_DIR from the `up` that started supervisord."""
-    marker = f"STACK_STATE_DIR={state_dir}".encode()
-    pids = set()
-    for entry in Path("/proc").iterdir():
-        try:
-            if entry.name.isdigit() and marker in (entry / "environ").read_bytes().split(b"\0"):
-                pids.add(int(entry.name))
-        except OSError:
-            pass
-    return pids
 
 
 def parent_of(pid: int) -> int:

@@ -30,7 +30,7 @@ from connector_support import expected_records, read_rows
 from pipeline_core.kafka_clients import admin_client, producer_config
 from pipeline_core.mqtt import DEVICE_CLIENT_ID
 from pipeline_core.topics import MACHINE_DATA, TopicSpec, ensure_topics
-from support import read_topic, wait_for
+from support import processes_under, read_topic, wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.integration]
 
@@ -85,6 +85,11 @@ def test_with_two_of_three_kafka_nodes_down_writes_are_refused_and_rows_wait_in_
         print(f"two of three Kafka nodes down: {len(outcomes)} writes refused "
               f"({', '.join(sorted({error for error in outcomes if error}))}); {report.records} records, "
               f"{report.joins} joins after they returned")
+
+        stack.stack("down", timeout_s=300)
+        assert processes_under(stack.state_dir) == set()  # `make down` leaves no process of the cluster
+        # Each Kafka node stopped by its SIGTERM: none waited for a quorum that was gone until it was killed.
+        assert "killing 'kafka" not in (stack.state_dir / "supervisor" / "supervisord.log").read_text()
     finally:
         stack.stack("down", timeout_s=300)
     shutil.rmtree(workdir, ignore_errors=True)  # kept only when the test failed
