@@ -102,7 +102,8 @@ class MqttSettings:
     mqtt_host: str = setting("127.0.0.1", "MQTT_HOST", "MQTT broker host")
     mqtt_port: int = setting(1883, "MQTT_PORT", "MQTT broker port")
     mqtt_username: str | None = setting(None, "MQTT_USERNAME", "MQTT user name, if the broker requires one")
-    mqtt_password: str | None = setting(None, "MQTT_PASSWORD", "MQTT password")
+    mqtt_password: str | None = setting(None, "MQTT_PASSWORD", "MQTT password (set it in the environment or the "
+                                        "credentials file, not as a flag)", secret=True)
     mqtt_tls_ca_file: Path | None = setting(None, "MQTT_TLS_CA_FILE",
                                            "CA certificate (PEM) to verify the broker by: connects with TLS when set")
 
@@ -141,7 +142,8 @@ class InfluxSettings:
     influxdb_port: int = setting(8086, "INFLUXDB_PORT", "InfluxDB HTTP port")
     influxdb_database: str = setting("machinedata", "INFLUXDB_DATABASE", "InfluxDB database")
     influxdb_username: str | None = setting(None, "INFLUXDB_USERNAME", "InfluxDB user, when auth is on")
-    influxdb_password: str | None = setting(None, "INFLUXDB_PASSWORD", "InfluxDB password")
+    influxdb_password: str | None = setting(None, "INFLUXDB_PASSWORD", "InfluxDB password (set it in the "
+                                            "environment or the credentials file, not as a flag)", secret=True)
 
 
 @dataclasses.dataclass(frozen=True)

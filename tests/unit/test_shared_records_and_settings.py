@@ -7,8 +7,13 @@ import math
 
 import pytest
 
+from db_connector.settings import DbConnectorSettings
+from kafka_joiner.settings import KafkaJoinerSettings
 from pipeline_core.records import InvalidRecord, dead_letter, decode_record, encode_record, record_key
 from pipeline_core.settings import ConnectionSettings, load_settings, setting
+from simulator.settings import SimulatorSettings
+from spark_joiner.settings import SparkJoinerSettings
+from stream_connector.settings import ConnectorSettings
 
 GOOD = {"thing": "R0815", "quantity": "actSpeed_C11", "phenomenonTime": 1554096460415, "result": 288.2}
 
@@ -96,3 +101,18 @@ def test_bootstrap_servers_from_environment() -> None:
 def test_bad_environment_value_is_a_clear_error() -> None:
     with pytest.raises(SystemExit, match="TEST_BATCH_SIZE='many'"):
         load_settings(StageSettings, [], environ={"TEST_BATCH_SIZE": "many"})
+
+
+@pytest.mark.parametrize("cls", [ConnectionSettings, SimulatorSettings, ConnectorSettings, KafkaJoinerSettings,
+                                 SparkJoinerSettings, DbConnectorSettings], ids=lambda cls: cls.__name__)
+def test_no_password_shows_in_help_or_repr(cls, capsys) -> None:
+    """A password from the environment (a secure stack's stages take theirs from the credentials file) is
+    neither printed by --help nor in the settings' repr, which logs and tracebacks show."""
+    secret = "s3cret-never-shown"
+    environ = {field.metadata["env"]: secret for field in dataclasses.fields(cls)
+               if "password" in field.name and field.metadata.get("env")}
+    assert environ  # every stage has at least one password setting
+    with pytest.raises(SystemExit):
+        load_settings(cls, ["--help"], environ=environ)
+    assert secret not in capsys.readouterr().out
+    assert secret not in repr(load_settings(cls, [], environ=environ))
