@@ -37,8 +37,14 @@ def selected_rows(settings: SimulatorSettings) -> tuple[Iterator[Row], int | Non
     if settings.disorder_ms and (settings.synthetic or settings.order != "time"):
         raise ValueError("--disorder-ms displaces the events file's time order: not with --synthetic or --order file")
     if settings.synthetic:
-        rows: Iterator[Row] = synthetic_rows(settings.machines, settings.axes, settings.seed,
-                                             settings.start_ms, settings.interval_ms)
+        start_ms = settings.start_ms
+        if settings.ending_now:
+            # The newest row of the run at now (without --limit, the first): rows older than InfluxDB's
+            # retention would be refused.
+            last_step = (settings.skip + settings.limit - 1) // settings.machines if settings.limit else 0
+            start_ms = int(time.time() * 1000) - max(last_step, 0) * settings.interval_ms
+        rows: Iterator[Row] = synthetic_rows(settings.machines, settings.axes, settings.seed, start_ms,
+                                             settings.interval_ms)
         available = None
     else:
         events = read_events(settings.events_file)

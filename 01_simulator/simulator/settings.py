@@ -32,8 +32,9 @@ class SimulatorSettings(MqttSettings):
     skip: int = setting(0, "SIMULATOR_SKIP", "leave out this many rows at the start")
     loop: bool = setting(False, "SIMULATOR_LOOP", "replay the file again and again, each pass later in time")
     ending_now: bool = setting(False, "SIMULATOR_ENDING_NOW",
-                               "move the events file's rows in time, spacing kept, so the newest is now: an old "
-                               "sample then lands inside InfluxDB's retention (`make data` does this)")
+                               "move the rows in time, spacing kept, so the newest is now (--synthetic without "
+                               "--limit: the first): an old sample then lands inside InfluxDB's retention "
+                               "(`make data` does this)")
     order: str = setting("time", "SIMULATOR_ORDER", "time: each machine in time order; file: as the file "
                                                     "has them (exercises late data downstream)")
     synthetic: bool = setting(False, "SIMULATOR_SYNTHETIC", "generate rows instead of reading the events file")

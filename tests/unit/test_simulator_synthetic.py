@@ -6,6 +6,9 @@ import math
 import subprocess
 import sys
 
+from pipeline_core.settings import load_settings
+from simulator.replay import selected_rows
+from simulator.settings import SimulatorSettings
 from simulator.synthetic import RPM_TO_RAD_S, synthetic_rows
 
 
@@ -47,3 +50,18 @@ def test_the_command_line_writes_the_same_file_twice(tmp_path):
                         "--limit", "50", "--output", str(path)], check=True, capture_output=True)
         outputs.append(path.read_bytes())
     assert outputs[0] == outputs[1] and outputs[0].count(b"\n") == 50
+
+
+def test_ending_now_puts_the_newest_synthetic_row_at_now(monkeypatch):
+    """`make data DATA_ARGS=--synthetic` passes --ending-now: rows in the present, inside InfluxDB's retention."""
+    monkeypatch.setattr("time.time", lambda: 2_000_000_000.0)
+    now_ms = 2_000_000_000_000
+
+    def times(*argv: str) -> list[int]:
+        rows, _ = selected_rows(load_settings(SimulatorSettings, ["--synthetic", "--ending-now", "--machines", "3",
+                                                                  *argv], environ={}))
+        return [row["Timestamp"] for row in itertools.islice(rows, 10)]
+
+    assert max(times("--limit", "10")) == now_ms  # 10 rows of 3 machines: 4 steps of 1 s, the last at now
+    assert min(times("--limit", "10")) == now_ms - 3_000
+    assert times()[0] == now_ms  # without end: from now on
