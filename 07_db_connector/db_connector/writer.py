@@ -1,15 +1,19 @@
 """Batched line-protocol writes to InfluxDB that lose nothing.
 
 One HTTP request per batch. A batch InfluxDB rejects in part (HTTP 400: a type conflict, a value it
-cannot parse) is split in halves and each half written again, down to the single points that fail:
-those are returned with InfluxDB's reason, everything else is stored. Re-writing points that a partial
-write already stored is harmless because a point with the same series and time overwrites itself.
+cannot parse, points beyond the retention policy) is split in halves and each half written again, down to
+the single points that fail: those are returned with InfluxDB's reason, everything else is stored. A
+request whose every point InfluxDB says it dropped (`partial write: ... dropped=N`, N the request's size)
+is not split: its points are all refused, so a backlog older than the retention policy costs one request
+per batch instead of two per point. Re-writing points that a partial write already stored is harmless
+because a point with the same series and time overwrites itself.
 An unreachable or failing server (connection error, timeout, 5xx, missing database, auth) is retried
 with exponential backoff until it answers: nothing is dropped and the caller commits nothing meanwhile.
 """
 from __future__ import annotations
 
 import logging
+import re
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -26,6 +30,8 @@ log = logging.getLogger(__name__)
 
 # HTTP statuses that say something about the points sent, not about the server.
 _POINT_ERRORS = {400, 413, 422}
+# How many points of a partial write InfluxDB dropped ("partial write: points beyond retention policy dropped=3").
+_DROPPED = re.compile(r"partial write:.*\bdropped=(\d+)")
 
 
 class WriteAborted(Exception):
@@ -79,8 +85,8 @@ class InfluxWriter:
             reason = self._write_until_answered(lines[start:stop], policy)
             if reason is None:
                 continue
-            if stop - start == 1:
-                rejected.append(RejectedPoint(start, reason))
+            if stop - start == 1 or _dropped(reason) == stop - start:
+                rejected.extend(RejectedPoint(index, reason) for index in range(start, stop))
             else:
                 middle = (start + stop) // 2
                 pending.extend([(middle, stop), (start, middle)])
@@ -134,6 +140,12 @@ class InfluxWriter:
             ensure_retention(self._client, self._database, self._retention)
         except (requests.exceptions.RequestException, InfluxDBServerError, InfluxDBClientError) as error:
             log.warning("could not create database %s: %s", self._database, _reason(error))
+
+
+def _dropped(reason: str) -> int | None:
+    """The points a partial write dropped, by InfluxDB's answer; None if it does not say."""
+    match = _DROPPED.search(reason)
+    return int(match.group(1)) if match else None
 
 
 def _reason(error: Exception) -> str:

@@ -13,6 +13,7 @@ from collections.abc import Iterator
 import pytest
 from influxdb import InfluxDBClient
 
+from db_connector.writer import InfluxWriter
 from pipeline_core.health_metrics import HealthMetrics, health_line
 from pipeline_core.influx_retention import (HISTORY_POLICY, RetentionSettings, backfill_history, ensure_retention,
                                             history_query)
@@ -110,3 +111,25 @@ def test_python_m_stack_influxdb_provisions_any_influxdb(fresh_database, stack: 
     again = subprocess.run([sys.executable, "-m", "stack", "influxdb"], env=env, capture_output=True, text=True,
                            timeout=60)
     assert again.stdout.strip() == f"InfluxDB {database}: up to date"
+
+
+def test_a_backlog_beyond_the_policy_costs_a_request_per_batch_not_two_per_point(fresh_database) -> None:
+    """A replay of old data (or a device with a wrong clock): InfluxDB drops every point of a request beyond the
+    raw policy and says how many. The writer refuses them all at once instead of splitting the request down to
+    single points; a batch that mixes old and fresh points is still split until the fresh ones are stored."""
+    database, client = fresh_database
+    ensure_retention(client, database, SETTINGS)
+    writer = InfluxWriter(client, database, SETTINGS)
+    old_ns, fresh_ns = 1554096380468 * 10**6, time.time_ns()
+    old = [f"machinedata,quantity=speed,thing=M{n} result=1 {old_ns}" for n in range(1000)]
+
+    rejected = writer.write(old, "raw")
+    assert [point.index for point in rejected] == list(range(1000))
+    assert "beyond retention policy" in rejected[0].reason
+    assert writer.requests == 1
+
+    fresh = [f"machinedata,quantity=speed,thing=F{n} result=2 {fresh_ns}" for n in range(8)]
+    rejected = writer.write(old[:8] + fresh, "raw")
+    assert [point.index for point in rejected] == list(range(8))
+    stored = list(client.query('SELECT count("result") FROM "raw"."machinedata"').get_points())
+    assert stored[0]["count"] == 8
