@@ -15,7 +15,7 @@ matplotlib.use("Agg")  # files only: no display on servers and in tests
 
 import matplotlib.dates as mdates  # noqa: E402
 import matplotlib.pyplot as plt  # noqa: E402
-from matplotlib.ticker import FuncFormatter  # noqa: E402
+from matplotlib.ticker import FuncFormatter, PercentFormatter  # noqa: E402
 from influxdb import InfluxDBClient  # noqa: E402
 
 from .dashboards import Dashboard, Panel  # noqa: E402
@@ -27,8 +27,8 @@ GRID_COLUMNS = 24
 ROW_HEIGHT_IN = 0.32  # one Grafana grid row (30 px) on the page
 PAGE_WIDTH_IN = 16.0
 GAP_MS = 60_000  # the dashboards' spanNulls: longer gaps break the line
-_UNIT_LABELS = {"watt": "W", "rotrpm": "rpm", "torque": "Nm", "percent": "%", "short": "", "bytes": "bytes",
-                "s": "s"}
+_UNIT_LABELS = {"watt": "W", "rotrpm": "rpm", "torque": "Nm", "percent": "%", "percentunit": "", "short": "",
+                "bytes": "bytes", "s": "s"}
 
 
 @dataclass
@@ -97,8 +97,11 @@ def draw_panel(ax: plt.Axes, panel: Panel, series: list[Series], time_range: Tim
                     datetime.fromtimestamp(time_range.end_ms / 1000, tz=timezone.utc))
         within_a_day = time_range.end_ms - start_ms <= 86_400_000
         ax.xaxis.set_major_formatter(mdates.DateFormatter("%H:%M" if within_a_day else "%m-%d %H:%M"))
-        # As many time labels as the panel's width holds without running into each other.
-        ax.xaxis.set_major_locator(mdates.AutoDateLocator(maxticks=max(4, panel.grid["w"] // 2)))
+        # As many time labels as the panel's width holds without running into each other; whole minutes from
+        # three on (the default's five gave a few minutes of data a label every 30 s, each minute twice).
+        locator = mdates.AutoDateLocator(minticks=3, maxticks=max(4, panel.grid["w"] // 2))
+        locator.intervald[mdates.MINUTELY] = [1, 2, 5, 10, 15, 30]  # a narrow panel over minutes: every 2
+        ax.xaxis.set_major_locator(locator)
         ax.tick_params(labelsize=7)
         ax.set_ylabel(_unit(panel), fontsize=8)
         if panel.config.get("min") is not None:
@@ -108,6 +111,8 @@ def draw_panel(ax: plt.Axes, panel: Panel, series: list[Series], time_range: Tim
             ax.set_ylabel("")
         elif panel.config.get("unit") == "short":
             ax.yaxis.set_major_formatter(FuncFormatter(lambda value, _position: _short(value)))
+        elif panel.config.get("unit") == "percentunit":  # a share of 1, shown as Grafana does: 17.5%
+            ax.yaxis.set_major_formatter(PercentFormatter(xmax=1, decimals=0))
         ax.grid(alpha=0.3)
         if len(series) <= 12:
             # Headroom above the data for the legend, so it covers no line.
