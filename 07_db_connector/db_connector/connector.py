@@ -87,6 +87,10 @@ class DbConnector:
         self._assignment_changed = False
         # Messages a paused consumer still handed out while InfluxDB was down: processed next.
         self._held_back: list[Message] = []
+        # Fetching paused while a write or commit waits. Every assignment is set to it (_on_assign): librdkafka
+        # keeps a partition's pause through its revocation, so one paused, revoked and given back after the
+        # resume would stay paused for good.
+        self._fetch_paused = False
         # Dead letters Kafka did not take in the last round of deliveries: (envelope, sent without its
         # payload already, error).
         self._refused: list[tuple[bytes, bool, KafkaError]] = []
@@ -301,6 +305,7 @@ class DbConnector:
     def _wait_polling(self, seconds: float) -> None:
         """Wait between write retries while serving the consumer group, with fetching paused."""
         assignment = self._consumer.assignment()
+        self._fetch_paused = True
         if assignment:
             self._consumer.pause(assignment)
         end = time.monotonic() + seconds
@@ -313,11 +318,14 @@ class DbConnector:
 
     def _resume(self) -> None:
         assignment = self._consumer.assignment()
+        self._fetch_paused = False
         if assignment:
             self._consumer.resume(assignment)
 
     def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         log.info("assigned %s", ", ".join(f"{p.topic}[{p.partition}]" for p in partitions) or "nothing")
+        if partitions:
+            (consumer.pause if self._fetch_paused else consumer.resume)(partitions)
         try:
             committed = consumer.committed(partitions, timeout=WATERMARK_TIMEOUT_S)
         except KafkaException as error:

@@ -1,0 +1,68 @@
+"""Kafka away while the DB connector waits to commit a written batch, long enough for its group session to time out.
+
+While a write or a commit waits, the connector pauses fetching and keeps serving the group. Here the session
+times out during that wait: librdkafka revokes the partitions, the connector drops its commit (the records are
+read again) and resumes fetching, on no partition at all; once Kafka is back the group gives the same partitions
+back. librdkafka keeps a partition's pause through its revocation, so those came back paused and the connector
+never fetched again, healthy by its heartbeat (no lag known): seen in the cluster's short chaos run with a Kafka
+node killed. The connector now sets every assignment's pause to its own state.
+
+The test stops and starts Kafka, so it runs a broker of its own (`private_kafka`).
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import pytest
+
+from conftest import EVENTS_FILE
+from db_connector_support import (connector_args, connectors, database,  # noqa: F401 (fixtures)
+                                  distinct_series_times, key_of, raw_records, wait_for_count)
+from pipeline_core.kafka_clients import admin_client
+from pipeline_core.topics import MACHINE_DATA, MACHINE_DLQ, MACHINE_OUT, ensure_topics
+from stack import manager
+from stack.services import Kafka
+from support import produce_records, wait_for
+
+pytestmark = [pytest.mark.slow, pytest.mark.integration]
+
+FLUSH_INTERVAL_S = 8
+SESSION_TIMEOUT_MS = 12_000
+
+
+@dataclasses.dataclass(frozen=True)
+class Topics:
+    data: str
+    out: str
+    dlq: str
+
+
+def test_partitions_given_back_after_a_session_timeout_in_a_commit_wait_are_fetched_again(
+        private_kafka: str, database, connectors) -> None:
+    bootstrap = private_kafka
+    name, client = database
+    topics = Topics(*(f"{spec.name}.rebalance" for spec in (MACHINE_DATA, MACHINE_OUT, MACHINE_DLQ)))
+    ensure_topics(admin_client(bootstrap), tuple(dataclasses.replace(spec, name=topic) for spec, topic in
+                                                 ((MACHINE_DATA, topics.data), (MACHINE_OUT, topics.out),
+                                                  (MACHINE_DLQ, topics.dlq))))
+    raw: list[dict[str, Any]] = raw_records(EVENTS_FILE)
+    half = len(raw) // 2
+    produce_records(bootstrap, topics.data, raw[:half], key=key_of)
+    # One batch for the whole first half, written FLUSH_INTERVAL_S after its first record: Kafka is stopped by
+    # then, so the commit that follows the write waits for it, fetching paused, until the session times out.
+    connector = connectors(connector_args(
+        topics, name, None, "--kafka-bootstrap-servers", bootstrap, "--batch-size", "1000000",
+        "--flush-interval-s", str(FLUSH_INTERVAL_S), "--session-timeout-ms", str(SESSION_TIMEOUT_MS),
+        "--retry-max-s", "1", "--progress-interval-s", "1"))
+    wait_for(lambda: f"records in {half:,}" in connector.log(), 30, "the first half consumed, in one batch")
+    assert "committing offsets" not in connector.log()  # the batch waits for its flush: Kafka goes first
+    manager.down([Kafka()])
+    wait_for(lambda: "committing offsets failed" in connector.log(), 60, "the commit waiting for Kafka")
+    wait_for(lambda: "revoked" in connector.log(), 60, "the session timing out during the commit's wait")
+    manager.up([Kafka()])
+    wait_for(lambda: connector.log().count("assigned ") >= 2, 120, "the partitions given back")
+
+    produce_records(bootstrap, topics.data, raw[half:], key=key_of)
+    wait_for_count(client, "machinedata", distinct_series_times(raw), deadline_s=120)
+    assert connector.alive(), connector.log()
