@@ -37,9 +37,15 @@ class InputAlignment:
         self.paused: set[int] = set()
         self._assigned_at = 0.0  # time.monotonic() of the last assignment
 
-    def assigned(self) -> None:
-        """An assignment happened: partitions yet to deliver may hold the others back for a while."""
+    def assigned(self, partitions: list[TopicPartition]) -> None:
+        """An assignment of `partitions` happened: partitions yet to deliver may hold the others back for a while.
+        Its input partitions start unpaused: librdkafka keeps a partition's pause through its revocation, so one
+        paused here before and given back would otherwise stay paused, unknown to `paused`."""
         self._assigned_at = time.monotonic()
+        fresh = [TopicPartition(self._topic, p.partition) for p in partitions
+                 if p.topic == self._topic and p.partition not in self.paused]
+        if fresh:
+            self._consumer.resume(fresh)
 
     def align(self) -> None:
         """Pause the input partitions too far ahead of the one furthest behind, resume the others."""

@@ -57,10 +57,10 @@ class OwnedPartitions:
         """The group gave us `partitions`: fresh state from their commits, and the consumer reads on from there."""
         self.changes += 1
         started = time.monotonic()
-        if self._alignment is not None:
-            self._alignment.assigned()
         restored, read = self._stats.rebuilt, self._stats.state_records_read
         self._consumer.assign(self.load(partitions))
+        if self._alignment is not None:
+            self._alignment.assigned(partitions)
         log.info("assigned %d partitions (%d co-partitioned): restored %d held records from %d changelog records, "
                  "%d partitions to replay, in %.2f s", len(partitions), len(self.joins),
                  self._stats.rebuilt - restored, self._stats.state_records_read - read,
