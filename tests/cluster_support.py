@@ -9,13 +9,11 @@ from pathlib import Path
 from chaos_support import ChaosPlan, Fault, PrivateStack
 from pipeline_core.settings import MqttSettings
 from stack.topology import CLUSTER_PORTS, SINGLE_PORTS, private_ports
+from support import PORT_RANGE_ENV
 
 KAFKA_NODES = (1, 2, 3)
 SPARK_WORKERS = (1, 2)
 INSTANCES = (1, 2)
-# CLUSTER_TEST_PORTS=first-last: the private cluster's ports from that range (on a machine whose other users
-# hold fixed ports); by default any free ports the system gives.
-PORT_RANGE_ENV = "CLUSTER_TEST_PORTS"
 
 
 class PrivateClusterStack(PrivateStack):

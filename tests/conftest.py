@@ -9,12 +9,14 @@ from pathlib import Path
 import pytest
 from hypothesis import settings as hypothesis_settings
 
-from stack import manager
-from stack.services import Service
+from pipeline_core import paths
 from pipeline_core.kafka_clients import admin_client
 from pipeline_core.settings import ConnectionSettings, load_settings
 from pipeline_core.topics import MACHINE_DATA, MACHINE_DLQ, MACHINE_OUT, ensure_topics
-from support import unique
+from stack import manager
+from stack.services import Kafka, Service
+from stack.topology import private_ports
+from support import PORT_RANGE_ENV, unique
 
 # The replayed rows are from 2019: InfluxDB refuses points older than their retention policy's duration, so
 # the tests' databases (and the stack a session starts) keep raw, joined and history data forever.
@@ -84,3 +86,22 @@ def new_topics(bootstrap: str, _created_topics: list[str]) -> Callable[[], Pipel
 
     return make
 
+
+@pytest.fixture
+def private_kafka(tmp_path: Path) -> Iterator[str]:
+    """A Kafka broker of the test's own, for a test that stops and starts it (ports from CLUSTER_TEST_PORTS when
+    set, a state folder of its own, run through `stack.manager`); yields its bootstrap address."""
+    ports = private_ports(("KAFKA_PORT", "KAFKA_CONTROLLER_PORT"), os.environ.get(PORT_RANGE_ENV))
+    state_dir = tmp_path / "stack"
+    bootstrap = f"127.0.0.1:{ports['KAFKA_PORT']}"
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(paths, "STATE_DIR", state_dir)
+        patch.setenv("STACK_STATE_DIR", str(state_dir))
+        for name, port in ports.items():
+            patch.setenv(name, str(port))
+        patch.setenv("KAFKA_BOOTSTRAP_SERVERS", bootstrap)
+        try:
+            manager.up([Kafka()])
+            yield bootstrap
+        finally:
+            manager.down([Kafka()])

@@ -19,6 +19,11 @@ from pipeline_core.topics import partition_count
 T = TypeVar("T")
 
 
+# CLUSTER_TEST_PORTS=first-last: the ports of a test's private servers (cluster, broker) from that range (on a machine
+# whose other users hold fixed ports); by default any free ports the system gives.
+PORT_RANGE_ENV = "CLUSTER_TEST_PORTS"
+
+
 def wait_for(check: Callable[[], T], deadline_s: float, what: str, interval_s: float = 0.05) -> T:
     """Poll `check` until it returns something truthy; fail the test at the deadline."""
     end = time.monotonic() + deadline_s

@@ -14,50 +14,26 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from confluent_kafka import KafkaException
 
-from cluster_support import PORT_RANGE_ENV
 from conftest import EVENTS_FILE
 from kafka_joiner_support import as_multiset, key_of, offline_join, read_outputs, rows_as_records
 from kafka_joiner.service import KafkaJoiner
 from kafka_joiner.settings import KafkaJoinerSettings
-from pipeline_core import paths
 from pipeline_core.kafka_clients import admin_client
 from pipeline_core.lifecycle import StopSignal
 from pipeline_core.stage_health import assess, read_heartbeat
 from pipeline_core.topics import MACHINE_DATA, MACHINE_DLQ, MACHINE_OUT, ensure_topics
 from stack import manager
 from stack.services import Kafka
-from stack.topology import private_ports
 from support import produce_records, read_topic
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture
-def private_kafka(tmp_path: Path) -> Iterator[str]:
-    """A Kafka broker of the test's own; yields its bootstrap address."""
-    ports = private_ports(("KAFKA_PORT", "KAFKA_CONTROLLER_PORT"), os.environ.get(PORT_RANGE_ENV))
-    state_dir = tmp_path / "stack"
-    bootstrap = f"127.0.0.1:{ports['KAFKA_PORT']}"
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(paths, "STATE_DIR", state_dir)
-        patch.setenv("STACK_STATE_DIR", str(state_dir))
-        for name, port in ports.items():
-            patch.setenv(name, str(port))
-        patch.setenv("KAFKA_BOOTSTRAP_SERVERS", bootstrap)
-        try:
-            manager.up([Kafka()])
-            yield bootstrap
-        finally:
-            manager.down([Kafka()])
 
 
 def test_kafka_stopped_mid_transaction_the_joiner_waits_then_resumes_exactly(private_kafka: str,
