@@ -60,7 +60,8 @@ def test_kafka_stopped_mid_transaction_the_joiner_waits_then_resumes_exactly(pri
 
     def stop_kafka_midway(message):
         transaction = joiner._transaction
-        if not stopped.is_set() and joiner.stats.records_out > 0 and transaction.open and transaction.append_times:
+        # Not waiting for an earlier commit: on a quiet machine the whole backlog can go in one transaction.
+        if not stopped.is_set() and transaction.open and transaction.append_times:
             assert "kafka" in manager.down([Kafka()])
             stopped.set()
         return frame_of(message)
