@@ -13,6 +13,7 @@ from collections.abc import Callable
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
 
+from pipeline_core.consumer_lag import REPORT_REQUEST_TIMEOUT_S, unfetched_lag
 from pipeline_core.data_loss import OffsetWatch
 
 from local_stream_buffer.keyed import KeyedJoiner
@@ -182,9 +183,19 @@ class OwnedPartitions:
                 log.debug("seeking %s [%d] again: %s", position.topic, position.partition, exception.args[0])
 
     def lag(self) -> int:
-        """Records not yet processed in the owned partitions, from the consumer's cached watermarks."""
-        lag = 0
-        for owned, start in self.starts():
+        """Records not yet processed in the owned partitions: from the consumer's cached ends, and for those it
+        delivered nothing of since their assignment from the broker's (`pipeline_core.consumer_lag`: the cached
+        end of a partition the consumer does not fetch stops moving)."""
+        starts = self.starts()
+        delivered = {(p.topic, p.partition) for p in self._consumer.position(self.owned) if p.offset >= 0}
+        undelivered = [TopicPartition(owned.topic, owned.partition, start) for owned, start in starts
+                       if (owned.topic, owned.partition) not in delivered]
+        # On the joiner's own consumer: its fetches wait 10 ms at most (clients.joiner_consumer), and so do these.
+        from_broker = unfetched_lag(self._consumer, undelivered, REPORT_REQUEST_TIMEOUT_S) if undelivered else None
+        lag = from_broker or 0
+        for owned, start in starts:
+            if from_broker is not None and (owned.topic, owned.partition) not in delivered:
+                continue
             try:
                 _low, high = self._consumer.get_watermark_offsets(owned, cached=True)
             except KafkaException:

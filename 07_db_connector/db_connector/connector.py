@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 
+from pipeline_core.consumer_lag import REPORT_REQUEST_TIMEOUT_S, unfetched_lag
 from pipeline_core.data_loss import WATERMARK_TIMEOUT_S, OffsetWatch
 from pipeline_core.influx import influx_client
 from pipeline_core.influx_retention import JOINED_POLICY, RAW_POLICY
@@ -77,6 +78,10 @@ class DbConnector:
                                                   **security_config(settings), **{"client.id": STAGE,
                                                      "session.timeout.ms": settings.session_timeout_ms},
                                                   **static_membership))
+        # Asks the broker the lag of partitions not read from (`lag`). A client of the group's own that never
+        # fetches: on the consumer, the request waited behind its fetch, up to fetch.wait.max.ms (500 ms).
+        self._lag_lookup = Consumer(consumer_config(settings.kafka_bootstrap_servers, settings.group_id,
+                                                    **security_config(settings), **{"client.id": f"{STAGE}-lag"}))
         self._producer = self._new_producer()
         self._watch = OffsetWatch(self._consumer, self.counters, log)
         self._writer = InfluxWriter(influx_client(settings), settings.influxdb_database, settings,
@@ -131,6 +136,7 @@ class DbConnector:
         finally:
             progress.close()
             self._consumer.close()
+            self._lag_lookup.close()
             self._producer.flush(10)
 
     # -- consuming --------------------------------------------------------------------------------
@@ -360,15 +366,19 @@ class DbConnector:
                            waiting_for="InfluxDB" if self._writer.failing else None)
 
     def lag(self) -> int | None:
-        """Records of the assigned partitions not read yet: their ends as the consumer last fetched them
-        (cached, so this never waits for the broker) minus its positions. None before it knows any."""
+        """Records of the assigned partitions not read yet. Of a partition read from since its assignment: its
+        end as the consumer last fetched it (cached) minus its position. Of one not: asked of the broker (see
+        `pipeline_core.consumer_lag`), since a partition the consumer does not fetch has a cached end that
+        stopped moving. None before it knows any."""
         assignment = self._consumer.assignment()
         if not assignment:
             return None
         lag, known = 0, False
+        unread = []
         for position in self._consumer.position(assignment):
             if position.offset < 0:
-                continue  # nothing fetched yet: neither end is known
+                unread.append(position)
+                continue
             try:
                 _low, high = self._consumer.get_watermark_offsets(position, cached=True)
             except KafkaException:
@@ -376,4 +386,8 @@ class DbConnector:
             if high >= 0:
                 lag += max(high - position.offset, 0)
                 known = True
+        unread_lag = unfetched_lag(self._lag_lookup, unread, REPORT_REQUEST_TIMEOUT_S) if unread else None
+        if unread_lag is not None:
+            lag += unread_lag
+            known = True
         return lag if known else None
