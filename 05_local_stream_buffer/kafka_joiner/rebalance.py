@@ -13,7 +13,8 @@ from collections.abc import Callable
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
 
-from pipeline_core.consumer_lag import REPORT_REQUEST_TIMEOUT_S, unfetched_lag
+from pipeline_core.broker_offsets import BrokerOffsets
+from pipeline_core.consumer_lag import unfetched_lag
 from pipeline_core.data_loss import OffsetWatch
 
 from local_stream_buffer.keyed import KeyedJoiner
@@ -36,12 +37,15 @@ class OwnedPartitions:
     :param new_joiner: an empty keyed join for a co-partitioned partition, given its release and evict hooks.
     :param restorer: reads the held records of co-partitioned partitions from the changelog.
     :param forwarder, alignment: stage one's state per input partition (input partitioned by key), or None.
+    :param broker_offsets: the ends of owned partitions nothing was delivered of (`lag`).
     """
 
     def __init__(self, consumer: Consumer, join_topic: str, new_joiner: Callable[..., KeyedJoiner],
                  restorer: Restorer, stats: JoinerStats, forwarder: Forwarder | None = None,
-                 alignment: InputAlignment | None = None, watch: OffsetWatch | None = None) -> None:
+                 alignment: InputAlignment | None = None, watch: OffsetWatch | None = None, *,
+                 broker_offsets: BrokerOffsets) -> None:
         self._consumer = consumer
+        self._broker_offsets = broker_offsets
         self._watch = watch
         self._join_topic = join_topic
         self._new_joiner = new_joiner
@@ -190,12 +194,11 @@ class OwnedPartitions:
         delivered = {(p.topic, p.partition) for p in self._consumer.position(self.owned) if p.offset >= 0}
         undelivered = [TopicPartition(owned.topic, owned.partition, start) for owned, start in starts
                        if (owned.topic, owned.partition) not in delivered]
-        # On the joiner's own consumer: its fetches wait 10 ms at most (clients.joiner_consumer), and so do these.
-        from_broker = unfetched_lag(self._consumer, undelivered, REPORT_REQUEST_TIMEOUT_S) if undelivered else None
+        from_broker = unfetched_lag(self._consumer, undelivered, self._broker_offsets) if undelivered else None
+        if from_broker is not None:  # else the cached ends of those too, the best known
+            starts = [(owned, start) for owned, start in starts if (owned.topic, owned.partition) in delivered]
         lag = from_broker or 0
         for owned, start in starts:
-            if from_broker is not None and (owned.topic, owned.partition) not in delivered:
-                continue
             try:
                 _low, high = self._consumer.get_watermark_offsets(owned, cached=True)
             except KafkaException:

@@ -21,6 +21,8 @@ from collections.abc import Callable
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
+from pipeline_core.broker_offsets import BrokerOffsets
+from pipeline_core.consumer_lag import REPORT_REQUEST_TIMEOUT_S
 from pipeline_core.data_loss import OffsetWatch
 from pipeline_core.kafka_clients import KafkaCallWedged, admin_client, produce, retry_transient, security_config
 from pipeline_core.lifecycle import StopSignal
@@ -117,7 +119,9 @@ class KafkaJoiner:
             lambda on_release, on_evict: KeyedJoiner(
                 self.resolver, max_pending_per_side=settings.max_pending_per_side, on_release=on_release,
                 max_join_keys=settings.max_join_keys or None, on_evict=on_evict),
-            self._restorer, self.stats, self._forwarder, self._alignment, self._watch)
+            self._restorer, self.stats, self._forwarder, self._alignment, self._watch,
+            broker_offsets=BrokerOffsets(settings.kafka_bootstrap_servers, REPORT_REQUEST_TIMEOUT_S,
+                                         security=security_config(settings)))
         self._frames = FrameJoiner(self._transaction, self.stats, settings.input_topic,
                                    settings.output_topic, settings.dlq_topic, frame_of, join_partitions,
                                    dead_letter_limit(admin, settings.dlq_topic, deadline_s))

@@ -9,6 +9,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pyspark.errors import StreamingQueryException
 
 from pipeline_core import credentials
+from pipeline_core.broker_offsets import BrokerOffsets
 from pipeline_core.kafka_clients import admin_client, security_config
 from pipeline_core.lifecycle import process_stop_signal
 from pipeline_core.logs import announce_ready, configure_logging
@@ -19,7 +20,7 @@ from pipeline_core.topics import partition_count
 
 from .checkpoint import prepare_checkpoint
 from .job import has_started, start_query
-from .progress import LABELS, BrokerOffsets, QueryProgress, SparkJoinerCounters
+from .progress import LABELS, LATEST_OFFSETS_TIMEOUT_S, QueryProgress, SparkJoinerCounters
 from .session import spark_session, under_spark_submit
 from .settings import SparkJoinerSettings
 from .sink import TransactionalBatchSink
@@ -52,9 +53,8 @@ def main(argv: Sequence[str] | None = None, prog: str = "python -m spark_joiner"
                               driver_memory=settings.driver_memory)
         sink = sink_started.result()
     master = spark.sparkContext.master  # spark-submit's under spark-submit, else --master
-    query_progress = QueryProgress(SparkJoinerCounters(), sink.counters,
-                                   BrokerOffsets(settings.kafka_bootstrap_servers, security=security),
-                                   BrokerOffsets(settings.kafka_bootstrap_servers, earliest=True, security=security))
+    broker_offsets = BrokerOffsets(settings.kafka_bootstrap_servers, LATEST_OFFSETS_TIMEOUT_S, security=security)
+    query_progress = QueryProgress(SparkJoinerCounters(), sink.counters, broker_offsets.latest, broker_offsets.earliest)
     query = query_progress.query = start_query(spark, settings, sink)
     tune_gc_for_streaming()  # the sink unpacks and produces every output record in this process
     progress = ProgressReporter.for_stage("spark_joiner", query_progress.counters, settings,

@@ -16,17 +16,15 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from confluent_kafka import IsolationLevel, KafkaException, TopicPartition
-from confluent_kafka.admin import OffsetSpec
 from pyspark.sql.streaming import StreamingQuery
 from pyspark.sql.streaming.listener import StreamingQueryProgress
 
-from pipeline_core.kafka_clients import admin_client
-from pipeline_core.data_loss import deleted_unread
+from pipeline_core.broker_offsets import OffsetsLookup
+from pipeline_core.data_loss import Partition, deleted_unread
 from pipeline_core.progress import ConsumerCounters, Observation
 
 from .sink import SinkCounters
@@ -37,10 +35,6 @@ log = logging.getLogger(__name__)
 LABELS = {"records_in": "rows in", "records_out": "joins out"}
 # How long a report waits for the broker's latest offsets; without an answer the lag is unknown.
 LATEST_OFFSETS_TIMEOUT_S = 2.0
-
-Partition = tuple[str, int]
-# Asks for the latest offsets of these partitions; None when the broker does not answer.
-LatestOffsets = Callable[[Iterable[Partition]], dict[Partition, int] | None]
 
 
 @dataclass
@@ -72,7 +66,7 @@ class BatchLoss:
 
 
 def batch_loss(update: Mapping[str, Any], previous_ends: Mapping[Partition, int] | None,
-               earliest_offsets: LatestOffsets) -> BatchLoss:
+               earliest_offsets: OffsetsLookup) -> BatchLoss:
     """The loss a batch's update shows against the end offsets of the batch before (None: none known).
 
     * A topic of the previous ends missing from the batch's ends was deleted. A partition whose end lies below
@@ -125,31 +119,6 @@ def input_lag(ends: Mapping[Partition, int], latest: Mapping[Partition, int]) ->
     return sum(behind) if behind else None
 
 
-class BrokerOffsets:
-    """The latest offsets of input partitions, as a read_committed reader sees them, in one request."""
-
-    def __init__(self, bootstrap_servers: str, timeout_s: float = LATEST_OFFSETS_TIMEOUT_S, *,
-                 earliest: bool = False, security: Mapping[str, str] | None = None) -> None:
-        self._admin = admin_client(bootstrap_servers, **(security or {}))
-        self._timeout_s = timeout_s
-        self._spec = OffsetSpec.earliest() if earliest else OffsetSpec.latest()  # earliest: the log start
-
-    def __call__(self, partitions: Iterable[Partition]) -> dict[Partition, int] | None:
-        wanted = {TopicPartition(topic, partition): self._spec for topic, partition in partitions}
-        if not wanted:
-            return None
-        latest: dict[Partition, int] = {}
-        try:
-            futures = self._admin.list_offsets(wanted, isolation_level=IsolationLevel.READ_COMMITTED,
-                                               request_timeout=self._timeout_s)
-            for position, future in futures.items():
-                latest[(position.topic, position.partition)] = future.result().offset
-        except KafkaException as error:
-            log.warning("input lag unknown: the broker did not give the latest offsets (%s)", error.args[0])
-            return None
-        return latest
-
-
 def state_size(update: Mapping[str, Any]) -> tuple[int, int] | None:
     """Rows and bytes of memory in the state store, over every stateful operator; None without any."""
     operators = update.get("stateOperators") or []
@@ -168,8 +137,8 @@ def batch_seconds(update: Mapping[str, Any]) -> float | None:
 class QueryProgress:
     """The progress of the running query (`query`, replaced on a restart) as the reporter's observation."""
 
-    def __init__(self, counters: SparkJoinerCounters, sink: SinkCounters, latest_offsets: LatestOffsets,
-                 earliest_offsets: LatestOffsets | None = None) -> None:
+    def __init__(self, counters: SparkJoinerCounters, sink: SinkCounters, latest_offsets: OffsetsLookup,
+                 earliest_offsets: OffsetsLookup | None = None) -> None:
         self.counters = counters
         self.query: StreamingQuery | None = None
         self._sink = sink

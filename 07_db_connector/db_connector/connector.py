@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 
+from pipeline_core.broker_offsets import BrokerOffsets
 from pipeline_core.consumer_lag import REPORT_REQUEST_TIMEOUT_S, unfetched_lag
 from pipeline_core.data_loss import WATERMARK_TIMEOUT_S, OffsetWatch
 from pipeline_core.influx import influx_client
@@ -78,10 +79,9 @@ class DbConnector:
                                                   **security_config(settings), **{"client.id": STAGE,
                                                      "session.timeout.ms": settings.session_timeout_ms},
                                                   **static_membership))
-        # Asks the broker the lag of partitions not read from (`lag`). A client of the group's own that never
-        # fetches: on the consumer, the request waited behind its fetch, up to fetch.wait.max.ms (500 ms).
-        self._lag_lookup = Consumer(consumer_config(settings.kafka_bootstrap_servers, settings.group_id,
-                                                    **security_config(settings), **{"client.id": f"{STAGE}-lag"}))
+        # The ends of partitions not read from (`lag`).
+        self._broker_offsets = BrokerOffsets(settings.kafka_bootstrap_servers, REPORT_REQUEST_TIMEOUT_S,
+                                             security=security_config(settings))
         self._producer = self._new_producer()
         self._watch = OffsetWatch(self._consumer, self.counters, log)
         self._writer = InfluxWriter(influx_client(settings), settings.influxdb_database, settings,
@@ -136,7 +136,6 @@ class DbConnector:
         finally:
             progress.close()
             self._consumer.close()
-            self._lag_lookup.close()
             self._producer.flush(10)
 
     # -- consuming --------------------------------------------------------------------------------
@@ -386,7 +385,7 @@ class DbConnector:
             if high >= 0:
                 lag += max(high - position.offset, 0)
                 known = True
-        unread_lag = unfetched_lag(self._lag_lookup, unread, REPORT_REQUEST_TIMEOUT_S) if unread else None
+        unread_lag = unfetched_lag(self._consumer, unread, self._broker_offsets) if unread else None
         if unread_lag is not None:
             lag += unread_lag
             known = True

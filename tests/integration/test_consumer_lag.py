@@ -24,6 +24,7 @@ from kafka_joiner.service import KafkaJoiner
 from kafka_joiner.settings import KafkaJoinerSettings
 from kafka_joiner_support import as_multiset, offline_join, read_outputs, rows_as_records
 from kafka_joiner_support import key_of as joiner_key_of
+from pipeline_core.broker_offsets import BrokerOffsets
 from pipeline_core.consumer_lag import unfetched_lag
 from pipeline_core.kafka_clients import consumer_config, producer_config, transactional_producer_config
 from pipeline_core.settings import load_settings
@@ -62,6 +63,7 @@ def test_lag_not_fetched_is_between_the_committed_offset_and_the_end_and_fetchin
     ends = _fill(bootstrap, topic)
     group = unique("lag-group")
     partitions = [TopicPartition(topic, partition) for partition in ends]
+    offsets = BrokerOffsets(bootstrap, TIMEOUT_S)
     committer = Consumer(consumer_config(bootstrap, group))
     committer.commit(offsets=[TopicPartition(topic, 0, 2)], asynchronous=False)
     committer.close()
@@ -74,7 +76,7 @@ def test_lag_not_fetched_is_between_the_committed_offset_and_the_end_and_fetchin
         paused.pause(partitions)
         paused.poll(1.0)
         assert all(position.offset < 0 for position in paused.position(partitions))
-        assert unfetched_lag(paused, partitions, TIMEOUT_S) == (6 - 2) + 4 + 4
+        assert unfetched_lag(paused, partitions, offsets) == (6 - 2) + 4 + 4
     finally:
         paused.close()
 
@@ -93,7 +95,7 @@ def test_lag_not_fetched_is_between_the_committed_offset_and_the_end_and_fetchin
         positions = wait_for(at_ends, 30, "the fetching consumer's positions at the partitions' ends")
         unread = [p for p in positions if p.offset < 0]
         assert [p.partition for p in unread] == [3, 4]
-        assert unfetched_lag(fetching, unread, TIMEOUT_S) == 0
+        assert unfetched_lag(fetching, unread, offsets) == 0
     finally:
         fetching.close()
 

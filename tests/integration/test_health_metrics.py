@@ -17,7 +17,8 @@ from connector_support import connector, expected_records, read_rows, run_simula
 from db_connector_support import (ConnectorProcess, PrivateInfluxDB, connector_args, count, distinct_series_times,
                                   free_port, key_of, raw_records, wait_for_count, database)  # noqa: F401 (a fixture)
 from kafka_joiner_support import JoinerProcess, delete_internal_topics, new_group, offline_join, rows_as_records
-from spark_joiner.progress import BrokerOffsets
+from pipeline_core.broker_offsets import BrokerOffsets
+from spark_joiner.progress import LATEST_OFFSETS_TIMEOUT_S
 from spark_support import OUTPUT_DEADLINE_S, SparkJoinerProcess
 from support import produce_records, wait_for
 
@@ -101,11 +102,11 @@ def test_the_spark_joiner_s_input_lag_asks_the_broker_for_the_latest_offsets(boo
     partitions = [(topics.data, partition) for partition in range(5)]
     # A report whose request outlives its 2 s gives an unknown lag (a loaded machine's first request, which looks
     # up the partitions' leaders, can): the next report asks again, as this does.
-    latest_offsets = BrokerOffsets(bootstrap)
+    latest_offsets = BrokerOffsets(bootstrap, LATEST_OFFSETS_TIMEOUT_S).latest
     latest = wait_for(lambda: latest_offsets(partitions), 60, "the broker's latest offsets", interval_s=0.5)
     assert set(latest) == set(partitions) and sum(latest.values()) == len(records)
     # No broker there: the lag is unknown, after the report's timeout rather than never.
-    assert BrokerOffsets(f"127.0.0.1:{free_port()}", timeout_s=1.0)(partitions) is None
+    assert BrokerOffsets(f"127.0.0.1:{free_port()}", timeout_s=1.0).latest(partitions) is None
 
 
 @pytest.mark.spark
