@@ -39,6 +39,8 @@ LOG_BACKUPS = 5
 # A unix socket's path must fit in 108 bytes.
 MAX_SOCKET_PATH = 100
 DAEMON_START_DEADLINE_S = 15.0
+# How long a stop may take: supervisord SIGKILLs a process after its grace (the longest is 35 s) and reaps it.
+STOP_DEADLINE_S = 90.0
 # No supervisord answers on the socket (none runs, or it is exiting).
 UNREACHABLE = (OSError, http.client.HTTPException, xmlrpc.client.ProtocolError)
 
@@ -255,8 +257,11 @@ def stop_together(names: list[str]) -> list[str]:
         except xmlrpc.client.Fault as fault:
             if fault.faultCode != Faults.NOT_RUNNING:
                 raise
+    end = time.monotonic() + STOP_DEADLINE_S
     for name in stopping:
         while process_info(name).state in (*ACTIVE_STATES, "STOPPING"):
+            if time.monotonic() > end:
+                raise StackError(f"{name} did not stop within {STOP_DEADLINE_S:g} s; see {daemon_log()}")
             time.sleep(0.1)
     return stopping
 
