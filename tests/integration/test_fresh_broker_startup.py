@@ -2,11 +2,11 @@
 but has neither __consumer_offsets nor __transaction_state yet, and answers coordinator requests with
 NOT_COORDINATOR or COORDINATOR_NOT_AVAILABLE while it creates them. Every start-up call must wait that out.
 
-Runs its own Kafka on free ports and a state folder of its own: the shared stack is never touched."""
+Runs its own Kafka (`private_kafka`: a broker just formatted, on ports and a state folder of its own): the shared
+stack is never touched."""
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -18,30 +18,13 @@ from pipeline_core.kafka_clients import (KafkaStartupError, admin_client, consum
                                          raise_partition_errors, retry_transient)
 from pipeline_core.topics import MACHINE_DATA, MACHINE_DLQ, MACHINE_OUT, ensure_topics, partition_count
 from spark_joiner.sink import TransactionalBatchSink
-from stack import manager
-from stack.services import Kafka
-from support import free_ports, unique
+from support import unique
 
 pytestmark = pytest.mark.integration
 
 
-@pytest.fixture
-def fresh_kafka(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
-    """A Kafka just formatted and started (the stack creates the pipeline's topics once it answers)."""
-    kafka_port, controller_port = free_ports(2)
-    monkeypatch.setattr("pipeline_core.paths.STATE_DIR", tmp_path / "state")
-    monkeypatch.setenv("KAFKA_PORT", str(kafka_port))
-    monkeypatch.setenv("KAFKA_CONTROLLER_PORT", str(controller_port))
-    kafka = Kafka()
-    manager.up([kafka])
-    try:
-        yield kafka.bootstrap_servers
-    finally:
-        manager.down([kafka])
-
-
-def test_every_start_up_call_waits_out_a_just_formatted_broker(fresh_kafka: str, tmp_path: Path) -> None:
-    bootstrap = fresh_kafka
+def test_every_start_up_call_waits_out_a_just_formatted_broker(private_kafka: str, tmp_path: Path) -> None:
+    bootstrap = private_kafka
     admin = admin_client(bootstrap)
     # The first transactional producer and the first offset read of the broker's life: what failed the
     # Spark joiner's start from nothing every time.
@@ -73,8 +56,8 @@ def test_every_start_up_call_waits_out_a_just_formatted_broker(fresh_kafka: str,
         group.close()
 
 
-def test_a_topic_that_never_comes_ends_the_start_with_what_to_do(fresh_kafka: str) -> None:
+def test_a_topic_that_never_comes_ends_the_start_with_what_to_do(private_kafka: str) -> None:
     with pytest.raises(KafkaStartupError) as raised:
-        partition_count(admin_client(fresh_kafka), "machine.data.missing", deadline_s=2)
+        partition_count(admin_client(private_kafka), "machine.data.missing", deadline_s=2)
     assert "reading the partitions of topic machine.data.missing" in str(raised.value)
     assert "UNKNOWN_TOPIC_OR_PART" in str(raised.value) and "python -m stack topics" in str(raised.value)
