@@ -25,7 +25,8 @@ class BrokerOffsets:
     """`latest` and `earliest` (the log start) offsets of partitions, each within `timeout_s` or None."""
 
     def __init__(self, bootstrap_servers: str, timeout_s: float, *, security: Mapping[str, str] | None = None) -> None:
-        self._admin = admin_client(bootstrap_servers, **(security or {}))
+        self._new_admin = lambda: admin_client(bootstrap_servers, **(security or {}))
+        self._admin = self._new_admin()
         self._timeout_s = timeout_s
 
     def latest(self, partitions: Iterable[Partition]) -> dict[Partition, int] | None:
@@ -46,5 +47,8 @@ class BrokerOffsets:
                 offsets[(position.topic, position.partition)] = future.result().offset
         except KafkaException as error:
             log.warning("lag unknown: the broker did not give the %s offsets (%s)", which, error.args[0])
+            # A new client asks with fresh metadata. This one may keep the leader epochs it knew before a broker
+            # restarted: the broker answered it FENCED_LEADER_EPOCH at every report from then on.
+            self._admin = self._new_admin()
             return None
         return offsets
