@@ -5,7 +5,7 @@ import logging
 import sys
 
 from pipeline_core import credentials
-from pipeline_core.lifecycle import process_stop_signal
+from pipeline_core.lifecycle import exit_on_thread_failure, process_stop_signal
 from pipeline_core.logs import configure_logging
 from pipeline_core.runtime import tune_gc_for_streaming
 from pipeline_core.settings import load_settings
@@ -21,6 +21,7 @@ def main(argv: list[str] | None = None) -> int:
     settings = load_settings(ConnectorSettings, argv, prog="python -m stream_connector",
                              environ=credentials.environ_for("stream-connector"))
     configure_logging()
+    exit_on_thread_failure()
     try:
         connector = Connector(settings, process_stop_signal())
     except FilterError as error:

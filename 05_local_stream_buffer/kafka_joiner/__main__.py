@@ -4,7 +4,7 @@ from __future__ import annotations
 import logging
 
 from pipeline_core import credentials
-from pipeline_core.lifecycle import process_stop_signal
+from pipeline_core.lifecycle import exit_on_thread_failure, process_stop_signal
 from pipeline_core.logs import announce_ready, configure_logging
 from pipeline_core.runtime import tune_gc_for_streaming
 from pipeline_core.settings import load_settings
@@ -19,6 +19,7 @@ def main(argv: list[str] | None = None) -> None:
     settings = load_settings(KafkaJoinerSettings, argv, prog="python -m kafka_joiner",
                              environ=credentials.environ_for("lsb-joiner"))
     configure_logging()
+    exit_on_thread_failure()
     joiner = KafkaJoiner(settings, process_stop_signal())
     joiner.start()
     tune_gc_for_streaming()

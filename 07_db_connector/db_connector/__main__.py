@@ -5,7 +5,7 @@ import sys
 from collections.abc import Sequence
 
 from pipeline_core import credentials
-from pipeline_core.lifecycle import process_stop_signal
+from pipeline_core.lifecycle import exit_on_thread_failure, process_stop_signal
 from pipeline_core.logs import configure_logging
 from pipeline_core.runtime import tune_gc_for_streaming
 from pipeline_core.settings import load_settings
@@ -24,6 +24,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ValueError as error:
         raise SystemExit(f"--level-thresholds: {error}") from None
     stop = process_stop_signal()
+    exit_on_thread_failure()
     tune_gc_for_streaming()
     DbConnector(settings, stop).run()
     return 0

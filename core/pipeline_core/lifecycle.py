@@ -2,10 +2,14 @@
 
 A stage's loop polls `is_set()` (or sleeps in `wait(timeout)`), finishes what is in flight (the last
 batch, the open transaction, the records awaiting Kafka) and returns; the process then exits 0.
+
+A thread that dies of an exception nothing caught ends the process (`exit_on_thread_failure`): a stage whose
+loop thread lives on while one of its workers is gone would look alive to supervision and do nothing.
 """
 from __future__ import annotations
 
 import logging
+import os
 import signal
 import threading
 
@@ -65,3 +69,29 @@ def process_stop_signal() -> StopSignal:
             signal.signal(signum, stop._on_signal)
         _process_signal = stop
     return _process_signal
+
+
+# The exit status of a process ended by a thread's uncaught exception (EX_SOFTWARE: an internal error).
+THREAD_FAILURE_EXIT_CODE = 70
+
+
+def exit_on_thread_failure() -> None:
+    """From now on an exception that ends any thread of this process but the main one, uncaught (a `SystemExit`
+    too: nothing else would end the process), is logged and ends the process with `THREAD_FAILURE_EXIT_CODE`,
+    so that supervision restarts it. A thread of a library (Py4J's callback server runs Spark's `foreachBatch`)
+    would otherwise die alone, and the work waiting on it with it. Once a stop is requested the process is
+    ending anyway, and such an exception is only logged."""
+
+    def on_failure(failure: threading.ExceptHookArgs) -> None:
+        thread = failure.thread.name if failure.thread is not None else "a thread"
+        stopping = _process_signal is not None and _process_signal.is_set()
+        log.critical("%s died of %s: %s", thread, failure.exc_type.__name__, failure.exc_value,
+                     exc_info=(failure.exc_type, failure.exc_value, failure.exc_traceback))
+        if stopping:
+            return
+        log.critical("ending the process (exit status %d) so that supervision starts it again",
+                     THREAD_FAILURE_EXIT_CODE)
+        logging.shutdown()
+        os._exit(THREAD_FAILURE_EXIT_CODE)  # not sys.exit: the main thread may be blocked anywhere
+
+    threading.excepthook = on_failure
