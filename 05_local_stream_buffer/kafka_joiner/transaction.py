@@ -14,13 +14,12 @@ the last commit either way.
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from collections.abc import Callable
 
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 
-from pipeline_core.kafka_clients import KafkaCallWedged, call_bounded, is_transient
+from pipeline_core.kafka_clients import KafkaCallWedged, call_bounded, drop_producer, is_transient
 
 from .progress import JoinerStats
 
@@ -185,13 +184,7 @@ class Transaction:
                     "fences the old one; going back to the last commit", why)
         old, self.producer = self.producer, self._new_producer()
         self._stats.producers_replaced += 1
-        threading.Thread(target=_drop, args=(old,), name="kafka-producer-drop", daemon=True).start()
+        drop_producer(old)
         self._until_done(lambda: self.producer.init_transactions(KAFKA_TIMEOUT_S), "init_transactions")
         self.waiting_for = None
 
-
-def _drop(producer: Producer) -> None:
-    try:
-        producer.purge()
-    except KafkaException as error:  # a fatal producer may refuse even this; it goes all the same
-        log.debug("purging the replaced producer: %s", error)

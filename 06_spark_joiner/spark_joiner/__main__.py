@@ -11,7 +11,7 @@ from pyspark.errors import StreamingQueryException
 from pipeline_core import credentials
 from pipeline_core.broker_offsets import BrokerOffsets
 from pipeline_core.kafka_clients import admin_client, security_config
-from pipeline_core.lifecycle import process_stop_signal
+from pipeline_core.lifecycle import exit_on_thread_failure, process_stop_signal
 from pipeline_core.logs import announce_ready, configure_logging
 from pipeline_core.progress import ProgressReporter
 from pipeline_core.runtime import tune_gc_for_streaming
@@ -34,6 +34,7 @@ def main(argv: Sequence[str] | None = None, prog: str = "python -m spark_joiner"
     settings = load_settings(SparkJoinerSettings, argv, prog=prog,
                              environ=credentials.environ_for("spark-joiner"))
     stop = process_stop_signal()
+    exit_on_thread_failure()
     prepare_checkpoint(settings.checkpoint_dir, settings.buckets, settings.shuffle_partitions)
     # Before the JVM starts: a missing topic, or a broker that does not come up, ends the start with a clear
     # message instead of a query that waits on its own.
@@ -48,18 +49,22 @@ def main(argv: Sequence[str] | None = None, prog: str = "python -m spark_joiner"
     with ThreadPoolExecutor(1, thread_name_prefix="sink-start") as starting:
         sink_started = starting.submit(TransactionalBatchSink, settings.kafka_bootstrap_servers, settings.output_topic,
                                        settings.dlq_topic, settings.sink_transactional_id(),
-                                       settings.kafka_startup_deadline_s, security)
+                                       settings.kafka_startup_deadline_s, security,
+                                       settings.kafka_transaction_timeout_s)
         spark = spark_session(settings.master, shuffle_partitions=settings.shuffle_partitions,
                               driver_memory=settings.driver_memory)
         sink = sink_started.result()
     master = spark.sparkContext.master  # spark-submit's under spark-submit, else --master
     broker_offsets = BrokerOffsets(settings.kafka_bootstrap_servers, LATEST_OFFSETS_TIMEOUT_S, security=security)
-    query_progress = QueryProgress(SparkJoinerCounters(), sink.counters, broker_offsets.latest, broker_offsets.earliest)
-    query = query_progress.query = start_query(spark, settings, sink)
-    tune_gc_for_streaming()  # the sink unpacks and produces every output record in this process
+    query_progress = QueryProgress(SparkJoinerCounters(), sink.counters, broker_offsets.latest, broker_offsets.earliest,
+                                   sink_waiting_for=lambda: sink.waiting_for)
     progress = ProgressReporter.for_stage("spark_joiner", query_progress.counters, settings,
                                           observe=query_progress.observe, logger=log, labels=LABELS,
                                           progress_counters=("batches",))
+    # A restarted query's resume() may wait minutes for Kafka: the heartbeat says what it waits for meanwhile.
+    sink.while_waiting = progress.maybe_report
+    query = query_progress.query = start_query(spark, settings, sink)
+    tune_gc_for_streaming()  # the sink unpacks and produces every output record in this process
     ready = False
     restarts = 0
     try:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -138,8 +138,10 @@ class QueryProgress:
     """The progress of the running query (`query`, replaced on a restart) as the reporter's observation."""
 
     def __init__(self, counters: SparkJoinerCounters, sink: SinkCounters, latest_offsets: OffsetsLookup,
-                 earliest_offsets: OffsetsLookup | None = None) -> None:
+                 earliest_offsets: OffsetsLookup | None = None,
+                 sink_waiting_for: Callable[[], str | None] = lambda: None) -> None:
         self.counters = counters
+        self._sink_waiting_for = sink_waiting_for  # "Kafka" while the sink's transaction or producer waits for it
         self.query: StreamingQuery | None = None
         self._sink = sink
         self._latest_offsets = latest_offsets
@@ -147,6 +149,7 @@ class QueryProgress:
         self._seen: tuple[str, str] = ("", "")  # runId and timestamp of the latest update read
         self._latest: dict[str, int | float | None] = {}  # what the latest updates said, until newer ones do
         self._ends: dict[Partition, int] | None = None  # the last batch's end offsets
+        self._ends_batch: int | None = None  # the id of that batch
         self._loss_counted: tuple[Any, Any] | None = None  # run and batch id of the last update counted
         self.query_failures = 0  # the query failed and was restarted from the checkpoint (the main loop counts)
         self._batches_seen = 0  # batches the sink had committed at the last observation
@@ -178,22 +181,30 @@ class QueryProgress:
                 latest["processed_rows_per_s"] = float(update.get("processedRowsPerSecond") or 0.0)
             latest["batch_id"] = update.get("batchId")
             self._count_loss(update)
-            self._ends = end_offsets(update) or self._ends
+            ends = end_offsets(update)
+            if ends:
+                self._ends, self._ends_batch = ends, update.get("batchId")
             size = state_size(update)
             if size is not None:
                 latest["state_rows"], latest["state_bytes"] = size
         counters.records_out, counters.dead_letters = sink.joins, sink.dead_letters
         counters.batches, counters.skipped_batches = sink.batches, sink.skipped_batches
         lag = None
+        waiting_for = self._sink_waiting_for()
         if self._ends is not None:
             broker = self._latest_offsets(self._ends)
             lag = input_lag(self._ends, broker) if broker is not None else None
+            if broker is None and waiting_for is None:
+                # A broker that does not say where the input ends cannot feed the query either: the lag is
+                # unknown, not zero, and the job waits for Kafka.
+                waiting_for = "Kafka (the input's end offsets unanswered)"
         if counters.batches != self._batches_seen:
             self._batches_seen, self._failures_before = counters.batches, self.query_failures
         failing = self.query_failures - self._failures_before
-        # A query that fails again and again may do so before any update tells the lag: work waits on it anyway.
-        return Observation(lag=lag, waiting_for=f"its query (failed {failing} times since its last batch)"
-                           if failing else None,
+        if failing and waiting_for is None:
+            # A query that fails again and again may do so before any update tells the lag: work waits on it anyway.
+            waiting_for = f"its query (failed {failing} times since its last batch)"
+        return Observation(lag=lag, waiting_for=waiting_for,
                            values={"batch_id": latest.get("batch_id"), "batch_seconds": longest,
                                    "processed_rows_per_s": latest.get("processed_rows_per_s"),
                                    "state_rows": latest.get("state_rows"), "state_bytes": latest.get("state_bytes")})
@@ -204,7 +215,11 @@ class QueryProgress:
         if batch == self._loss_counted:
             return  # an idle update repeats the last batch
         self._loss_counted = batch
-        loss = batch_loss(update, self._ends, self._earliest_offsets)
+        # Only the batch right after the last one seen continues its offsets. A batch whose update never came
+        # (the query failed after committing it, as a restarted query's first batch does with Spark 4.1.1's
+        # Kafka source) leaves a gap between the two that is no skip.
+        follows = self._ends_batch is not None and update.get("batchId") == self._ends_batch + 1
+        loss = batch_loss(update, self._ends if follows else None, self._earliest_offsets)
         counters = self.counters
         counters.records_skipped += loss.skipped
         counters.offset_resets += loss.offset_resets

@@ -45,6 +45,10 @@ class SparkJoinerSettings(ConnectionSettings, ProgressSettings):
     transactional_id: str | None = setting(None, "SPARK_JOINER_TRANSACTIONAL_ID",
                                            "Kafka transactional id of the sink (default: derived from the "
                                            "checkpoint directory, so a restart fences its predecessor)")
+    kafka_transaction_timeout_s: float = setting(60.0, "SPARK_JOINER_KAFKA_TRANSACTION_TIMEOUT_S",
+                                                 "seconds a batch's transaction waits for Kafka before it fails; the "
+                                                 "query then restarts with a new producer, which waits up to "
+                                                 "KAFKA_STARTUP_DEADLINE_S before the process exits to be restarted")
     max_query_restarts: int = setting(5, "SPARK_JOINER_MAX_QUERY_RESTARTS",
                                       "times a failed query is restarted from the checkpoint before the process "
                                       "exits with an error")

@@ -11,13 +11,20 @@ it would emit: a batch replayed after a crash, a checkpoint restored from a back
 deleted (the query then starts from the input's beginning, rebuilding all state) are one case, and
 each output is written once. The transactional id is fixed per job, so a restarted driver fences its
 predecessor and aborts whatever it left open.
+
+Spark runs the sink on a thread of Py4J's callback server, where an exception Spark cannot catch would end
+that thread alone and leave the query waiting for ever. So a batch whose transaction fails (Kafka away past
+`transaction_timeout_s`, a wedged call, a refused record) only aborts it, or lets go of a producer that can
+abort no more, and raises an ordinary exception: the query fails, and the job restarts it through
+`resume()`, which makes the new producer on the job's main thread, however long Kafka stays away
+(`KafkaStartupError` past the start-up deadline ends the process, and supervision starts it again).
 """
 from __future__ import annotations
 
 import json
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 import pyarrow as pa
@@ -26,8 +33,8 @@ from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from pyspark.sql import DataFrame, SparkSession
 
 from pipeline_core.kafka_clients import (DEFAULT_STARTUP_DEADLINE_S, KafkaCallWedged, admin_client, call_bounded,
-                                         consumer_config, produce, raise_partition_errors, retry_transient,
-                                         transactional_producer_config)
+                                         consumer_config, drop_producer, is_transient, produce,
+                                         raise_partition_errors, retry_transient, transactional_producer_config)
 from pipeline_core.records import payload_omitted
 from pipeline_core.topics import dead_letter_limit
 
@@ -38,8 +45,12 @@ log = logging.getLogger(__name__)
 
 # Records the driver may queue while producing one batch before it has to wait for deliveries.
 _QUEUE_MESSAGES = 1_000_000
-# How long one transactional call may wait for Kafka.
-_TRANSACTION_CALL_S = 60
+# The default of how long one transactional call (offsets, commit, abort) may wait for Kafka.
+DEFAULT_TRANSACTION_TIMEOUT_S = 60.0
+# What a bounded call may take beyond the timeout it passes to librdkafka before it counts as wedged.
+_WEDGED_AFTER_S = 5.0
+# A transactional call unanswered this long means Kafka is away: the heartbeat says the job waits for it.
+_SLOW_CALL_S = 5.0
 
 
 @dataclass
@@ -61,7 +72,8 @@ class TransactionalBatchSink:
 
     def __init__(self, bootstrap_servers: str, output_topic: str, dlq_topic: str, transactional_id: str,
                  startup_deadline_s: float = DEFAULT_STARTUP_DEADLINE_S,
-                 security: Mapping[str, str] | None = None) -> None:
+                 security: Mapping[str, str] | None = None,
+                 transaction_timeout_s: float = DEFAULT_TRANSACTION_TIMEOUT_S) -> None:
         self.output_topic = output_topic
         self.dlq_topic = dlq_topic
         # Uncompressed, as the standalone joiner writes: lz4 cost the client threads and the broker several µs
@@ -74,7 +86,13 @@ class TransactionalBatchSink:
         # COORDINATOR_NOT_AVAILABLE for a few seconds, while it creates __transaction_state and __consumer_offsets.
         self._request_timeout = min(30.0, startup_deadline_s)
         self._startup_deadline_s = startup_deadline_s
-        self.producer = self._new_producer()
+        self._transaction_timeout_s = transaction_timeout_s
+        # Called while the job's main thread waits for Kafka in `resume()` (the progress report).
+        self.while_waiting: Callable[[], object] | None = None
+        # "Kafka" while a transaction waits for it or a new producer cannot be made: the heartbeat says stuck.
+        self.waiting_for: str | None = None
+        # None after a failed transaction left it unable to go on: `resume()` makes the next one.
+        self.producer: Producer | None = self._new_producer()
         # The committed input positions live in the group named like the transactional id; this consumer
         # never subscribes.
         self._group = Consumer(consumer_config(bootstrap_servers, transactional_id, **(security or {})))
@@ -93,16 +111,30 @@ class TransactionalBatchSink:
         crashed driver's, or a wedged one of this process) and aborts what that left open."""
         producer = Producer(self._producer_config)
         retry_transient(lambda: producer.init_transactions(self._request_timeout), deadline_s=self._startup_deadline_s,
-                        what=f"initialising the sink's transactions ({self._producer_config['transactional.id']})")
+                        what=f"initialising the sink's transactions ({self._producer_config['transactional.id']})",
+                        while_waiting=self._waiting_for_kafka)
         return producer
+
+    def _waiting_for_kafka(self) -> None:
+        self.waiting_for = "Kafka"
+        if self.while_waiting is not None:
+            self.while_waiting()
 
     def resume(self, input_topic: str, checkpoint_dir: str) -> dict[int, int]:
         """Before a query starts on ``checkpoint_dir``: read the committed input position of every partition
-        of ``input_topic`` (partition -> offset; absent where nothing is committed) and return it."""
+        of ``input_topic`` (partition -> offset; absent where nothing is committed) and return it. After a
+        transaction that failed for good it first makes a new producer, which fences the old one and aborts what
+        that left open. Either waits for Kafka up to the start-up deadline, then raises `KafkaStartupError`."""
         self.input_topic = input_topic
         self.offset_log = f"{checkpoint_dir.rstrip('/')}/offsets"
+        if self.producer is None:
+            log.warning("making a new transactional producer: it fences the one a failed batch left and aborts "
+                        "its open transaction")
+            self.producer = self._new_producer()
         self.committed = retry_transient(self._committed_input, deadline_s=self._startup_deadline_s,
-                                         what=f"reading the sink's committed input (group {self._group_id})")
+                                         what=f"reading the sink's committed input (group {self._group_id})",
+                                         while_waiting=self._waiting_for_kafka)
+        self.waiting_for = None
         log.info("sink ready: outputs committed up to input offsets %s of %s",
                  dict(sorted(self.committed.items())) or "(none)", input_topic)
         return dict(self.committed)
@@ -134,48 +166,89 @@ class TransactionalBatchSink:
             self._rebuilding()
         # Always run the batch: it is what stores the join state, also where all its outputs are dropped.
         rows = unpack_emitted(batch.toArrow().column("records").to_pylist())
-        computed = time.monotonic()
+        self.counters.compute_seconds += time.monotonic() - began
+        self.write(batch_id, rows, ends)
+
+    def write(self, batch_id: int, rows: pa.Table, ends: Mapping[int, int]) -> None:
+        """Commit batch ``batch_id``'s processor rows with its input ``ends`` (partition -> offset) in one
+        transaction, or nothing of it: a failure aborts the transaction (or lets go of a producer that cannot
+        abort) and raises, and Spark runs the batch again after `resume()`."""
+        began = time.monotonic()
         advanced = {partition: end for partition, end in ends.items() if end > self.committed.get(partition, -1)}
         if not advanced and not rows.num_rows:
             self.counters.skipped_batches += 1
             log.info("batch %d: its input was committed before (a replayed or rebuilt batch): state only", batch_id)
             return
-        self.producer.begin_transaction()
+        producer = self.producer
+        if producer is None:
+            raise RuntimeError(f"batch {batch_id}: the sink let go of its producer after a failed transaction; "
+                               "the query restarts, and resume() makes a new one")
         try:
-            dead_letters = self._produce(rows)
+            producer.begin_transaction()
+            dead_letters = self._produce(producer, rows)
             if advanced:
                 positions = [TopicPartition(self.input_topic, partition, end, f"spark batch {batch_id}")
                              for partition, end in sorted(advanced.items())]
-                # Bounded from outside: librdkafka may wait for ever here while Kafka nodes return
-                # (pipeline_core.kafka_clients.call_bounded).
-                call_bounded(lambda: self.producer.send_offsets_to_transaction(
-                    positions, self._group.consumer_group_metadata(), _TRANSACTION_CALL_S),
-                    _TRANSACTION_CALL_S + 5, what=f"committing batch {batch_id}'s input offsets")
-            self._commit()
-        except KafkaCallWedged:
-            # Its producer can do nothing else: a new one fences it and aborts the open transaction, and
-            # Spark runs the batch again.
-            log.warning("batch %d: Kafka did not answer its transaction's offsets; replacing the producer", batch_id)
-            self.producer = self._new_producer()
-            raise
-        except BaseException:
-            # Whatever failed (Kafka, a record the producer refused, an interrupt), nothing of the batch may
+                metadata = self._group.consumer_group_metadata()
+                self._transactional(lambda: producer.send_offsets_to_transaction(
+                    positions, metadata, self._transaction_timeout_s), f"committing batch {batch_id}'s input offsets")
+            self._transactional(lambda: producer.commit_transaction(self._transaction_timeout_s),
+                                f"committing batch {batch_id}")
+        except BaseException as failure:
+            # Whatever failed (Kafka away, a record the producer refused, an interrupt), nothing of the batch may
             # commit: Spark runs it again.
-            try:
-                self.producer.abort_transaction(_TRANSACTION_CALL_S)
-            except KafkaException as error:
-                log.warning("could not abort batch %d's transaction (the next start fences it): %s", batch_id, error)
+            self._abandon(batch_id, failure)
             raise
+        finally:
+            self.waiting_for = None
         self.committed.update(advanced)
         counters = self.counters
         counters.batches += 1
         counters.joins += rows.num_rows - dead_letters
         counters.dead_letters += dead_letters
         counters.last_batch_id = batch_id
-        counters.compute_seconds += computed - began
-        counters.produce_seconds += time.monotonic() - computed
-        log.debug("batch %d: %d records computed in %.2f s, produced and committed in %.2f s", batch_id, rows.num_rows,
-                  computed - began, time.monotonic() - computed)
+        counters.produce_seconds += time.monotonic() - began
+        log.debug("batch %d: %d records produced and committed in %.2f s", batch_id, rows.num_rows,
+                  time.monotonic() - began)
+
+    def _transactional(self, call: Callable[[], None], what: str) -> None:
+        """A transactional call, asked again while Kafka answers a retriable error, for at most the transaction
+        timeout in all. Bounded from outside too: librdkafka may wait for ever while Kafka nodes return
+        (`call_bounded`); past the bound it raises `KafkaCallWedged`, and the producer must go."""
+        started = time.monotonic()
+        deadline = started + self._transaction_timeout_s
+
+        def waiting() -> None:
+            if self.waiting_for is None and time.monotonic() - started > _SLOW_CALL_S:
+                log.warning("%s: no answer from Kafka for %.0f s", what, time.monotonic() - started)
+                self.waiting_for = "Kafka"
+
+        while True:
+            try:
+                call_bounded(call, self._transaction_timeout_s + _WEDGED_AFTER_S, what=what, while_waiting=waiting)
+                return
+            except KafkaException as exception:
+                error = exception.args[0]
+                if not is_transient(error) or error.txn_requires_abort() or time.monotonic() > deadline:
+                    raise
+                self.waiting_for = "Kafka"
+
+    def _abandon(self, batch_id: int, failure: BaseException) -> None:
+        """Abort the failed batch's transaction. A producer whose call is still wedged, or whose abort Kafka
+        refused or did not answer, can do no more: the sink lets go of it, and `resume()` makes a new one, which
+        fences it and aborts its transaction."""
+        if not isinstance(failure, KafkaCallWedged):
+            try:
+                call_bounded(lambda: self.producer.abort_transaction(self._transaction_timeout_s),
+                             self._transaction_timeout_s + _WEDGED_AFTER_S, what=f"aborting batch {batch_id}")
+                log.warning("batch %d failed and was aborted (Spark runs it again): %s", batch_id, failure)
+                return
+            except (KafkaException, KafkaCallWedged) as error:
+                log.warning("batch %d failed (%s) and its abort too: %s", batch_id, failure, error)
+        log.warning("batch %d: letting go of the transactional producer; the query restarts and a new producer "
+                    "aborts the open transaction (%s)", batch_id, failure)
+        drop_producer(self.producer)
+        self.producer = None
 
     def _batch_ends(self, spark: SparkSession, batch_id: int) -> dict[int, int]:
         """Where batch ``batch_id``'s input ends in each partition: its entry in the checkpoint's offset log
@@ -208,18 +281,18 @@ class TransactionalBatchSink:
                         "pairs of the rebuilt state around them may differ from the committed output", self.input_topic,
                         lost)
 
-    def _produce(self, rows: pa.Table) -> int:
+    def _produce(self, producer: Producer, rows: pa.Table) -> int:
         """Produce the batch's records, machine.out's then machine.dlq's (each topic in the processor's
         order); returns the number of dead letters."""
         is_dead_letter = pc.equal(rows.column("kind"), DLQ)
         dead_letters = rows.filter(is_dead_letter)
         for topic, records in ((self.output_topic, rows.filter(pc.invert(is_dead_letter))),
                                (self.dlq_topic, dead_letters)):
-            self._produce_to(topic, records.column("value").to_pylist(), records.column("key").to_pylist())
+            self._produce_to(producer, topic, records.column("value").to_pylist(), records.column("key").to_pylist())
         return dead_letters.num_rows
 
-    def _produce_to(self, topic: str, values: list[bytes], keys: list[str | None]) -> None:
-        produce_one = self.producer.produce
+    def _produce_to(self, producer: Producer, topic: str, values: list[bytes], keys: list[str | None]) -> None:
+        produce_one = producer.produce
         if topic == self.dlq_topic:
             values = [value if len(value) <= self.dead_letter_max_bytes
                       else payload_omitted(value, f"larger than the {topic} limit", STAGE) for value in values]
@@ -227,21 +300,11 @@ class TransactionalBatchSink:
             try:
                 produce_one(topic, value, key)
             except (BufferError, KafkaException):  # a full local queue, or a record the client refuses
-                refused = produce(self.producer, topic, value, key)  # waits out the first, returns the second
+                refused = produce(producer, topic, value, key)  # waits out the first, returns the second
                 if refused is not None and topic == self.dlq_topic:
-                    refused = produce(self.producer, topic, payload_omitted(value, refused.str(), STAGE), key)
+                    refused = produce(producer, topic, payload_omitted(value, refused.str(), STAGE), key)
                 if refused is not None:  # an output record is a few kB: never expected
                     raise KafkaException(refused) from None
-
-    def _commit(self) -> None:
-        deadline = time.monotonic() + 120
-        while True:
-            try:
-                self.producer.commit_transaction(_TRANSACTION_CALL_S)
-                return
-            except KafkaException as error:
-                if not error.args[0].retriable() or time.monotonic() > deadline:
-                    raise
 
     def close(self) -> None:
         """Leave the group consumer. The producer has nothing left to flush: each batch's records went into

@@ -62,11 +62,13 @@ def raise_partition_errors(partitions: Iterable[TopicPartition]) -> list[TopicPa
 
 
 def retry_transient(call: Callable[[], T], *, what: str, deadline_s: float = DEFAULT_STARTUP_DEADLINE_S,
-                    max_pause_s: float = 1.0) -> T:
-    """`call()`, asked again with growing pauses while it raises a transient `KafkaException`.
+                    max_pause_s: float = 1.0, while_waiting: Callable[[], object] | None = None) -> T:
+    """`call()`, asked again with growing pauses while it raises a transient `KafkaException`;
+    `while_waiting()` runs before each pause (a progress report: the stage's heartbeat stays fresh).
 
     Any other error is raised at once. Past `deadline_s` a transient one ends the start-up with a
-    `KafkaStartupError` naming `what` was being done, the broker's last answer and what to check."""
+    `KafkaStartupError` naming `what` was being done, the broker's last answer and what to check. It is
+    a `SystemExit`: raise it only where the process may end, never on a thread another library runs."""
     end = time.monotonic() + deadline_s
     pause = 0.05
     last_logged: int | None = None
@@ -87,6 +89,8 @@ def retry_transient(call: Callable[[], T], *, what: str, deadline_s: float = DEF
                 log.info("%s: Kafka answered %s, asking again for up to %.0f s", what, error.name(),
                          end - time.monotonic())
                 last_logged = error.code()
+        if while_waiting is not None:
+            while_waiting()
         time.sleep(pause)
         pause = min(pause * 2, max_pause_s)
 
@@ -240,6 +244,20 @@ def call_bounded(call: Callable[[], T], timeout_s: float, *, what: str,
     if "error" in outcome:
         raise outcome["error"]
     return outcome["value"]
+
+
+def drop_producer(producer: Producer) -> None:
+    """Let go of a producer that was replaced (fenced, fatal, or with a call still wedged): its queued records are
+    purged on a thread of its own, since a call of it may still wait and destroying a client waits for its broker
+    threads."""
+
+    def purge() -> None:
+        try:
+            producer.purge()
+        except KafkaException as error:  # a fatal producer may refuse even this; it goes all the same
+            log.debug("purging a replaced producer: %s", error)
+
+    threading.Thread(target=purge, name="kafka-producer-drop", daemon=True).start()
 
 
 def admin_client(bootstrap_servers: str, **overrides: Any) -> AdminClient:

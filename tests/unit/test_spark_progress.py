@@ -105,9 +105,24 @@ def test_the_observation_sums_rows_keeps_the_longest_batch_and_the_latest_state(
     assert counters.records_out == 500 and counters.records_in == 1996
 
 
-def test_without_the_broker_s_answer_the_lag_is_unknown() -> None:
-    progress, _ = _progress(_Broker(None))
-    assert progress.observation([FIRST]).lag is None
+def test_without_the_broker_s_answer_the_lag_is_unknown_and_the_job_waits_for_kafka() -> None:
+    broker = _Broker(None)
+    progress, _ = _progress(broker)
+    observed = progress.observation([FIRST])
+    assert observed.lag is None and observed.work_waiting  # unknown is not idle: the heartbeat turns stuck
+    assert observed.waiting_for == "Kafka (the input's end offsets unanswered)"
+    broker.latest = BROKER_LATEST
+    assert progress.observation([]).waiting_for is None
+
+
+def test_a_sink_waiting_for_kafka_is_work_waiting() -> None:
+    waiting_for: list[str | None] = [None]
+    progress = QueryProgress(SparkJoinerCounters(), SinkCounters(), _Broker(BROKER_LATEST),
+                             sink_waiting_for=lambda: waiting_for[0])
+    assert progress.observation([FIRST]).waiting_for is None
+    waiting_for[0] = "Kafka"  # a transaction unanswered, or resume() waiting for a new producer
+    observed = progress.observation([])
+    assert observed.waiting_for == "Kafka" and observed.work_waiting
 
 
 def test_a_query_failing_again_and_again_is_work_waiting_until_a_batch_commits() -> None:
@@ -119,3 +134,28 @@ def test_a_query_failing_again_and_again_is_work_waiting_until_a_batch_commits()
     assert observed.waiting_for == "its query (failed 2 times since its last batch)"
     sink.batches += 1  # a batch committed after the restarts: the query works again
     assert progress.observation([]).waiting_for is None
+
+
+def _with_start(batch: dict[str, Any], start: dict[str, int]) -> dict[str, Any]:
+    batch = copy.deepcopy(batch)
+    batch["sources"][0]["startOffset"] = {TOPIC: dict(start)}
+    batch["numInputRows"] = batch["sources"][0]["numInputRows"] = sum(
+        batch["sources"][0]["endOffset"][TOPIC][partition] - offset for partition, offset in start.items())
+    return batch
+
+
+def test_a_batch_whose_update_never_came_is_no_skip_but_a_gap_between_consecutive_batches_is() -> None:
+    progress, _ = _progress()
+    end_0 = FIRST["sources"][0]["endOffset"][TOPIC]
+    progress.observation([FIRST])
+    # Batch 1 committed, then the query failed before reporting it (a restarted query's first batch): batch 2
+    # starts where batch 1 ended, past batch 0's end, and skipped nothing.
+    end_1 = {partition: offset + 100 for partition, offset in end_0.items()}
+    third = update(2, "2026-11-24T23:15:00.000Z", 0, 900, {p: o + 50 for p, o in end_1.items()}, LATEST, run="run-2")
+    progress.observation([_with_start(third, end_1)])
+    assert progress.counters.records_skipped == 0
+    # The next batch starts 7 records past batch 2's end: those were skipped (failOnDataLoss=false).
+    end_2 = third["sources"][0]["endOffset"][TOPIC]
+    fourth = update(3, "2026-11-24T23:15:01.000Z", 0, 900, {p: o + 20 for p, o in end_2.items()}, LATEST, run="run-2")
+    progress.observation([_with_start(fourth, {**end_2, "0": end_2["0"] + 7})])
+    assert progress.counters.records_skipped == 7
