@@ -73,7 +73,8 @@ class ChaosPlan:
 @dataclass(frozen=True)
 class Fault:
     at_s: float  # seconds after the replay started
-    # kill: SIGKILL to a stage's or a server's process group; stop / start / restart: a server, gracefully
+    # kill: SIGKILL to a stage's or a server's process group; stop / start / restart: a server, gracefully;
+    # await-stuck: no fault, a check that `make status` calls the target stuck, saying why (polled until it does)
     action: str
     target: str
 
@@ -160,6 +161,13 @@ def lost_to_broker_kill(ack: Ack, kills: list[BrokerKill]) -> BrokerKill | None:
     return next((kill for kill in kills if ack.connected_at < kill.killed_at and ack.at > kill.saved_at), None)
 
 
+@dataclass(frozen=True)
+class StatusVerdict:
+    fault: Fault  # the await-stuck check
+    line: str  # `make status`'s line on the target
+    after_s: float  # from the check's start until `make status` said it
+
+
 class PrivateStack:
     """`python -m stack` with its own state folder and free ports: the servers and the pipeline."""
 
@@ -174,11 +182,12 @@ class PrivateStack:
         self.mqtt = MqttSettings(mqtt_port=ports["MQTT_PORT"])
         self.influxdb_port = ports["INFLUXDB_PORT"]
         self.broker_kills: list[BrokerKill] = []
+        self.verdicts: list[StatusVerdict] = []  # what `make status` said at the await-stuck checks
 
-    def stack(self, *args: str, timeout_s: float = 600) -> str:
+    def stack(self, *args: str, timeout_s: float = 600, check: bool = True) -> str:
         done = subprocess.run([sys.executable, "-m", "stack", *args], env=self.env, cwd=REPO_ROOT,
                               capture_output=True, text=True, timeout=timeout_s)
-        if done.returncode != 0:
+        if check and done.returncode != 0:
             raise AssertionError(f"python -m stack {' '.join(args)} failed ({done.returncode}):\n"
                                  f"{done.stdout}{done.stderr}")
         return done.stdout
@@ -195,12 +204,22 @@ class PrivateStack:
                         and int(value) > 0 else 0, 300, f"{name} running under supervision", interval_s=0.5)
 
     def inject(self, fault: Fault) -> None:
-        if fault.action == "kill":
+        if fault.action == "await-stuck":
+            began = time.monotonic()
+            line = wait_for(lambda: self.stuck_line(fault.target), 300, f"make status to call {fault.target} stuck",
+                            interval_s=1.0)
+            self.verdicts.append(StatusVerdict(fault, line, time.monotonic() - began))
+        elif fault.action == "kill":
             # The stage and its children (Spark's JVM). A stage that exited by itself between reading its PID
             # and the kill is killed once supervision has started it again.
             wait_for(lambda: self._kill(fault.target), 300, f"{fault.target} killed", interval_s=0.5)
         else:
             self.supervisorctl(fault.action, fault.target)
+
+    def stuck_line(self, name: str) -> str | None:
+        """`make status`'s verdict line on `name` when it calls it stuck, else None."""
+        lines = self.stack("status", check=False).splitlines()
+        return next((line for line in lines if line.startswith(f"stuck: {name}:")), None)
 
     def _kill(self, name: str) -> bool:
         pid = self.pid(name)
@@ -325,6 +344,8 @@ class ChaosReport:
     lost_to_broker_kills: list[bytes] = field(default_factory=list)
     # Rows acknowledged in such a window (each may have been lost; those not lost arrived).
     at_risk_in_broker_kills: int = 0
+    verdicts: list[StatusVerdict] = field(default_factory=list)  # of the await-stuck checks
+    joiner_log: str = ""  # the joiner's log, as the run left it
 
     def summary(self) -> str:
         faults = ", ".join(f"{f.action} {f.target} @{f.at_s:.0f}s" for f in self.faults)
@@ -336,7 +357,9 @@ class ChaosReport:
                 f"machine.dlq {self.dead_letters}; Mosquitto SIGKILLs: {len(self.broker_kills)} "
                 f"(last save before each: {windows or '-'} earlier), rows acknowledged since that save "
                 f"{self.at_risk_in_broker_kills}, of which lost {len(self.lost_to_broker_kills)}"
-                f"{': ' + self.lost_rows() if self.lost_to_broker_kills else ''}; faults: {faults}")
+                f"{': ' + self.lost_rows() if self.lost_to_broker_kills else ''}; faults: {faults}"
+                + "".join(f"; {verdict.after_s:.0f} s after {verdict.fault.at_s:.0f}s make status said '{verdict.line}'"
+                          for verdict in self.verdicts))
 
     def lost_rows(self) -> str:
         """The lost rows by machine and time (a bad row by its first bytes), the first 20."""
@@ -429,6 +452,9 @@ def run_chaos(plan: ChaosPlan, workdir: Path, faults: list[Fault] | None = None,
                                                  for payload, ack in publisher.publisher.acks.items()})
         report.settle_s = time.monotonic() - began - report.replay_s
     finally:
+        report.verdicts = list(stack.verdicts)
+        joiner_log = stack.state_dir / f"{plan.joiner}-joiner" / f"{plan.joiner}-joiner.log"
+        report.joiner_log = joiner_log.read_text(errors="replace") if joiner_log.exists() else ""
         stack.stack("down", timeout_s=300)
     shutil.rmtree(workdir, ignore_errors=True)  # kept only when the run failed
     return report

@@ -11,7 +11,7 @@ from typing import Any, TypeVar
 
 from confluent_kafka import Consumer, Producer
 
-from pipeline_core.kafka_clients import admin_client, consumer_config, producer_config
+from pipeline_core.kafka_clients import admin_client, consumer_config, produce, producer_config
 from pipeline_core.partitioning import thing_partition
 from pipeline_core.records import encode_record
 from pipeline_core.topics import partition_count
@@ -121,8 +121,10 @@ def produce_records(bootstrap: str, topic: str, records: Iterable[dict[str, Any]
 
     for record in records:
         options = {"partition": thing_partition(record["thing"], partitions)} if by_thing else {}
-        producer.produce(topic, encode_record(record), key=key(record) if key else None,
-                         on_delivery=on_delivery, **options)
+        # Waits for deliveries while the local queue is full: a few hundred thousand records outgrow it.
+        refused = produce(producer, topic, encode_record(record), key(record) if key else None,
+                          on_delivery=on_delivery, **options)
+        assert refused is None, refused
         producer.poll(0)
         count += 1
     producer.flush(60)
