@@ -182,6 +182,7 @@ def emit_unchanged(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch
 def start_passthrough_query(spark, settings: SparkJoinerSettings, sink: TransactionalBatchSink) -> StreamingQuery:
     """The job's ceiling: its Kafka source and its transactional sink with no join in between (no routing,
     no shuffle, no state), started as the job starts (same settings, checkpoint files and trigger)."""
+    sink.resume(settings.input_topic, str(settings.checkpoint_dir))  # fresh topics: nothing committed to skip
     if is_local_path(str(settings.checkpoint_dir)):
         spark.conf.set(CHECKPOINT_FILE_MANAGER, FILE_SYSTEM_CHECKPOINTS)
     return (kafka_source(spark, settings).mapInArrow(emit_unchanged, OUTPUT_SCHEMA).writeStream
