@@ -70,7 +70,7 @@ def test_with_two_of_three_kafka_nodes_down_writes_are_refused_and_rows_wait_in_
                                                                   security=security)} >= acknowledged,
                  300, "the first half of the rows in machine.data", interval_s=2.0)
 
-        stack.supervisorctl("stop", "kafka-2", "kafka-3")
+        stack.stop("kafka-2", "kafka-3")
         outcomes = produce_and_wait(stack.bootstrap.split(",")[0], probe, records=20, timeout_ms=15_000,
                                     security=security)
         assert outcomes and all(error is not None for error in outcomes), \
@@ -79,7 +79,7 @@ def test_with_two_of_three_kafka_nodes_down_writes_are_refused_and_rows_wait_in_
         # until Kafka has its records.
         publish(stack, during)
 
-        stack.supervisorctl("start", "kafka-2", "kafka-3")
+        stack.start("kafka-2", "kafka-3")
         report = ChaosReport(plan)
         check_outcome(stack, report, rows, [], {})
         print(f"two of three Kafka nodes down: {len(outcomes)} writes refused "
