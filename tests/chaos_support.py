@@ -36,7 +36,7 @@ from typing import Any
 from influxdb import InfluxDBClient
 
 from connector_support import expected_records, read_rows
-from db_connector_support import count
+from db_connector_support import expected_joined_points, expected_raw_points, wait_for_points
 from local_stream_buffer.keyed import KeyedJoiner
 from pipeline_core import credentials
 from pipeline_core.kafka_clients import security_config
@@ -612,7 +612,6 @@ def check_outcome(stack: PrivateStack, report: ChaosReport, rows: dict[bytes, se
 
     wait_for(joins_complete, 900, "machine.out to equal the offline join of machine.data", interval_s=5.0)
     report.joins = sum(expected_joins.values())
-    joined_points = len({json.loads(join)["id"] for join in expected_joins})
 
     dead = read_topic(bootstrap, MACHINE_DLQ.name, idle_s=2.0, deadline_s=300, security=security)
     payloads = dead_lettered_payloads(dead)
@@ -630,12 +629,7 @@ def check_outcome(stack: PrivateStack, report: ChaosReport, rows: dict[bytes, se
     report.dead_letters = len(dead)
     report.lost_to_broker_kills = [*missing, *sorted(bad_missing)]
 
-    client = stack.influx()
-    raw_points = len({(r["thing"], r["quantity"], r["phenomenonTime"]) for r in map(json.loads, arrived)})
-
-    def influx_complete() -> bool:
-        raw, joined = count(client, "machinedata"), count(client, "joined")
-        assert raw <= raw_points and joined <= joined_points, (raw, joined)  # never a point twice
-        return raw == raw_points and joined == joined_points
-
-    wait_for(influx_complete, 900, "every raw and joined point in InfluxDB", interval_s=5.0)
+    # InfluxDB: every record of machine.data one raw point and every record of machine.out one joined point, with
+    # their tags, times and values, and nothing else.
+    wait_for_points(stack.influx(), raw=expected_raw_points(map(json.loads, arrived)),
+                    joined=expected_joined_points(map(json.loads, expected_joins)), deadline_s=900, interval_s=5.0)

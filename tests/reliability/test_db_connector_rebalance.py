@@ -18,7 +18,7 @@ import pytest
 
 from conftest import EVENTS_FILE
 from db_connector_support import (connector_args, connectors, database,  # noqa: F401 (fixtures)
-                                  distinct_series_times, key_of, raw_records, wait_for_count)
+                                  expected_raw_points, key_of, raw_records, wait_for_points)
 from pipeline_core.kafka_clients import admin_client
 from pipeline_core.topics import MACHINE_DATA, MACHINE_DLQ, MACHINE_OUT, ensure_topics
 from stack import manager
@@ -64,5 +64,5 @@ def test_partitions_given_back_after_a_session_timeout_in_a_commit_wait_are_fetc
     wait_for(lambda: connector.log().count("assigned ") >= 2, 120, "the partitions given back")
 
     produce_records(bootstrap, topics.data, raw[half:], key=key_of)
-    wait_for_count(client, "machinedata", distinct_series_times(raw), deadline_s=120)
+    wait_for_points(client, raw=expected_raw_points(raw), deadline_s=120)
     assert connector.alive(), connector.log()
