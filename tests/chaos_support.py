@@ -37,11 +37,10 @@ from influxdb import InfluxDBClient
 
 from connector_support import expected_records, read_rows
 from db_connector_support import expected_joined_points, expected_raw_points, wait_for_points
-from local_stream_buffer.keyed import KeyedJoiner
+from join_reference import reference_join
 from pipeline_core import credentials
 from pipeline_core.kafka_clients import security_config
 from pipeline_core.mqtt import DEVICE_CLIENT_ID
-from pipeline_core.records import decode_record
 from pipeline_core.settings import MACHINE_STATES_TOPIC, KafkaSettings, MqttSettings, load_settings
 from pipeline_core.topics import MACHINE_DATA, MACHINE_DLQ, MACHINE_OUT
 from simulator.publisher import Publisher
@@ -481,13 +480,10 @@ def canonical(value: bytes | dict[str, Any]) -> str:
 
 
 def offline_join(messages: list[Message]) -> Counter[str]:
-    """The engine's outputs over machine.data as it lies in Kafka: each key in partition order."""
-    joiner = KeyedJoiner()
-    outputs: Counter[str] = Counter()
-    for message in sorted(messages, key=lambda m: (m.partition, m.offset)):
-        for output in joiner.ingest(decode_record(message.value)).outputs:
-            outputs[canonical(output)] += 1
-    return outputs
+    """The join's outputs by its definition (join_reference, no code of either joiner) over machine.data as it
+    lies in Kafka: each stream in partition order."""
+    records = [json.loads(message.value) for message in sorted(messages, key=lambda m: (m.partition, m.offset))]
+    return Counter(canonical(output) for output in reference_join(records))
 
 
 def dead_lettered_payloads(messages: list[Message]) -> list[bytes]:

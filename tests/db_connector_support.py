@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from influxdb import InfluxDBClient
 
-from local_stream_buffer.keyed import KeyedJoiner
+from join_reference import reference_join
 from pipeline_core import paths
 from pipeline_core.health import influxdb_ready
 from pipeline_core.influx_retention import (DATA_MEASUREMENT, DEADLETTER_MEASUREMENT, JOINED_MEASUREMENT,
@@ -42,12 +42,8 @@ def raw_records(events_file: Path) -> list[dict[str, Any]]:
 
 
 def join_results(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """machine.out records of `records`, computed offline with the engine's keyed joiner (time order)."""
-    joiner = KeyedJoiner()
-    results = []
-    for record in sorted(records, key=lambda r: (r["phenomenonTime"], r["thing"], r["quantity"])):
-        results.extend(joiner.ingest(record).outputs)
-    return results
+    """machine.out records of `records` in time order, by the join's definition (join_reference)."""
+    return reference_join(sorted(records, key=lambda r: (r["phenomenonTime"], r["thing"], r["quantity"])))
 
 
 def key_of(record: dict[str, Any]) -> str:
