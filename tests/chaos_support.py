@@ -513,8 +513,9 @@ def run_chaos(plan: ChaosPlan, workdir: Path, faults: list[Fault] | None = None,
             for row in read_rows(rows_file)}
     bad = bad_payloads(plan.bad_rows, plan.seed)
     stack = stack_class(workdir / "stack", plan.joiner)
-    stack.stack("up", timeout_s=900)
     try:
+        # Inside: an `up` that fails (a process never healthy) leaves the others running until `down`.
+        stack.stack("up", timeout_s=900)
         replay_s = plan.rows / plan.rate
         report.faults = faults if faults is not None else fault_schedule(plan, replay_s)
         settings = stack.simulator_settings("--events-file", str(rows_file), "--rate", str(plan.rate), "--order",

@@ -59,8 +59,9 @@ def test_with_two_of_three_kafka_nodes_down_writes_are_refused_and_rows_wait_in_
     rows = {json.dumps(row).encode(): {canonical(record) for record in expected_records([row])}
             for row in read_rows(rows_file)}
     stack = PrivateClusterStack(workdir / "stack", plan.joiner)
-    stack.stack("up", timeout_s=900)
     try:
+        # Inside: an `up` that fails (a process never healthy) leaves the others running until `down`.
+        stack.stack("up", timeout_s=900)
         probe = "cluster.quorum.probe"
         security = stack.kafka_security  # the cluster is secure: the test's clients are its admin
         ensure_topics(admin_client(stack.bootstrap, **security), (TopicSpec(probe, 3),))

@@ -32,8 +32,9 @@ ROWS = 2000
 def test_a_sigkill_of_mosquitto_loses_only_rows_acknowledged_after_its_last_save():
     workdir = chaos_workdir("mosquitto-sigkill")
     stack = PrivateStack(workdir / "stack", "lsb")
-    stack.stack("up", timeout_s=900)
     try:
+        # Inside: an `up` that fails (a process never healthy) leaves the others running until `down`.
+        stack.stack("up", timeout_s=900)
         stack.stop("stream-connector")
         rows = [json.dumps(row).encode()
                 for row in itertools.islice(synthetic_rows(5, 1, 7, 1_554_076_800_000, 1000), ROWS)]
