@@ -36,6 +36,20 @@ def wait_for(check: Callable[[], T], deadline_s: float, what: str, interval_s: f
         time.sleep(interval_s)
 
 
+def port_open(host: str, port: int) -> bool:
+    """Whether something accepts connections on host:port now."""
+    with socket.socket() as probe:
+        probe.settimeout(1.0)
+        return probe.connect_ex((host, port)) == 0
+
+
+def confirm_down(addresses: str, what: str, deadline_s: float = 30) -> None:
+    """A server a test stopped is gone: every one of `addresses` ("host:port,...") refuses connections."""
+    endpoints = [(host, int(port)) for host, port in (address.rsplit(":", 1) for address in addresses.split(","))]
+    wait_for(lambda: not any(port_open(host, port) for host, port in endpoints), deadline_s,
+             f"{what} to refuse connections on {addresses}")
+
+
 def free_ports(count: int) -> list[int]:
     """Ports nothing listens on right now, for a private stack beside the shared one."""
     sockets = [socket.socket() for _ in range(count)]
