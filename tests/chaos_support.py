@@ -262,7 +262,8 @@ class PrivateStack:
 
     def stop(self, *names: str) -> None:
         """Stops each program gracefully; confirmed by supervisorctl, its process group gone, its ports closed."""
-        pids = {name: self.pid(name) for name in names}
+        pids = {name: self.running_pid(name) for name in names}
+        assert all(pids.values()), f"a stop of what does not run is no fault: {pids}"
         listening = {name: [port for port in self.ports(name) if port_open(port)] for name in names}
         for name in names:
             assert not self.ports(name) or listening[name], f"{name} listened on none of {self.ports(name)}"
