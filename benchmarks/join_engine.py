@@ -29,8 +29,6 @@ from local_stream_buffer.workloads import Series, alternating_runs, as_records, 
 # A streaming user takes the results as they come; the seed's tests kept all of them until the end, which
 # makes the run pay for growing the process by every result dict (page faults, ~0.3-0.5 µs per record).
 STREAMED_FETCH_EVERY = 1_000
-# The seed's LocalStreamBuffer on five_five_many, measured on this machine for issue 3.
-SEED_FIGURES = "seed LocalStreamBuffer, five_five_many: ~50-70k records/s, ~90-130k joins/s (1.4-2.0 s)"
 
 
 @dataclass
@@ -149,8 +147,7 @@ def main(argv: list[str] | None = None) -> None:
             print(result.row())
         if len({result.joins for result in results}) != 1:
             raise SystemExit(f"{name}: the paths disagree on the number of joins")
-    print(f"\nfor comparison: {SEED_FIGURES}")
-    print(f"per-record: StreamBuffer with the seed's default result dicts, fetched every {STREAMED_FETCH_EVERY:,} records "
+    print(f"\nper-record: StreamBuffer with the seed's default result dicts, fetched every {STREAMED_FETCH_EVERY:,} records "
           "(streamed)\nor all at the end as the seed's tests did (kept to end: the process grows by every result)\n"
           "peak held: most records one side held at once (per-record) or after a batch (batch path); host steal:\n"
           "share of the machine's CPU time the virtual machine's host took during the best run (it slows every figure)")

@@ -19,11 +19,15 @@ each series is the reference every peer is held to. The peers:
 (``peers.subprocess_peer``): their packages are no part of this project's environment.
 
 Each peer runs four times on fresh topics (the other interleaving first, so that the measured backlog run is
-never a process's or a JVM's first):
+never a process's or a JVM's first), and the time-order backlog again in each further ``--rounds`` (at least
+two; each round takes the peers in the reverse order of the one before). Every backlog run starts the peer,
+feeds it a warm-up (a machine of its own per partition, a day earlier) and waits for its first output, then
+appends the backlog at once:
 
-1. backlog, time order: the input pre-loaded as a live replay appends it; records/s from the peer's first
-   input record to its last output visible to a read_committed reader, and its CPU per record (its process
-   tree: driver, JVM and Python workers for Spark; the peer's process otherwise; the broker's excluded);
+1. backlog, time order: records/s from the moment the backlog's first record is handed to Kafka to the moment
+   its last output is visible to a read_committed reader, the same two moments for every peer; the median of
+   the rounds is shown with each round's figure; CPU per record of the first round (its process tree: driver,
+   JVM and Python workers for Spark; the peer's process otherwise; the broker's excluded);
 2. backlog, another interleaving (``--interleaving``): the same records, each series still in its order,
    appended in another order across things and quantities; by the join's contract the pairs do not change;
 3. backlog, bounded disorder (``--disorder-seconds``, ``--seed``): time order with each machine's rows
@@ -31,6 +35,8 @@ never a process's or a JVM's first):
    ``max_out_of_orderness`` set to the bound (where the engine has it), Flink's watermarks trail by it;
 4. live: a steady ``--rate`` records/s in time order after a warm-up; per output, the time from the append
    of the later of its two inputs to the moment a read_committed reader sees it: p50/p99.
+
+Each row states the peer's parallelism and delivery guarantee as run.
 
 For every run the output is compared with the reference: pairs found, missing, extra (pairs that are not a
 record's neighbour within delta_time), and duplicates. Topics are unique per run and deleted afterwards.
@@ -260,6 +266,7 @@ class RunResult:
     p50_ms: float = float("nan")
     p99_ms: float = float("nan")
     retractions: int = 0  # records that withdrew an earlier one (Pathway's diff -1)
+    rounds: list[float] = dataclasses.field(default_factory=list)  # records/s of each round (time order)
 
 
 def wait_until(condition: Callable[[], bool], deadline_s: float, what: str) -> None:
@@ -278,22 +285,27 @@ def cleanup(bootstrap: str, topics: Topics) -> None:
     delete_topics(bootstrap, [name for name in existing if run_id in name])
 
 
-def backlog_run(peer: Peer, bootstrap: str, messages: Sequence[workload.Message], run: RunInput,
-                reference: set[PairKey], settle_s: float, deadline_s: float) -> RunResult:
-    """The peer on ``messages`` pre-loaded into fresh topics, until it read them all and its output settled."""
+def backlog_run(peer: Peer, bootstrap: str, warm_up: Sequence[workload.Message], messages: Sequence[workload.Message],
+                run: RunInput, reference: set[PairKey], settle_s: float, deadline_s: float) -> RunResult:
+    """The peer, once running and past a warm-up (its first output seen), on ``messages`` appended at once into
+    fresh topics, until it read them all and its output settled. Every peer is timed alike: from the moment the
+    backlog's first record is handed to Kafka to the moment its last output is visible to a read_committed
+    reader (``run`` covers the warm-up and the backlog)."""
     topics = make_topics(bootstrap, "peers")
     try:
-        preload(bootstrap, topics.data, messages)
         reader = OutputReader(bootstrap, topics.out)
         reader.start()
         peer.start(topics, run, live=False)
         try:
+            preload(bootstrap, topics.data, warm_up)
+            wait_until(lambda: len(reader.values) > 0, 300, f"{peer.name}'s first output")
+            first = time.time()
+            preload(bootstrap, topics.data, messages)
             wait_until(lambda: peer.done(run), deadline_s, f"{peer.name} to read {run.records:,} records")
             # Settled: no new output for settle_s since the peer read its input (a peer may count its input
             # before it writes what that input joins).
             done_at = time.time()
             wait_until(lambda: reader.idle_seconds(done_at) > settle_s, deadline_s, f"{peer.name}'s output to settle")
-            first = peer.first_input_at()
         finally:
             cpu_seconds = peer.stop()
         time.sleep(settle_s)  # a last commit on stop becomes visible
@@ -302,11 +314,13 @@ def backlog_run(peer: Peer, bootstrap: str, messages: Sequence[workload.Message]
         cleanup(bootstrap, topics)
     if isinstance(peer, SparkPeer):
         cpu_seconds -= reader.cpu_seconds  # the reader shares the driver's process
-    written, retractions = written_pairs(json.loads(value) for value in reader.values)
-    last = reader.visible_at[-1] if reader.visible_at else float("nan")
+    outputs = [json.loads(value) for value in reader.values]
+    written, retractions = written_pairs(output for output in outputs if not is_warm_up(output))
+    visible = [moment for output, moment in zip(outputs, reader.visible_at) if not is_warm_up(output)]
+    records = run.records - len(warm_up)
     return RunResult(compare_pairs(reference, written), written,
-                     records_per_s=run.records / (last - first) if first else float("nan"),
-                     cpu_us_per_record=cpu_seconds / run.records * 1e6, retractions=retractions)
+                     records_per_s=records / (visible[-1] - first) if visible else float("nan"),
+                     cpu_us_per_record=cpu_seconds / records * 1e6, retractions=retractions)
 
 
 def live_run(peer: Peer, bootstrap: str, warm_up: Sequence[workload.Message], steady: Sequence[workload.Message],
@@ -402,7 +416,8 @@ def print_table(results: dict[str, dict[str, RunResult]], interleaving: str, arg
           f"({references['records']:,} records): the engine's join gives {references['neighbour']:,} pairs; "
           f"an interval join within delta {references['interval']:,}; a backward as-of join "
           f"{references['asof']:,}")
-    header = (f"{'':<31} {'records/s':>9} {'CPU µs/rec':>10} {'p50 ms':>7} {'p99 ms':>7} | {'pairs out':>9} "
+    header = (f"{'':<31} {'parallelism':<19} {'guarantee':<13} {'records/s median (rounds)':>27} "
+              f"{'CPU µs/rec':>10} {'p50 ms':>7} {'p99 ms':>7} | {'pairs out':>9} "
               f"{'found':>7} {'missing':>7} {'extra':>7} {'dup':>5} | {interleaving}: same output? "
               f"| disordered ≤ {args.disorder_seconds:g} s")
     print(header)
@@ -415,13 +430,16 @@ def print_table(results: dict[str, dict[str, RunResult]], interleaving: str, arg
         else:
             only_first, only_other = output_difference(backlog.written, other.written)
             changed = f"CHANGED: {only_first:,} lost, {only_other:,} new"
-        print(f"{name:<31} {backlog.records_per_s:9,.0f} {backlog.cpu_us_per_record:10.1f} {live.p50_ms:7.0f} "
+        parallelism, guarantee = peer_facts(name)
+        rounds = backlog.rounds or [backlog.records_per_s]
+        speed = f"{float(np.median(rounds)):,.0f} ({', '.join(f'{value:,.0f}' for value in rounds)})"
+        print(f"{name:<31} {parallelism:<19} {guarantee:<13} {speed:>27} {backlog.cpu_us_per_record:10.1f} {live.p50_ms:7.0f} "
               f"{live.p99_ms:7.0f} | {check.outputs:9,} {check.found:7,} {check.missing:7,} {check.extra:7,} "
               f"{check.duplicates:5,} | {changed:<{len(interleaving) + 14}} | {disorder_cell(runs[DISORDERED])}")
     spark_job = next((runs["time order"] for name, runs in results.items() if name.startswith("(a)")), None)
     interval = next((runs["time order"] for name, runs in results.items() if name.startswith("(b)")), None)
     if spark_job and interval:
-        print(f"(a) / (b): {spark_job.records_per_s / interval.records_per_s:.2f}x the records/s of Spark's interval "
+        print(f"(a) / (b): {np.median(spark_job.rounds) / np.median(interval.rounds):.2f}x the records/s of Spark's interval "
               f"join, {interval.cpu_us_per_record / spark_job.cpu_us_per_record:.2f}x less CPU per record, on the "
               f"same input in the same run, computing the neighbour join")
     print()
@@ -433,9 +451,12 @@ def print_table(results: dict[str, dict[str, RunResult]], interleaving: str, arg
             print(f"  {name[:4]:<4} {label:<24} {check.outputs:9,} {check.found:7,} {check.missing:7,} "
                   f"{check.extra:7,} {check.duplicates:5,} {result.retractions:9,}")
     field = out_of_orderness_field()
-    print(f"records/s and CPU: backlog in time order, from the peer's first input record (Flink: its job's tasks "
-          f"running) to its last output visible; CPU of the peer's processes (Spark: driver, JVM, Python workers; "
-          f"Flink: Python and its JVM), not the broker's. Latency: live at {args.rate:,.0f} records/s for "
+    print(f"records/s: backlog in time order, every peer timed alike: started and past a warm-up (its first output "
+          f"seen), from the moment the backlog's first record is handed to Kafka to the moment its last output is "
+          f"visible to a read_committed reader; the median of {args.rounds} rounds, the peers in alternating order "
+          f"(each round reverses the previous one's), each round's figure in brackets. CPU per record: of the "
+          f"first round, its start-up and warm-up included, of the peer's processes (Spark: driver, JVM, Python "
+          f"workers; Flink: Python and its JVM), not the broker's. Latency: live at {args.rate:,.0f} records/s for "
           f"{args.live_seconds:.0f} s, from the append of a pair's later input to a read_committed reader seeing "
           f"it. Pairs out: records written less those withdrawn (Pathway). Spark: batches of {args.batch:,} "
           f"records on a backlog, trigger {args.trigger_seconds} s live; (b) watermark {args.watermark_seconds:g} "
@@ -447,6 +468,14 @@ def print_table(results: dict[str, dict[str, RunResult]], interleaving: str, arg
 
 
 PEERS = ("a", "b", "c", "d", "e", "f")
+
+
+def peer_facts(name: str) -> tuple[str, str]:
+    """(parallelism, delivery guarantee) of a peer, by its letter: how each row was run."""
+    cores = os.cpu_count() or 1
+    return {"a": (f"local[*] {cores} cores", "exactly once"), "b": (f"local[*] {cores} cores", "at least once"),
+            "c": ("1 process", "exactly once"), "d": ("1 process", "exactly once"),
+            "e": (f"parallelism {cores}", "exactly once"), "f": ("1 worker", "at least once")}[name[1]]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -475,7 +504,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--settle-seconds", type=float, default=2.0,
                         help="no new output for this long: the peer's output is complete")
     parser.add_argument("--peers", nargs="*", choices=PEERS, default=list(PEERS))
+    parser.add_argument("--rounds", type=int, default=2,
+                        help="rounds of the time-order backlog (at least 2), the peers' order reversed each round")
     args = parser.parse_args(argv)
+    if args.rounds < 2:
+        parser.error("--rounds: at least 2, so that no figure is one run's")
     configure_logging()
     logging.getLogger("py4j").setLevel(logging.WARNING)
     bootstrap = args.kafka_bootstrap_servers
@@ -493,17 +526,17 @@ def main(argv: list[str] | None = None) -> int:
     log.info("disordered input: %d of %d records arrive behind a newer record of their series, by up to %.0f ms",
              len(late), len(records), max(late, default=0))
     backlog = {name: [encoded[index] for index in order] for name, order in orders.items()}
-    inputs = {name: run_input(records, resolver, reference, encoded,
-                              args.disorder_seconds if name == DISORDERED else 0.0) for name in orders}
 
     steady_records = [records[index] for index in orders["time order"][:int(args.rate * args.live_seconds)]]
-    warm = warm_up_records(int(steady_records[0]["phenomenonTime"]))
-    live_reference = neighbour_pairs(series_of(steady_records, resolver))
+    warm = warm_up_records(int(min(record["phenomenonTime"] for record in records)))
     warm_messages = workload.messages(warm, MACHINE_DATA.partitions)
+    warm_pairs = neighbour_pairs(series_of(warm, resolver))
+    # Each backlog run reads the warm-up first; its pairs are left out of the comparison and the figures.
+    inputs = {name: run_input([*warm, *records], resolver, reference | warm_pairs, [*warm_messages, *encoded],
+                              args.disorder_seconds if name == DISORDERED else 0.0) for name in orders}
+    live_reference = neighbour_pairs(series_of(steady_records, resolver))
     steady_messages = workload.messages(steady_records, MACHINE_DATA.partitions)
-    # The peer reads the warm-up too; its pairs are left out of the comparison and the latencies.
-    live_input = run_input([*warm, *steady_records], resolver,
-                           live_reference | neighbour_pairs(series_of(warm, resolver)),
+    live_input = run_input([*warm, *steady_records], resolver, live_reference | warm_pairs,
                            [*warm_messages, *steady_messages])
 
     workdir = Path(tempfile.mkdtemp(prefix="join-peers-"))
@@ -511,15 +544,24 @@ def main(argv: list[str] | None = None) -> int:
 
     failures: dict[str, str] = {}
 
-    def measure(peer: Peer) -> None:
-        runs: dict[str, RunResult] = {}
-        # The other interleaving first: the figures of the time-order run are then of a peer whose process (for
-        # Spark, the session's JVM) has run a query before, as the second of both Spark peers' runs is anyway.
+    def measure(peer: Peer, first_round: bool) -> None:
+        """The first round: every run of the peer; later rounds: the time-order backlog again."""
         try:
+            if not first_round:
+                if peer.name in results:
+                    again = backlog_run(peer, bootstrap, warm_messages, backlog["time order"], inputs["time order"],
+                                        reference, args.settle_seconds, 900)
+                    log.info("%s, time order again: %s", peer.name, again.comparison)
+                    results[peer.name]["time order"].rounds.append(again.records_per_s)
+                return
+            runs: dict[str, RunResult] = {}
+            # The other interleaving first: the figures of the time-order run are then of a peer whose process (for
+            # Spark, the session's JVM) has run a query before.
             for name in (args.interleaving, "time order", DISORDERED):
-                runs[name] = backlog_run(peer, bootstrap, backlog[name], inputs[name], reference,
+                runs[name] = backlog_run(peer, bootstrap, warm_messages, backlog[name], inputs[name], reference,
                                          args.settle_seconds, 900)
                 log.info("%s, %s: %s", peer.name, name, runs[name].comparison)
+            runs["time order"].rounds.append(runs["time order"].records_per_s)
             runs["live"] = live_run(peer, bootstrap, warm_messages, steady_messages, steady_records, live_input,
                                     live_reference, args.rate, args.settle_seconds)
             log.info("%s, live: %s", peer.name, runs["live"].comparison)
@@ -527,36 +569,49 @@ def main(argv: list[str] | None = None) -> int:
         except Exception as error:  # noqa: BLE001 - one peer's failure is its result; the others still run
             log.exception("%s failed", peer.name)
             failures[peer.name] = f"{type(error).__name__}: {str(error).splitlines()[0][:200]}"
+            results.pop(peer.name, None)
 
     specs = resolver.specs
     subprocess_peer = functools.partial(SubprocessPeer, bootstrap=bootstrap, workdir=workdir, specs=specs,
                                         commit_interval_s=KafkaJoinerSettings.commit_interval_ms / 1000)
     flink = {"connector_jar": str(venvs.flink_connector_jar()) if "e" in args.peers else "",
              "checkpoint_interval_ms": args.flink_checkpoint_ms, "parallelism": os.cpu_count() or 1}
+    # (letter, the peer made with the Spark session, or None for the others)
+    makers: list[tuple[str, Callable]] = []
+    if "a" in args.peers:
+        makers.append(("a", lambda spark: SparkJoinerPeer(spark, bootstrap, workdir, args.batch, args.trigger_seconds)))
+    if "b" in args.peers:
+        makers.append(("b", lambda spark: SparkIntervalPeer(spark, bootstrap, workdir, args.batch, args.trigger_seconds,
+                                                            watermark_seconds=args.watermark_seconds,
+                                                            resolver=resolver)))
+    if "c" in args.peers:
+        makers.append(("c", lambda _: KafkaJoinerPeer(KafkaSettings(kafka_bootstrap_servers=bootstrap), max_seconds=60,
+                                                      workdir=workdir)))
+    if "d" in args.peers:
+        makers.append(("d", lambda _: subprocess_peer("(d) Quix Streams join_asof", "quix",
+                                                      "benchmarks.peers.quix_asof", count_joinable=True)))
+    if "e" in args.peers:
+        for mode in ("interval", "temporal"):
+            makers.append(("e", lambda _, mode=mode: subprocess_peer(
+                f"(e) Flink SQL {mode} join", "flink", "benchmarks.peers.flink_sql",
+                options={**flink, "mode": mode}, runs_to_end=True)))
+    if "f" in args.peers:
+        for mode, label in (("backward", "backward"), ("both", "both ways")):
+            makers.append(("f", lambda _, mode=mode, label=label: subprocess_peer(
+                f"(f) Pathway asof_join {label}", "pathway", "benchmarks.peers.pathway_asof", options={"mode": mode})))
+    spark = None
     try:
-        if {"a", "b"} & set(args.peers):
-            spark = spark_session("local[*]", driver_memory="2g")
-            spark_args = (spark, bootstrap, workdir, args.batch, args.trigger_seconds)
-            if "a" in args.peers:
-                measure(SparkJoinerPeer(*spark_args))
-            if "b" in args.peers:
-                measure(SparkIntervalPeer(*spark_args, watermark_seconds=args.watermark_seconds, resolver=resolver))
-            spark.stop()  # its JVM would share the cores with the peers below
-        if "c" in args.peers:
-            measure(KafkaJoinerPeer(KafkaSettings(kafka_bootstrap_servers=bootstrap), max_seconds=60,
-                                    workdir=workdir))
-        if "d" in args.peers:
-            measure(subprocess_peer("(d) Quix Streams join_asof", "quix", "benchmarks.peers.quix_asof",
-                                    count_joinable=True))
-        if "e" in args.peers:
-            for mode in ("interval", "temporal"):
-                measure(subprocess_peer(f"(e) Flink SQL {mode} join", "flink", "benchmarks.peers.flink_sql",
-                                        options={**flink, "mode": mode}, runs_to_end=True))
-        if "f" in args.peers:
-            for mode, label in (("backward", "backward"), ("both", "both ways")):
-                measure(subprocess_peer(f"(f) Pathway asof_join {label}", "pathway", "benchmarks.peers.pathway_asof",
-                                        options={"mode": mode}))
+        for round_index in range(args.rounds):
+            for letter, make in (makers if round_index % 2 == 0 else list(reversed(makers))):
+                if letter in "ab" and spark is None:
+                    spark = spark_session("local[*]", driver_memory="2g")
+                elif letter not in "ab" and spark is not None:
+                    spark.stop()  # its JVM would share the cores with the peers below
+                    spark = None
+                measure(make(spark), first_round=round_index == 0)
     finally:
+        if spark is not None:
+            spark.stop()
         shutil.rmtree(workdir, ignore_errors=True)
     print_table(results, args.interleaving, args, references)
     for name, failure in failures.items():

@@ -17,10 +17,12 @@ from __future__ import annotations
 
 import base64
 import json
+import math
 import os
 import random
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -34,18 +36,18 @@ from typing import Any
 from influxdb import InfluxDBClient
 
 from connector_support import expected_records, read_rows
-from db_connector_support import count, free_port
-from local_stream_buffer.keyed import KeyedJoiner
+from db_connector_support import expected_joined_points, expected_raw_points, wait_for_points
+from join_reference import reference_join
 from pipeline_core import credentials
 from pipeline_core.kafka_clients import security_config
 from pipeline_core.mqtt import DEVICE_CLIENT_ID
-from pipeline_core.records import decode_record
 from pipeline_core.settings import MACHINE_STATES_TOPIC, KafkaSettings, MqttSettings, load_settings
 from pipeline_core.topics import MACHINE_DATA, MACHINE_DLQ, MACHINE_OUT
 from simulator.publisher import Publisher
 from simulator.replay import publish_rows, selected_rows
 from simulator.settings import SimulatorSettings
-from support import Message, read_topic, wait_for
+from stack.topology import SINGLE_PORTS, private_ports
+from support import PORT_RANGE_ENV, Message, read_topic, wait_for
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SERVERS = ("kafka", "mosquitto", "influxdb")
@@ -68,6 +70,13 @@ class ChaosPlan:
     @property
     def stages(self) -> tuple[str, ...]:
         return ("stream-connector", f"{self.joiner}-joiner", "db-connector")
+
+    @property
+    def max_rows_at_risk_per_mosquitto_kill(self) -> int:
+        """The most rows (good and bad) one SIGKILL of Mosquitto may put at risk: those the replay publishes in
+        twice MOSQUITTO_SAVE_WINDOW_S at its rate (its pace is absolute, so after a stall of its thread it
+        catches up in a burst), and every bad row. An unlimited rate states no bound."""
+        return math.ceil(2 * MOSQUITTO_SAVE_WINDOW_S * self.rate) + self.bad_rows if self.rate else self.rows
 
 
 @dataclass(frozen=True)
@@ -112,7 +121,12 @@ class BrokerKill:
     """A SIGKILL of Mosquitto: when it was sent, and when the broker had last saved its database."""
 
     killed_at: float  # wall-clock seconds
-    saved_at: float  # the database file's mtime once the broker was dead; 0.0: it had never saved
+    saved_at: float  # the database file's mtime once the broker was dead
+
+
+# How long before a SIGKILL Mosquitto last saved, at most: the shipped `autosave_interval 1` saves every 2 s
+# (02_mqtt_broker/README.md), and a save of a long queue takes up to 0.4 s; a second more for a loaded machine.
+MOSQUITTO_SAVE_WINDOW_S = 3.0
 
 
 @dataclass(frozen=True)
@@ -168,14 +182,30 @@ class StatusVerdict:
     after_s: float  # from the check's start until `make status` said it
 
 
+# The ports each server listens on (the variables the stack reads them from): a stop counts once they are closed.
+SERVER_PORTS = {
+    "kafka": ("KAFKA_PORT", "KAFKA_CONTROLLER_PORT"), "kafka-1": ("KAFKA_PORT", "KAFKA_CONTROLLER_PORT"),
+    "kafka-2": ("KAFKA_NODE2_PORT", "KAFKA_NODE2_CONTROLLER_PORT"),
+    "kafka-3": ("KAFKA_NODE3_PORT", "KAFKA_NODE3_CONTROLLER_PORT"),
+    "mosquitto": ("MQTT_PORT", "MQTT_TLS_PORT"), "influxdb": ("INFLUXDB_PORT", "INFLUXDB_RPC_PORT"),
+}
+# supervisorctl's exit status for `pid` of a program that is not running.
+NOT_RUNNING = 7
+
+
 class PrivateStack:
-    """`python -m stack` with its own state folder and free ports: the servers and the pipeline."""
+    """`python -m stack` with its own state folder and ports (from CLUSTER_TEST_PORTS when set, else any free
+    ones): the servers and the pipeline.
+
+    Every fault it injects is confirmed before it counts: supervisorctl's exit status and answer, and then the
+    process group gone (a kill, a stop, a restart) and the server's ports closed (a stop). `confirmed` lists
+    what was confirmed, one line per fault."""
 
     def __init__(self, state_dir: Path, joiner: str) -> None:
         self.state_dir = state_dir
-        ports = {name: free_port() for name in ("MQTT_PORT", "KAFKA_PORT", "KAFKA_CONTROLLER_PORT",
-                                                 "INFLUXDB_PORT", "INFLUXDB_RPC_PORT")}
+        ports = private_ports(SINGLE_PORTS, os.environ.get(PORT_RANGE_ENV))
         self.bootstrap = f"127.0.0.1:{ports['KAFKA_PORT']}"
+        self.assigned_ports = dict(ports)
         self.env = {**os.environ, **{name: str(port) for name, port in ports.items()},
                     "STACK_STATE_DIR": str(state_dir), "JOINER": joiner, "TOPOLOGY": "single",
                     "KAFKA_BOOTSTRAP_SERVERS": self.bootstrap}
@@ -183,6 +213,7 @@ class PrivateStack:
         self.influxdb_port = ports["INFLUXDB_PORT"]
         self.broker_kills: list[BrokerKill] = []
         self.verdicts: list[StatusVerdict] = []  # what `make status` said at the await-stuck checks
+        self.confirmed: list[str] = []
 
     def stack(self, *args: str, timeout_s: float = 600, check: bool = True) -> str:
         done = subprocess.run([sys.executable, "-m", "stack", *args], env=self.env, cwd=REPO_ROOT,
@@ -192,16 +223,37 @@ class PrivateStack:
                                  f"{done.stdout}{done.stderr}")
         return done.stdout
 
-    def supervisorctl(self, *args: str) -> str:
+    def _supervisorctl(self, *args: str) -> subprocess.CompletedProcess:
         config = self.state_dir / "supervisor" / "supervisord.conf"
-        done = subprocess.run([sys.executable, "-m", "supervisor.supervisorctl", "-c", str(config), *args],
+        return subprocess.run([sys.executable, "-m", "supervisor.supervisorctl", "-c", str(config), *args],
                               env=self.env, capture_output=True, text=True, timeout=180)
+
+    def supervisorctl(self, *args: str) -> str:
+        """supervisorctl's answer; fails unless it exited with 0."""
+        done = self._supervisorctl(*args)
+        if done.returncode != 0:
+            raise AssertionError(f"supervisorctl {' '.join(args)} failed ({done.returncode}): "
+                                 f"{done.stdout.strip()} {done.stderr.strip()}")
         return done.stdout.strip()
+
+    def running_pid(self, name: str) -> int:
+        """The PID of `name` if it runs now, else 0."""
+        done = self._supervisorctl("pid", name)
+        answer = done.stdout.strip()
+        if done.returncode == NOT_RUNNING and answer == "0":
+            return 0
+        if done.returncode != 0 or not answer.isdigit():
+            raise AssertionError(f"supervisorctl pid {name} failed ({done.returncode}): {answer} {done.stderr}")
+        return int(answer)
 
     def pid(self, name: str) -> int:
         """The PID of a running program; waits while supervision (re)starts it."""
-        return wait_for(lambda: int(value) if (value := self.supervisorctl("pid", name)).isdigit()
-                        and int(value) > 0 else 0, 300, f"{name} running under supervision", interval_s=0.5)
+        return wait_for(lambda: self.running_pid(name), 300, f"{name} running under supervision", interval_s=0.5)
+
+    def ports(self, name: str) -> list[int]:
+        """The ports the server `name` is configured with (none for a pipeline stage)."""
+        return [self.assigned_ports[variable] for variable in SERVER_PORTS.get(name, ())
+                if variable in self.assigned_ports]
 
     def inject(self, fault: Fault) -> None:
         if fault.action == "await-stuck":
@@ -213,8 +265,50 @@ class PrivateStack:
             # The stage and its children (Spark's JVM). A stage that exited by itself between reading its PID
             # and the kill is killed once supervision has started it again.
             wait_for(lambda: self._kill(fault.target), 300, f"{fault.target} killed", interval_s=0.5)
+        elif fault.action == "stop":
+            self.stop(fault.target)
+        elif fault.action == "start":
+            self.start(fault.target)
+        elif fault.action == "restart":
+            self.restart(fault.target)
         else:
-            self.supervisorctl(fault.action, fault.target)
+            raise AssertionError(f"no such fault: {fault.action}")
+
+    def stop(self, *names: str) -> None:
+        """Stops each program gracefully; confirmed by supervisorctl, its process group gone, its ports closed."""
+        pids = {name: self.running_pid(name) for name in names}
+        assert all(pids.values()), f"a stop of what does not run is no fault: {pids}"
+        listening = {name: [port for port in self.ports(name) if port_open(port)] for name in names}
+        for name in names:
+            assert not self.ports(name) or listening[name], f"{name} listened on none of {self.ports(name)}"
+        answer = self.supervisorctl("stop", *names)
+        for name in names:
+            assert f"{name}: stopped" in answer.splitlines(), f"supervisorctl stop {name}: {answer}"
+            wait_for(lambda: group_gone(pids[name]), 60, f"every process of {name} (group {pids[name]}) gone")
+            wait_for(lambda: not any(port_open(port) for port in listening[name]), 60,
+                     f"{name}'s ports {listening[name]} closed")
+            assert self.running_pid(name) == 0, f"{name} runs again after its stop"
+            self.confirmed.append(f"stop {name}: process group {pids[name]} gone, ports {listening[name]} closed")
+
+    def start(self, *names: str) -> None:
+        """Starts each stopped program; confirmed by supervisorctl and a running process."""
+        answer = self.supervisorctl("start", *names)
+        for name in names:
+            assert f"{name}: started" in answer.splitlines(), f"supervisorctl start {name}: {answer}"
+            pid = self.running_pid(name)
+            assert pid > 0 and not group_gone(pid), f"{name} not running after its start"
+            self.confirmed.append(f"start {name}: running as {pid}")
+
+    def restart(self, name: str) -> None:
+        """Stops and starts a program gracefully; confirmed by supervisorctl, the old process group gone and a
+        new process running."""
+        old = self.pid(name)
+        answer = self.supervisorctl("restart", name).splitlines()
+        assert f"{name}: stopped" in answer and f"{name}: started" in answer, f"supervisorctl restart {name}: {answer}"
+        wait_for(lambda: group_gone(old), 60, f"every process of {name}'s old process group {old} gone")
+        new = self.running_pid(name)
+        assert new not in (0, old), f"{name} after its restart: PID {new} (before {old})"
+        self.confirmed.append(f"restart {name}: process group {old} gone, running as {new}")
 
     def stuck_line(self, name: str) -> str | None:
         """`make status`'s verdict line on `name` when it calls it stuck, else None."""
@@ -228,13 +322,14 @@ class PrivateStack:
             os.killpg(pid, signal.SIGKILL)
         except ProcessLookupError:
             return False
+        # Dead (gone, or a zombie until supervisord reaps it), it does nothing more.
+        wait_for(lambda: group_gone(pid), 60, f"every process of {name} (group {pid}) gone", interval_s=0.02)
         if name == "mosquitto":
-            # Dead (gone, or a zombie until supervisord reaps it), it writes no more; its database file
-            # is the last save it completed (a save writes a new file and renames it).
-            wait_for(lambda: _dead(pid), 60, "mosquitto to die", interval_s=0.01)
+            # Its database file is the last save it completed (a save writes a new file and renames it).
             database = self.state_dir / "mosquitto" / "data" / "mosquitto.db"
-            saved_at = database.stat().st_mtime_ns / 1e9 if database.exists() else 0.0
-            self.broker_kills.append(BrokerKill(killed_at, saved_at))
+            assert database.exists(), f"Mosquitto killed without ever having saved: no {database}"
+            self.broker_kills.append(BrokerKill(killed_at, database.stat().st_mtime_ns / 1e9))
+        self.confirmed.append(f"kill {name}: process group {pid} gone")
         return True
 
     def credentials(self) -> dict[str, str]:
@@ -265,6 +360,27 @@ def _dead(pid: int) -> bool:
         return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] in ("Z", "X")
     except FileNotFoundError:
         return True
+
+
+def group_gone(pgid: int) -> bool:
+    """Whether no live process (zombies are dead) is left in process group `pgid`."""
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            state, _parent, group = (entry / "stat").read_text().rsplit(")", 1)[1].split()[:3]
+        except (FileNotFoundError, ProcessLookupError, IndexError):
+            continue
+        if int(group) == pgid and state not in ("Z", "X"):
+            return False
+    return _dead(pgid)
+
+
+def port_open(port: int) -> bool:
+    """Whether something accepts connections on 127.0.0.1:`port`."""
+    with socket.socket() as probe:
+        probe.settimeout(1.0)
+        return probe.connect_ex(("127.0.0.1", port)) == 0
 
 
 class RowPublisher(threading.Thread):
@@ -333,6 +449,7 @@ class BadRowPublisher(threading.Thread):
 class ChaosReport:
     plan: ChaosPlan
     faults: list[Fault] = field(default_factory=list)
+    confirmed: list[str] = field(default_factory=list)  # each fault as the stack confirmed it
     replay_s: float = 0.0
     settle_s: float = 0.0
     records: int = 0
@@ -357,7 +474,9 @@ class ChaosReport:
                 f"machine.dlq {self.dead_letters}; Mosquitto SIGKILLs: {len(self.broker_kills)} "
                 f"(last save before each: {windows or '-'} earlier), rows acknowledged since that save "
                 f"{self.at_risk_in_broker_kills}, of which lost {len(self.lost_to_broker_kills)}"
-                f"{': ' + self.lost_rows() if self.lost_to_broker_kills else ''}; faults: {faults}"
+                f"{': ' + self.lost_rows() if self.lost_to_broker_kills else ''} (at most "
+                f"{self.plan.max_rows_at_risk_per_mosquitto_kill} at risk per kill allowed); faults: {faults}; "
+                f"confirmed: {'; '.join(self.confirmed) or '-'}"
                 + "".join(f"; {verdict.after_s:.0f} s after {verdict.fault.at_s:.0f}s make status said '{verdict.line}'"
                           for verdict in self.verdicts))
 
@@ -385,13 +504,10 @@ def canonical(value: bytes | dict[str, Any]) -> str:
 
 
 def offline_join(messages: list[Message]) -> Counter[str]:
-    """The engine's outputs over machine.data as it lies in Kafka: each key in partition order."""
-    joiner = KeyedJoiner()
-    outputs: Counter[str] = Counter()
-    for message in sorted(messages, key=lambda m: (m.partition, m.offset)):
-        for output in joiner.ingest(decode_record(message.value)).outputs:
-            outputs[canonical(output)] += 1
-    return outputs
+    """The join's outputs by its definition (join_reference, no code of either joiner) over machine.data as it
+    lies in Kafka: each stream in partition order."""
+    records = [json.loads(message.value) for message in sorted(messages, key=lambda m: (m.partition, m.offset))]
+    return Counter(canonical(output) for output in reference_join(records))
 
 
 def dead_lettered_payloads(messages: list[Message]) -> list[bytes]:
@@ -421,8 +537,9 @@ def run_chaos(plan: ChaosPlan, workdir: Path, faults: list[Fault] | None = None,
             for row in read_rows(rows_file)}
     bad = bad_payloads(plan.bad_rows, plan.seed)
     stack = stack_class(workdir / "stack", plan.joiner)
-    stack.stack("up", timeout_s=900)
     try:
+        # Inside: an `up` that fails (a process never healthy) leaves the others running until `down`.
+        stack.stack("up", timeout_s=900)
         replay_s = plan.rows / plan.rate
         report.faults = faults if faults is not None else fault_schedule(plan, replay_s)
         settings = stack.simulator_settings("--events-file", str(rows_file), "--rate", str(plan.rate), "--order",
@@ -442,6 +559,8 @@ def run_chaos(plan: ChaosPlan, workdir: Path, faults: list[Fault] | None = None,
             # The schedule's own clock: faults happen at their seeded times, whatever the pipeline does.
             time.sleep(max(0.0, began + fault.at_s - time.monotonic()))
             stack.inject(fault)
+        report.confirmed = list(stack.confirmed)
+        assert len(report.confirmed) == len(report.faults), (report.faults, report.confirmed)
         for publisher in publishers:
             publisher.join(timeout=replay_s + 900)
             assert not publisher.is_alive(), f"{publisher.name}: still publishing"
@@ -467,6 +586,14 @@ def check_outcome(stack: PrivateStack, report: ChaosReport, rows: dict[bytes, se
     report.broker_kills = list(stack.broker_kills)
     at_risk = {payload for payload, ack in acks.items() if lost_to_broker_kill(ack, report.broker_kills)}
     report.at_risk_in_broker_kills = len(at_risk)
+    for kill in report.broker_kills:
+        window_s = kill.killed_at - kill.saved_at
+        assert window_s <= MOSQUITTO_SAVE_WINDOW_S, \
+            f"Mosquitto's last save came {window_s:.1f} s before its SIGKILL: more than {MOSQUITTO_SAVE_WINDOW_S} s"
+        in_window = sum(lost_to_broker_kill(ack, [kill]) is not None for ack in acks.values())
+        assert in_window <= report.plan.max_rows_at_risk_per_mosquitto_kill, \
+            f"{in_window} rows acknowledged in the {window_s:.1f} s between Mosquitto's last save and its SIGKILL: " \
+            f"more than the {report.plan.max_rows_at_risk_per_mosquitto_kill} the run allows"
     good = set().union(*rows.values())
     required = set().union(*(records for payload, records in rows.items() if payload not in at_risk))
 
@@ -509,7 +636,6 @@ def check_outcome(stack: PrivateStack, report: ChaosReport, rows: dict[bytes, se
 
     wait_for(joins_complete, 900, "machine.out to equal the offline join of machine.data", interval_s=5.0)
     report.joins = sum(expected_joins.values())
-    joined_points = len({json.loads(join)["id"] for join in expected_joins})
 
     dead = read_topic(bootstrap, MACHINE_DLQ.name, idle_s=2.0, deadline_s=300, security=security)
     payloads = dead_lettered_payloads(dead)
@@ -527,12 +653,7 @@ def check_outcome(stack: PrivateStack, report: ChaosReport, rows: dict[bytes, se
     report.dead_letters = len(dead)
     report.lost_to_broker_kills = [*missing, *sorted(bad_missing)]
 
-    client = stack.influx()
-    raw_points = len({(r["thing"], r["quantity"], r["phenomenonTime"]) for r in map(json.loads, arrived)})
-
-    def influx_complete() -> bool:
-        raw, joined = count(client, "machinedata"), count(client, "joined")
-        assert raw <= raw_points and joined <= joined_points, (raw, joined)  # never a point twice
-        return raw == raw_points and joined == joined_points
-
-    wait_for(influx_complete, 900, "every raw and joined point in InfluxDB", interval_s=5.0)
+    # InfluxDB: every record of machine.data one raw point and every record of machine.out one joined point, with
+    # their tags, times and values, and nothing else.
+    wait_for_points(stack.influx(), raw=expected_raw_points(map(json.loads, arrived)),
+                    joined=expected_joined_points(map(json.loads, expected_joins)), deadline_s=900, interval_s=5.0)

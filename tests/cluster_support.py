@@ -24,6 +24,7 @@ class PrivateClusterStack(PrivateStack):
         ports = private_ports(SINGLE_PORTS + CLUSTER_PORTS, os.environ.get(PORT_RANGE_ENV))
         self.bootstrap = ",".join(f"127.0.0.1:{ports[name]}"
                                   for name in ("KAFKA_PORT", "KAFKA_NODE2_PORT", "KAFKA_NODE3_PORT"))
+        self.assigned_ports = dict(ports)
         self.env.update({name: str(port) for name, port in ports.items()})
         self.env.update(TOPOLOGY="cluster", KAFKA_BOOTSTRAP_SERVERS=self.bootstrap)
         self.mqtt = MqttSettings(mqtt_port=ports["MQTT_PORT"])

@@ -3,19 +3,20 @@ InfluxDB counts, and a private influxd that a test may stop and start."""
 from __future__ import annotations
 
 import json
+import math
 import os
 import signal
 import socket
 import subprocess
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 import pytest
 from influxdb import InfluxDBClient
 
-from local_stream_buffer.keyed import KeyedJoiner
+from join_reference import reference_join
 from pipeline_core import paths
 from pipeline_core.health import influxdb_ready
 from pipeline_core.influx_retention import (DATA_MEASUREMENT, DEADLETTER_MEASUREMENT, JOINED_MEASUREMENT,
@@ -41,12 +42,8 @@ def raw_records(events_file: Path) -> list[dict[str, Any]]:
 
 
 def join_results(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """machine.out records of `records`, computed offline with the engine's keyed joiner (time order)."""
-    joiner = KeyedJoiner()
-    results = []
-    for record in sorted(records, key=lambda r: (r["phenomenonTime"], r["thing"], r["quantity"])):
-        results.extend(joiner.ingest(record).outputs)
-    return results
+    """machine.out records of `records` in time order, by the join's definition (join_reference)."""
+    return reference_join(sorted(records, key=lambda r: (r["phenomenonTime"], r["thing"], r["quantity"])))
 
 
 def key_of(record: dict[str, Any]) -> str:
@@ -62,10 +59,10 @@ def distinct_series_times(records: list[dict[str, Any]]) -> int:
 POLICY_OF = {DATA_MEASUREMENT: RAW_POLICY, JOINED_MEASUREMENT: JOINED_POLICY, DEADLETTER_MEASUREMENT: RAW_POLICY}
 
 
-def count(client: InfluxDBClient, measurement: str, field: str = "result") -> int:
+def count(client: InfluxDBClient, measurement: str, field: str = "result", database: str | None = None) -> int:
     # An explicit time range: InfluxQL's default upper bound is now(), the data lies anywhere.
     points = list(client.query(f'SELECT count("{field}") FROM "{POLICY_OF[measurement]}"."{measurement}" '
-                               f"WHERE time > 0 AND time < '2200-01-01T00:00:00Z'").get_points())
+                               f"WHERE time > 0 AND time < '2200-01-01T00:00:00Z'", database=database).get_points())
     return int(points[0]["count"]) if points else 0
 
 
@@ -77,6 +74,126 @@ def wait_for_count(client: InfluxDBClient, measurement: str, expected: int, dead
         assert value <= expected, f"{measurement}: {value} points, more than the {expected} expected"
         return value == expected
     wait_for(reached, deadline_s, f"{expected} points in {measurement}", interval_s=0.3)
+
+
+# The DB connector's points, as 07_db_connector/README.md and db_connector/points.py's docstring define them,
+# written out here again (no code shared with the connector) for the point-by-point checks.
+NS_PER_MS = 1_000_000
+LEVELS = ("idle", "low", "medium", "high")  # by |result| against DB_CONNECTOR_LEVEL_THRESHOLDS' bounds
+DEFAULT_LEVEL_BOUNDS = (100.0, 1000.0, 5000.0)
+RawPoint = tuple[str, str, int]  # thing, quantity, time in ns
+JoinedPoint = tuple[str, str, str, str, int]  # thing, quantity, case, level, time in ns
+
+
+def expected_raw_points(records: Iterable[dict[str, Any]]) -> dict[RawPoint, float]:
+    """machine.data records as InfluxDB points: one per thing, quantity and time (epoch ms, whole), its result
+    as a float. Records met again (a redelivered copy) must carry the same value."""
+    points: dict[RawPoint, float] = {}
+    for record in records:
+        time_ms = record["phenomenonTime"]
+        assert float(time_ms).is_integer(), f"a raw time of a fraction of a ms: {record}"
+        key = (record["thing"], record["quantity"], int(time_ms) * NS_PER_MS)
+        value = float(record["result"])
+        assert points.setdefault(key, value) == value, f"two values for one raw point {key}: {points[key]}, {value}"
+    return points
+
+
+def level_of(result: float, bounds: tuple[float, float, float] = DEFAULT_LEVEL_BOUNDS) -> str:
+    return next((name for name, bound in zip(LEVELS, bounds) if abs(result) < bound), LEVELS[-1])
+
+
+def expected_joined_points(records: Iterable[dict[str, Any]],
+                           bounds: tuple[float, float, float] = DEFAULT_LEVEL_BOUNDS
+                           ) -> dict[JoinedPoint, tuple[float, float]]:
+    """machine.out records as InfluxDB points: series by thing, quantity, case and level; time the mean time's
+    whole ms, plus (left time - right time) mod 1,000,000 in ns; fields result and active (0.0 when idle)."""
+    points: dict[JoinedPoint, tuple[float, float]] = {}
+    for record in records:
+        result = float(record["result"])
+        level = level_of(result, bounds)
+        distance_ms = round(record["left"]["phenomenonTime"] - record["right"]["phenomenonTime"])
+        time_ns = math.floor(record["phenomenonTime"]) * NS_PER_MS + distance_ms % NS_PER_MS
+        key = (record["thing"], record["quantity"], record["case"], level, time_ns)
+        value = (result, 0.0 if level == LEVELS[0] else 1.0)
+        assert points.setdefault(key, value) == value, f"two values for one joined point {key}"
+    return points
+
+
+def influx_raw_points(client: InfluxDBClient, database: str | None = None) -> dict[RawPoint, Any]:
+    """Every point of the raw measurement, in every retention policy (a point in another one counts as well)."""
+    points: dict[RawPoint, Any] = {}
+    for policy in _policies(client, database):
+        for point in _select(client, policy, DATA_MEASUREMENT, database):
+            key = (point["thing"], point["quantity"], point["time"])
+            assert key not in points, f"raw point {key} in two retention policies"
+            points[key] = point["result"] if policy == RAW_POLICY else ("in policy", policy, point["result"])
+    return points
+
+
+def influx_joined_points(client: InfluxDBClient, database: str | None = None) -> dict[JoinedPoint, Any]:
+    points: dict[JoinedPoint, Any] = {}
+    for policy in _policies(client, database):
+        for point in _select(client, policy, JOINED_MEASUREMENT, database):
+            key = (point["thing"], point["quantity"], point["case"], point["level"], point["time"])
+            assert key not in points, f"joined point {key} in two retention policies"
+            value = (point["result"], point["active"])
+            points[key] = value if policy == JOINED_POLICY else ("in policy", policy, value)
+    return points
+
+
+def _policies(client: InfluxDBClient, database: str | None) -> list[str]:
+    return [policy["name"] for policy in client.get_list_retention_policies(database)]
+
+
+def _select(client: InfluxDBClient, policy: str, measurement: str, database: str | None) -> list[dict[str, Any]]:
+    # An explicit time range: InfluxQL's default upper bound is now(), the data lies anywhere. Times in ns.
+    return list(client.query(f'SELECT * FROM "{policy}"."{measurement}" '
+                             f"WHERE time > 0 AND time < '2200-01-01T00:00:00Z'", epoch="ns",
+                             database=database, chunked=True, chunk_size=50_000).get_points())
+
+
+def point_differences(found: Mapping[Any, Any], expected: Mapping[Any, Any]) -> str:
+    """What differs between InfluxDB's points and the expected ones: missing, surplus, other values (a few of
+    each); empty when they are equal."""
+    missing = [key for key in expected if key not in found]
+    surplus = [key for key in found if key not in expected]
+    wrong = [(key, found[key], expected[key]) for key in expected if key in found and found[key] != expected[key]]
+    parts = [f"{len(items)} {what}, e.g. {items[:3]}" for items, what in
+             ((missing, "missing"), (surplus, "that should not be there"), (wrong, "with another value (found, expected)"))
+             if items]
+    return "; ".join(parts)
+
+
+def wait_for_points(client: InfluxDBClient, *, raw: Mapping[RawPoint, float] | None = None,
+                    joined: Mapping[JoinedPoint, tuple[float, float]] | None = None, deadline_s: float = 90,
+                    interval_s: float = 1.0, database: str | None = None) -> None:
+    """Poll until InfluxDB holds exactly the expected raw and joined points (each given), tags, times and values;
+    fail at the deadline naming what differs, or at once on a point that should not be there (points are never
+    deleted: it would stay)."""
+    readers = [(influx_raw_points, raw, "raw", DATA_MEASUREMENT), (influx_joined_points, joined, "joined",
+                                                                   JOINED_MEASUREMENT)]
+    differences: list[str] = []
+
+    def equal() -> bool:
+        differences.clear()
+        for read, expected, name, measurement in readers:
+            if expected is None:
+                continue
+            # Counting is cheap: the points are read one by one only once there are as many as expected.
+            if (points := count(client, measurement, database=database)) < len(expected):
+                differences.append(f"{name}: {points} of {len(expected)} points")
+                continue
+            found = read(client, database)
+            surplus = [key for key in found if key not in expected]
+            assert not surplus, f"{len(surplus)} {name} points in InfluxDB that no record makes, e.g. {surplus[:3]}"
+            if difference := point_differences(found, expected):
+                differences.append(f"{name}: {difference}")
+        return not differences
+
+    try:
+        wait_for(equal, deadline_s, "InfluxDB to hold exactly the expected points", interval_s=interval_s)
+    except AssertionError as error:
+        raise AssertionError(f"{error}: {'; '.join(differences)}") from None
 
 
 class ConnectorProcess:

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from confluent_kafka import Consumer
+from influxdb import InfluxDBClient
 
 from pipeline_core import credentials
 from pipeline_core.kafka_clients import consumer_config, security_config
@@ -70,6 +71,13 @@ class PrivateStack:
             return {}
         environ = {**self.env, **credentials.environment("admin", values)}
         return security_config(load_settings(KafkaSettings, [], environ=environ))
+
+    def influx(self) -> InfluxDBClient:
+        """A client of the stack's InfluxDB and its database, as the reader when the stack is secure."""
+        values = credentials.read_credentials(self.state_dir / "credentials.env")
+        environ = {**self.env, **credentials.environment("reader", values)} if values else self.env
+        return InfluxDBClient("127.0.0.1", int(self.env["INFLUXDB_PORT"]), database="machinedata", timeout=30,
+                              username=environ.get("INFLUXDB_USERNAME"), password=environ.get("INFLUXDB_PASSWORD"))
 
     def make(self, *args: str, joiner: str | None = None, timeout_s: float = UP_DEADLINE_S
              ) -> subprocess.CompletedProcess[str]:

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
-from confluent_kafka import Consumer, Producer
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 
 from pipeline_core.kafka_clients import admin_client, consumer_config, produce, producer_config
 from pipeline_core.partitioning import thing_partition
@@ -34,6 +34,20 @@ def wait_for(check: Callable[[], T], deadline_s: float, what: str, interval_s: f
         if time.monotonic() > end:
             raise AssertionError(f"timed out after {deadline_s:.0f} s waiting for {what}")
         time.sleep(interval_s)
+
+
+def port_open(host: str, port: int) -> bool:
+    """Whether something accepts connections on host:port now."""
+    with socket.socket() as probe:
+        probe.settimeout(1.0)
+        return probe.connect_ex((host, port)) == 0
+
+
+def confirm_down(addresses: str, what: str, deadline_s: float = 30) -> None:
+    """A server a test stopped is gone: every one of `addresses` ("host:port,...") refuses connections."""
+    endpoints = [(host, int(port)) for host, port in (address.rsplit(":", 1) for address in addresses.split(","))]
+    wait_for(lambda: not any(port_open(host, port) for host, port in endpoints), deadline_s,
+             f"{what} to refuse connections on {addresses}")
 
 
 def free_ports(count: int) -> list[int]:
@@ -63,12 +77,14 @@ class Message:
 
 def read_topic(bootstrap: str, topic: str, *, expected: int | None = None, deadline_s: float = 60.0,
                idle_s: float = 2.0, isolation: str = "read_committed",
-               security: Mapping[str, str] | None = None) -> list[Message]:
+               security: Mapping[str, str] | None = None, partial_ok: bool = False) -> list[Message]:
     """Read `topic` from the beginning.
 
-    With `expected`, stop as soon as that many messages arrived (fail at the deadline otherwise);
-    without it, stop once the consumer is at the end of every partition and nothing arrives for
-    `idle_s`. `security`: the reader's identity on a secure Kafka (kafka_clients.security_config).
+    With `expected`, stop as soon as that many messages arrived; without it, stop once the consumer is at
+    the end of every partition and nothing arrives for `idle_s`. Not there by the deadline, the read fails,
+    naming each partition's position and end; `partial_ok`: return what arrived instead (for a caller that
+    samples a topic still being written and says so). `security`: the reader's identity on a secure Kafka
+    (kafka_clients.security_config).
     """
     consumer = Consumer(consumer_config(bootstrap, unique("test-reader"), **(security or {}), **{
         "isolation.level": isolation, "enable.partition.eof": True}))
@@ -77,33 +93,65 @@ def read_topic(bootstrap: str, topic: str, *, expected: int | None = None, deadl
     end = time.monotonic() + deadline_s
     last_arrival = time.monotonic()
     at_end: set[int] = set()
+    positions: dict[int, int] = {}  # partition -> the next offset to read
     partitions: int | None = None
+    complete = False
     try:
         while time.monotonic() < end:
             if expected is not None and len(messages) >= expected:
+                complete = True
                 break
             message = consumer.poll(0.2)
             if message is None:
                 if (expected is None and partitions is not None and len(at_end) >= partitions
                         and time.monotonic() - last_arrival > idle_s):
+                    complete = True
                     break
                 continue
             if message.error():
                 if message.error().code() == -191:  # _PARTITION_EOF
                     at_end.add(message.partition())
+                    positions[message.partition()] = message.offset()
                     if partitions is None:
                         partitions = len(consumer.list_topics(topic, timeout=5).topics[topic].partitions)
                     continue
                 raise AssertionError(f"consumer error: {message.error()}")
             at_end.discard(message.partition())
+            positions[message.partition()] = message.offset() + 1
             last_arrival = time.monotonic()
             messages.append(Message(message.key(), message.value(), message.partition(), message.offset(),
                                     message.timestamp()[1]))
+        if expected is not None and len(messages) >= expected:
+            complete = True
+        missing = "" if complete or partial_ok else _what_is_missing(consumer, topic, positions, at_end)
     finally:
         consumer.close()
-    if expected is not None and len(messages) < expected:
-        raise AssertionError(f"{topic}: {len(messages)} of {expected} messages within {deadline_s:.0f} s")
+    if missing:
+        wanted = f"{len(messages)} of {expected} messages" if expected is not None else \
+            f"{len(messages)} messages, not to the end"
+        raise AssertionError(f"{topic}: {wanted} within {deadline_s:.0f} s; {missing}")
     return messages
+
+
+def _what_is_missing(consumer: Consumer, topic: str, positions: dict[int, int], at_end: set[int]) -> str:
+    """Each partition: where the read got to, whether that was its end, and the partition's end offset."""
+    try:
+        metadata = consumer.list_topics(topic, timeout=5).topics[topic]
+        numbers = sorted(metadata.partitions) if metadata.error is None else []
+    except KafkaException as error:
+        return f"the topic's partitions unknown ({error})"
+    if not numbers:
+        return "the topic has no partitions (does it exist?)"
+    parts = []
+    for number in numbers:
+        try:
+            _low, high = consumer.get_watermark_offsets(TopicPartition(topic, number), timeout=5)
+            end = f"end offset {high}"
+        except KafkaException as error:
+            end = f"end offset unknown ({error})"
+        read = f"read to offset {positions[number]}" if number in positions else "nothing read"
+        parts.append(f"partition {number}: {read}{' (its end)' if number in at_end else ''}, {end}")
+    return "; ".join(parts)
 
 
 def produce_records(bootstrap: str, topic: str, records: Iterable[dict[str, Any]],

@@ -18,7 +18,7 @@ from pipeline_core.kafka_clients import admin_client
 from pipeline_core.topics import MACHINE_DATA, ensure_topics
 from stack import manager
 from stack.services import Kafka
-from support import produce_records, wait_for
+from support import confirm_down, produce_records, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -35,6 +35,7 @@ def test_the_offsets_come_again_after_the_broker_restarted(private_kafka: str) -
     assert sum(latest.values()) == len(records)
 
     assert "kafka" in manager.down([Kafka()])
+    confirm_down(bootstrap, "Kafka")
     assert offsets.latest(partitions) is None  # no broker: unknown, after the timeout
     assert "kafka" in manager.up([Kafka()])
 

@@ -29,6 +29,7 @@ from pipeline_core.mqtt import ReceivedMessage, new_client, pump
 from pipeline_core.settings import MqttSettings
 from stack import manager, supervision
 from stack.services import Mosquitto
+from chaos_support import group_gone
 from support import free_ports, unique, wait_for
 
 pytestmark = pytest.mark.integration
@@ -107,10 +108,17 @@ class ConnectorLikeSubscriber(threading.Thread):
         return len({message.payload for message in self.received})
 
 
-def restart_mosquitto() -> str:
+def restart_mosquitto() -> None:
+    """Restarts Mosquitto gracefully with supervisorctl; confirmed by its answer, the old process gone and a new
+    one running."""
+    old = supervision.process_info("mosquitto").pid
+    assert old, "Mosquitto not running before its restart"
     done = subprocess.run([sys.executable, "-m", "supervisor.supervisorctl", "-c", str(supervision.config_file()),
                            "restart", "mosquitto"], capture_output=True, text=True, timeout=120)
-    return done.stdout
+    assert done.returncode == 0 and {"mosquitto: stopped", "mosquitto: started"} <= set(done.stdout.splitlines()), \
+        done.stdout + done.stderr
+    assert group_gone(old), f"the old Mosquitto (PID {old}) outlived its restart"
+    assert supervision.process_info("mosquitto").pid not in (None, old)
 
 
 def test_a_broker_restart_under_load_keeps_every_row_and_each_machines_order(private_mosquitto: MqttSettings,
@@ -134,7 +142,7 @@ def test_a_broker_restart_under_load_keeps_every_row_and_each_machines_order(pri
         for share in RESTART_AFTER:
             wait_for(lambda: subscriber.distinct_rows() >= share * ROWS, 60, f"{share:.0%} of the rows")
             assert simulator.poll() is None, "the simulator finished before the restart: nothing was tested"
-            assert "mosquitto: started" in restart_mosquitto()
+            restart_mosquitto()
         output, _ = simulator.communicate(timeout=120)
         assert simulator.returncode == 0 and f"published {ROWS} rows" in output and ", 0 failures" in output, output
         wait_for(lambda: subscriber.distinct_rows() >= ROWS, 60, "every row at the subscriber")

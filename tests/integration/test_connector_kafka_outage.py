@@ -24,7 +24,7 @@ from pipeline_core.stage_health import assess, read_heartbeat
 from simulator.publisher import Publisher
 from stack import manager
 from stack.services import Kafka, Mosquitto
-from support import free_ports, read_topic, unique, wait_for
+from support import confirm_down, free_ports, read_topic, unique, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -93,6 +93,7 @@ def test_a_kafka_outage_loses_nothing_and_dead_letters_nothing(private_stack: Co
                  "the rows before the outage in Kafka")
 
         assert manager.down([Kafka()]) == ["kafka"]
+        confirm_down(bootstrap, "Kafka")
         publish(private_stack, bridge.mqtt_topic, during)  # Mosquitto takes them; Kafka is away
         if delivery_timeout_ms:
             wait_for(lambda: "Message timed out" in bridge.log(), 60, "a delivery timeout during the outage")

@@ -12,7 +12,8 @@ from confluent_kafka import Producer
 
 from conftest import EVENTS_FILE
 from db_connector_support import (PrivateInfluxDB, connector_args, connectors, count,  # noqa: F401 (fixtures)
-                                  database, distinct_series_times, join_results, key_of, raw_records, wait_for_count)
+                                  database, distinct_series_times, expected_joined_points, expected_raw_points,
+                                  join_results, key_of, raw_records, wait_for_count, wait_for_points)
 from pipeline_core.kafka_clients import producer_config
 from support import produce_records, read_topic, unique, wait_for
 
@@ -39,18 +40,12 @@ def test_replay_lands_every_record_and_join_result_once(bootstrap, new_topics, d
     produce_records(bootstrap, topics.out, joined + joined, key=key_of)
     connectors(connector_args(topics, name))
 
-    wait_for_count(client, "machinedata", distinct_series_times(raw))
-    # One point per distinct join result: none overwrote another, none was duplicated.
-    wait_for_count(client, "joined", len({result["id"] for result in joined}))
-
-    first = next(r for r in raw if isinstance(r["result"], float))
-    stored = list(client.query(
-        f"SELECT result FROM machinedata WHERE thing='{first['thing']}' AND quantity='{first['quantity']}' "
-        f"AND time = {first['phenomenonTime']}ms").get_points())
-    assert [point["result"] for point in stored] == [first["result"]]
-    levels = {tags["level"] for (_, tags) in client.query(
-        "SELECT count(result) FROM \"joined\".\"joined\" WHERE time > 0 GROUP BY level").keys()}
-    assert levels <= {"idle", "low", "medium", "high"} and len(levels) > 1
+    # Point by point: each record its point, with its tags, time and value; one point per distinct join result
+    # (none overwrote another, none was duplicated); nothing else.
+    raw_points, joined_points = expected_raw_points(raw), expected_joined_points(joined)
+    assert len(joined_points) == len({result["id"] for result in joined})
+    wait_for_points(client, raw=raw_points, joined=joined_points)
+    assert len({level for (_thing, _quantity, _case, level, _time) in joined_points}) > 1
 
 
 def test_kill_9_mid_replay_then_restart_counts_exact(bootstrap, new_topics, database, connectors, raw):
@@ -67,7 +62,7 @@ def test_kill_9_mid_replay_then_restart_counts_exact(bootstrap, new_topics, data
     produce_records(bootstrap, topics.data, raw[half:], key=key_of)
 
     connectors(args, "second")
-    wait_for_count(client, "machinedata", distinct_series_times(raw))
+    wait_for_points(client, raw=expected_raw_points(raw))
 
 
 def test_influxdb_outage_mid_replay_loses_nothing(bootstrap, new_topics, connectors, raw, tmp_path):
@@ -88,7 +83,7 @@ def test_influxdb_outage_mid_replay_loses_nothing(bootstrap, new_topics, connect
         assert connector.alive(), connector.log()
 
         influxd.start()
-        wait_for_count(client, "machinedata", distinct_series_times(raw))
+        wait_for_points(client, raw=expected_raw_points(raw))
         assert connector.alive(), connector.log()
     finally:
         influxd.stop()
@@ -151,3 +146,39 @@ def test_poisoned_records_go_to_the_dlq_and_the_good_ones_are_stored(bootstrap, 
     wait_for_count(client, "deadletters", len(poisoned), field="reason")
     assert not any(math.isnan(p["result"]) for p in client.query(
         "SELECT result FROM machinedata WHERE time > 0").get_points())
+
+
+
+def test_the_point_check_fails_on_a_wrong_value_a_wrong_tag_a_missing_or_a_surplus_point(database):
+    """wait_for_points, which the end-to-end and chaos runs use, compares values and tags, not counts."""
+    _name, client = database
+    records = [{"thing": "R1", "quantity": "actSpeed_C11", "phenomenonTime": 1_554_076_800_000 + n, "result": 1.5 + n}
+               for n in range(3)]
+    ns = 1_554_076_800_000 * 1_000_000
+
+    def write(lines: list[str], policy: str) -> None:
+        assert client.write_points(lines, protocol="line", time_precision="n", retention_policy=policy)
+
+    write(["machinedata,quantity=actSpeed_C11,thing=R1 result=1.5 %d" % ns,
+           "machinedata,quantity=actSpeed_C11,thing=R1 result=9.5 %d" % (ns + 1_000_000)], "raw")  # 2.5 expected
+    with pytest.raises(AssertionError, match=r"1 with another value \(found, expected\), e\.g\. .*9\.5, 2\.5"):
+        wait_for_points(client, raw=expected_raw_points(records[:2]), deadline_s=2)
+    with pytest.raises(AssertionError, match="raw: 2 of 3 points"):
+        wait_for_points(client, raw=expected_raw_points(records), deadline_s=2)
+    write(["machinedata,quantity=actSpeed_C11,thing=R1 result=1.5 %d" % (ns + 5_000_000)], "raw")
+    with pytest.raises(AssertionError, match="raw points in InfluxDB that no record makes"):
+        wait_for_points(client, raw=expected_raw_points(records[:1]), deadline_s=2)
+
+    joined = {"thing": "R1", "quantity": "vaPower_C11", "phenomenonTime": 1_554_076_800_000.5, "result": 150.0,
+              "left": {"quantity": "actSpeed_C11", "phenomenonTime": 1_554_076_800_000, "result": 1.5},
+              "right": {"quantity": "vaTorque_C11", "phenomenonTime": 1_554_076_800_001, "result": 2.0},
+              "case": "left_successor", "id": "x"}
+    # The joined point's time: the mean's ms, and the distance (0 - 1 mod 1e6 = 999,999 ns) below it; 150 W is
+    # "low" by the default thresholds.
+    write(["joined,case=left_successor,level=low,quantity=vaPower_C11,thing=R1 result=150.0,active=1.0 %d"
+           % (ns + 999_999)], "joined")
+    wait_for_points(client, joined=expected_joined_points([joined]), deadline_s=10)
+    write(["joined,case=left_successor,level=medium,quantity=vaPower_C11,thing=R1 result=150.0,active=1.0 %d"
+           % (ns + 999_999)], "joined")
+    with pytest.raises(AssertionError, match="joined points in InfluxDB that no record makes"):
+        wait_for_points(client, joined=expected_joined_points([joined]), deadline_s=2)

@@ -11,16 +11,19 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
-from confluent_kafka.admin import NewTopic, OffsetSpec
+from confluent_kafka import (Consumer, ConsumerGroupTopicPartitions, KafkaError, KafkaException, Producer,
+                             TopicCollection, TopicPartition)
+from confluent_kafka.admin import (AclBinding, AclBindingFilter, AclOperation, AclPermissionType, AlterConfigOpType,
+                                   ConfigEntry, ConfigResource, NewPartitions, NewTopic, OffsetSpec,
+                                   ResourcePatternType, ResourceType)
 
 from pipeline_core import credentials
 from pipeline_core.kafka_clients import (admin_client, consumer_config, kafka_ready, producer_config,
                                          retry_transient, transactional_producer_config)
 from pipeline_core.topics import MACHINE_DATA, MACHINE_DLQ, MACHINE_OUT
 from stack import certificates, manager, security
-from stack.kafka_acls import (DB_CONNECTOR_GROUP, LSB_JOINER_NAME, SPARK_JOINER_NAME, acl_bindings,
-                              existing_bindings, kafka_users)
+from stack.kafka_acls import (DB_CONNECTOR_GROUP, KAFKA_GRANTS, LSB_JOINER_NAME, SPARK_JOINER_NAME,
+                              STREAM_CONNECTOR_TAIL_GROUP, Grant, acl_bindings, existing_bindings, kafka_users)
 from stack.services import Kafka
 from support import free_ports
 
@@ -242,3 +245,232 @@ def first_error(consumer: Consumer, polls: int = 100) -> int:
         if message is not None and message.error() is not None:
             return message.error().code()
     raise AssertionError("no error")
+
+
+# The ACL table (stack/kafka_acls.py) row by row on the broker: for every principal, each operation on each resource
+# below is tried for real and must be allowed exactly when the table grants it (admin, the super user: always).
+# Kafka's own implications count: READ, WRITE, DELETE and ALTER give DESCRIBE, ALTER_CONFIGS gives DESCRIBE_CONFIGS.
+PROBE_TOPIC = f"{LSB_JOINER_NAME}.acl-probe"  # under the standalone joiner's prefix
+OTHER_TOPIC = "acl-probe.other"  # nobody's but admin's (and the monitor's DESCRIBE of every topic)
+ACL_TOPICS = (MACHINE_DATA.name, MACHINE_OUT.name, MACHINE_DLQ.name, PROBE_TOPIC, OTHER_TOPIC)
+ACL_GROUPS = (DB_CONNECTOR_GROUP, STREAM_CONNECTOR_TAIL_GROUP, LSB_JOINER_NAME, f"{SPARK_JOINER_NAME}.acl-probe",
+              "acl-probe-group")
+ACL_TRANSACTIONAL_IDS = (f"{LSB_JOINER_NAME}.acl-probe", f"{SPARK_JOINER_NAME}.acl-probe", "acl-probe-transaction")
+TOPIC_OPERATIONS = (AclOperation.READ, AclOperation.WRITE, AclOperation.DESCRIBE, AclOperation.DESCRIBE_CONFIGS,
+                    AclOperation.CREATE, AclOperation.DELETE, AclOperation.ALTER, AclOperation.ALTER_CONFIGS)
+GROUP_OPERATIONS = (AclOperation.READ, AclOperation.DESCRIBE, AclOperation.DELETE)
+# A transactional id's DESCRIBE is tried with its WRITE: init_transactions finds the id's coordinator first.
+TRANSACTIONAL_OPERATIONS = (AclOperation.WRITE,)
+CLUSTER_OPERATIONS = (AclOperation.IDEMPOTENT_WRITE, AclOperation.DESCRIBE, AclOperation.ALTER)
+IMPLIED_BY = {AclOperation.DESCRIBE: {AclOperation.READ, AclOperation.WRITE, AclOperation.DELETE, AclOperation.ALTER},
+              AclOperation.DESCRIBE_CONFIGS: {AclOperation.ALTER_CONFIGS}}
+
+
+def rows_granting(principal: str, resource: ResourceType, name: str, operation: AclOperation) -> list[Grant]:
+    """The rows of the table that let `principal` do `operation` on `name`."""
+    wanted = {operation, AclOperation.ALL, *IMPLIED_BY.get(operation, ())}
+    return [grant for grant in KAFKA_GRANTS.get(principal, ())
+            if grant.resource == resource and set(grant.operations) & wanted
+            and (name.startswith(grant.name) if grant.pattern == ResourcePatternType.PREFIXED
+                 else grant.name in (name, "*"))]
+
+
+def outcome(call, denied: int, *allowed_errors: int) -> bool:
+    """True if `call` went through (or failed with one of `allowed_errors`, which only come after the authoriser
+    let it pass), False if it was refused with `denied`; any other error fails the test."""
+    try:
+        call()
+    except KafkaException as error:
+        code = error.args[0].code()
+        if code == denied:
+            return False
+        assert code in allowed_errors, f"{error}: neither done nor refused with {KafkaError(denied).name()}"
+    return True
+
+
+class Prober:
+    """Tries one operation of one principal on one resource on the real broker; says whether it was allowed."""
+
+    def __init__(self, bootstrap: str, principal: str) -> None:
+        self.bootstrap, self.principal = bootstrap, principal
+        self.identity = as_principal(principal)
+        self.admin = admin_client(bootstrap, **self.identity)
+        self.producer = Producer(producer_config(bootstrap, **self.identity, **{"enable.idempotence": False,
+                                                                                 "message.timeout.ms": 10_000}))
+
+    def topic(self, name: str, operation: AclOperation) -> bool:
+        denied, admin = KafkaError.TOPIC_AUTHORIZATION_FAILED, self.admin
+        if operation == AclOperation.WRITE:
+            errors: list[KafkaError | None] = []
+            self.producer.produce(name, b"{}", on_delivery=lambda error, _message: errors.append(error))
+            assert self.producer.flush(TIMEOUT_S) == 0
+            return outcome(lambda: _raise(errors[0]), denied)
+        if operation == AclOperation.READ:
+            return self._read(name)
+        if operation == AclOperation.DESCRIBE:
+            return outcome(lambda: admin.describe_topics(TopicCollection([name]), request_timeout=TIMEOUT_S)[name]
+                           .result(), denied)
+        if operation == AclOperation.DESCRIBE_CONFIGS:
+            resource = ConfigResource(ResourceType.TOPIC, name)
+            return outcome(lambda: admin.describe_configs([resource], request_timeout=TIMEOUT_S)[resource].result(),
+                           denied)
+        if operation == AclOperation.CREATE:
+            # The topic exists: allowed, the broker answers TOPIC_ALREADY_EXISTS. Validation only, in any case.
+            return outcome(lambda: admin.create_topics([NewTopic(name, 1, 1)], validate_only=True,
+                                                       operation_timeout=TIMEOUT_S)[name].result(TIMEOUT_S), denied,
+                           KafkaError.TOPIC_ALREADY_EXISTS)
+        if operation == AclOperation.ALTER:
+            more = len(admin_client(self.bootstrap, **as_principal("admin")).list_topics(name, timeout=5)
+                       .topics[name].partitions) + 1
+            return outcome(lambda: admin.create_partitions([NewPartitions(name, more)], validate_only=True,
+                                                           operation_timeout=TIMEOUT_S)[name].result(TIMEOUT_S),
+                           denied)
+        if operation == AclOperation.ALTER_CONFIGS:
+            resource = ConfigResource(ResourceType.TOPIC, name, incremental_configs=[
+                ConfigEntry("retention.ms", str(2 * 24 * 3600 * 1000),
+                            incremental_operation=AlterConfigOpType.SET)])
+            return outcome(lambda: admin.incremental_alter_configs([resource], validate_only=True,
+                                                                   request_timeout=TIMEOUT_S)[resource].result(),
+                           denied)
+        if operation == AclOperation.DELETE:
+            # Deleting is real: on a copy of the topic's name made for it when the principal may delete (admin).
+            target = name if self.principal != "admin" else _scratch_topic(self.bootstrap)
+            return outcome(lambda: admin.delete_topics([target], operation_timeout=TIMEOUT_S)[target]
+                           .result(TIMEOUT_S), denied)
+        raise AssertionError(f"no probe for {operation} on a topic")
+
+    def _read(self, name: str) -> bool:
+        if not self.topic(name, AclOperation.DESCRIBE):
+            return False  # READ gives DESCRIBE: without DESCRIBE, no READ (and a fetch would wait, not be refused)
+        consumer = Consumer(consumer_config(self.bootstrap, unique("acl-probe-reader-"), **self.identity,
+                                            **{"enable.partition.eof": True}))
+        try:
+            consumer.assign([TopicPartition(name, 0, 0)])
+            for _ in range(100):
+                message = consumer.poll(0.2)
+                if message is None:
+                    continue
+                if message.error() is None or message.error().code() == KafkaError._PARTITION_EOF:
+                    return True
+                if message.error().code() == KafkaError.TOPIC_AUTHORIZATION_FAILED:
+                    return False
+                if message.error().code() == KafkaError.GROUP_AUTHORIZATION_FAILED:
+                    continue  # the reader's own group (it commits nothing): a fetch needs none
+                raise AssertionError(f"{self.principal} reading {name}: {message.error()}")
+            raise AssertionError(f"{self.principal} reading {name}: neither a record nor a refusal")
+        finally:
+            consumer.close()
+
+    def group(self, name: str, operation: AclOperation) -> bool:
+        denied, admin = KafkaError.GROUP_AUTHORIZATION_FAILED, self.admin
+        if operation == AclOperation.READ:
+            # Committing an offset: the group's READ is checked before the topic's (then TOPIC_AUTHORIZATION_FAILED).
+            offsets = ConsumerGroupTopicPartitions(name, [TopicPartition(MACHINE_DATA.name, 0, 0)])
+            return outcome(lambda: _raise_partition_errors(admin.alter_consumer_group_offsets(
+                [offsets], request_timeout=TIMEOUT_S)[name].result()), denied)
+        if operation == AclOperation.DESCRIBE:
+            return outcome(lambda: admin.describe_consumer_groups([name], request_timeout=TIMEOUT_S)[name].result(),
+                           denied)
+        if operation == AclOperation.DELETE:
+            return outcome(lambda: admin.delete_consumer_groups([name], request_timeout=TIMEOUT_S)[name].result(),
+                           denied, KafkaError.GROUP_ID_NOT_FOUND, KafkaError.NON_EMPTY_GROUP)
+        raise AssertionError(f"no probe for {operation} on a group")
+
+    def transactional_id(self, name: str, operation: AclOperation) -> bool:
+        assert operation == AclOperation.WRITE
+        producer = Producer(transactional_producer_config(self.bootstrap, name, **self.identity))
+        return outcome(lambda: producer.init_transactions(TIMEOUT_S), KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
+
+    def cluster(self, operation: AclOperation) -> bool:
+        denied = KafkaError.CLUSTER_AUTHORIZATION_FAILED
+        if operation == AclOperation.IDEMPOTENT_WRITE:
+            # Kafka also lets a principal that may write any topic produce idempotently (KIP-679): every principal
+            # with this row may; the one without (the monitor) is refused for the cluster before any topic.
+            producer = Producer(producer_config(self.bootstrap, **self.identity, **{"message.timeout.ms": 10_000}))
+
+            def produce() -> None:
+                # A refused producer id is a fatal error, which flush raises.
+                producer.produce(MACHINE_DLQ.name, b"{}")
+                assert producer.flush(TIMEOUT_S) == 0, "the record was neither delivered nor refused"
+
+            return outcome(produce, denied)
+        if operation == AclOperation.DESCRIBE:
+            every = AclBindingFilter(ResourceType.ANY, None, ResourcePatternType.ANY, None, None, AclOperation.ANY,
+                                     AclPermissionType.ANY)
+            # The broker answers a principal without the cluster's DESCRIBE with no ACLs rather than an error; the
+            # table's ACLs are there to see.
+            seen = self.admin.describe_acls(every, request_timeout=TIMEOUT_S).result()
+            return len(seen) >= len(acl_bindings("stream-connector"))
+        if operation == AclOperation.ALTER:
+            binding = AclBinding(ResourceType.TOPIC, OTHER_TOPIC, ResourcePatternType.LITERAL, "User:acl-probe", "*",
+                                 AclOperation.READ, AclPermissionType.ALLOW)
+            created = outcome(lambda: self.admin.create_acls([binding], request_timeout=TIMEOUT_S)[binding].result(),
+                              denied)
+            if created:
+                exact = AclBindingFilter(ResourceType.TOPIC, OTHER_TOPIC, ResourcePatternType.LITERAL, "User:acl-probe",
+                                         "*", AclOperation.READ, AclPermissionType.ALLOW)
+                for future in self.admin.delete_acls([exact], request_timeout=TIMEOUT_S).values():
+                    future.result()
+            return created
+        raise AssertionError(f"no probe for {operation} on the cluster")
+
+
+def _raise(error: KafkaError | None) -> None:
+    if error is not None:
+        raise KafkaException(error)
+
+
+def _raise_partition_errors(result: ConsumerGroupTopicPartitions) -> None:
+    """A partition's error but the topic's refusal: the group's READ, checked first, was granted then."""
+    for partition in result.topic_partitions:
+        if partition.error is not None and partition.error.code() != KafkaError.TOPIC_AUTHORIZATION_FAILED:
+            _raise(partition.error)
+
+
+def _scratch_topic(bootstrap: str) -> str:
+    name = unique("acl-probe.scratch-")
+    admin = admin_client(bootstrap, **as_principal("admin"))
+    admin.create_topics([NewTopic(name, 1, 1)], operation_timeout=TIMEOUT_S)[name].result(TIMEOUT_S)
+    return name
+
+
+def test_every_row_of_the_acl_table_holds_on_the_broker_grants_and_denials_for_every_principal(
+        secure_kafka: str) -> None:
+    admin = admin_client(secure_kafka, **as_principal("admin"))
+    for name in (PROBE_TOPIC, OTHER_TOPIC):
+        try:
+            admin.create_topics([NewTopic(name, 1, 1)], operation_timeout=TIMEOUT_S)[name].result(TIMEOUT_S)
+        except KafkaException as error:
+            assert error.args[0].code() == KafkaError.TOPIC_ALREADY_EXISTS
+    assert delivery_errors(secure_kafka, "admin", MACHINE_DATA.name) == [None]  # a record for the readers
+    probes = [(ResourceType.TOPIC, name, operation) for name in ACL_TOPICS for operation in TOPIC_OPERATIONS]
+    probes += [(ResourceType.GROUP, name, operation) for name in ACL_GROUPS for operation in GROUP_OPERATIONS]
+    probes += [(ResourceType.TRANSACTIONAL_ID, name, operation)
+               for name in ACL_TRANSACTIONAL_IDS for operation in TRANSACTIONAL_OPERATIONS]
+    probes += [(ResourceType.BROKER, "kafka-cluster", operation) for operation in CLUSTER_OPERATIONS]
+    wrong, allowed_rows = [], set()
+    for principal in kafka_users():
+        prober = Prober(secure_kafka, principal)
+        for resource, name, operation in probes:
+            granted = rows_granting(principal, resource, name, operation)
+            expected = principal == "admin" or bool(granted)
+            if resource == ResourceType.TOPIC:
+                allowed = prober.topic(name, operation)
+            elif resource == ResourceType.GROUP:
+                allowed = prober.group(name, operation)
+            elif resource == ResourceType.TRANSACTIONAL_ID:
+                allowed = prober.transactional_id(name, operation)
+            else:
+                allowed = prober.cluster(operation)
+            if allowed != expected:
+                wrong.append(f"{principal} {operation.name} {resource.name} {name}: "
+                             f"{'allowed' if allowed else 'refused'}, the table says {'yes' if expected else 'no'}")
+            if allowed:
+                implied = {operation, *({AclOperation.DESCRIBE} if resource == ResourceType.TRANSACTIONAL_ID else ())}
+                allowed_rows.update((principal, grant, op) for grant in granted for op in grant.operations
+                                    if op in implied)
+    assert not wrong, "\n".join(wrong)
+    # Every row and operation of the table was seen allowed on a resource it names: the probes cover the table.
+    rows = {(principal, grant, operation) for principal, grants in KAFKA_GRANTS.items() for grant in grants
+            for operation in grant.operations}
+    assert rows - allowed_rows == set(), f"rows no probe exercised: {sorted(map(str, rows - allowed_rows))}"

@@ -15,6 +15,7 @@ import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, ConfigResource, ResourceType
 
+from db_connector_support import expected_joined_points, expected_raw_points, wait_for_points
 from pipeline_core.records import decode_record
 from pipeline_core.topics import MACHINE_DATA, MACHINE_DLQ, MACHINE_OUT
 from poison_corpus import PoisonRecord, poison_records
@@ -24,6 +25,7 @@ from support import read_topic
 pytestmark = pytest.mark.integration
 
 EVENTS_FILE_JOINS = 2_748
+EVENTS_FILE_RECORDS = 19_825  # one per quantity of each of the 5,000 rows
 JOINER_STAGE = {"spark": "spark_joiner", "lsb": "kafka_joiner"}
 # Room below the topic's limit for the record's key, headers and Kafka's framing.
 _FRAMING_BYTES = 1024
@@ -58,6 +60,15 @@ def test_make_up_from_nothing_runs_every_process_and_joins(joiner: str, secure: 
                  not in poison[MACHINE_OUT.name]]
         ids = Counter(decode_record(message.value)["id"] for message in joins)
         assert len(joins) == EVENTS_FILE_JOINS and len(ids) == EVENTS_FILE_JOINS, ids.most_common(3)
+        # InfluxDB, point by point: each record of machine.data (but the bad ones) a raw point and each join a
+        # joined point, with their tags, times and values; nothing else.
+        data = [decode_record(message.value)
+                for message in read_topic(stack.bootstrap, MACHINE_DATA.name, security=security)
+                if (MACHINE_DATA.name, message.partition, message.offset) not in poison[MACHINE_DATA.name]]
+        assert len(data) == EVENTS_FILE_RECORDS
+        wait_for_points(stack.influx(), raw=expected_raw_points(data),
+                        joined=expected_joined_points(decode_record(message.value) for message in joins),
+                        deadline_s=300)
         assert stack.states(joiner) == healthy_states(joiner)
         with capsys.disabled():
             print(f"\nJOINER={joiner}{' SECURITY=on' if secure else ''}: make up from nothing {started.seconds:.1f} s "

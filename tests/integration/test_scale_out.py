@@ -19,7 +19,7 @@ import pytest
 from conftest import EVENTS_FILE
 from connector_support import ConnectorProcess, by_key, expected_records, read_rows, run_simulator, topic_size
 from db_connector_support import (connector_args, connectors, count, database,  # noqa: F401 (fixtures)
-                                  distinct_series_times, key_of, raw_records, wait_for_count)
+                                  expected_raw_points, key_of, raw_records, wait_for_points)
 from kafka_joiner_support import (JoinerProcess, as_multiset, joiners, new_group, offline_join,  # noqa: F401
                                   read_outputs, records_in, rows_as_records)
 from pipeline_core.mqtt import drop_session
@@ -117,7 +117,7 @@ def test_two_db_connectors_one_killed_mid_stream_store_every_point_once(bootstra
     assert pair[0].kill(signal.SIGKILL) == -signal.SIGKILL
     produce_records(bootstrap, topics.data, raw[half:], key=key_of)
     # The survivor takes the killed instance's partitions after the session timeout and writes the rest.
-    wait_for_count(client, "machinedata", distinct_series_times(raw))
+    wait_for_points(client, raw=expected_raw_points(raw))
     assert pair[1].alive()
 
 

@@ -18,12 +18,12 @@ import pytest
 
 from conftest import EVENTS_FILE
 from db_connector_support import (connector_args, connectors, database,  # noqa: F401 (fixtures)
-                                  distinct_series_times, key_of, raw_records, wait_for_count)
+                                  expected_raw_points, key_of, raw_records, wait_for_points)
 from pipeline_core.kafka_clients import admin_client
 from pipeline_core.topics import MACHINE_DATA, MACHINE_DLQ, MACHINE_OUT, ensure_topics
 from stack import manager
 from stack.services import Kafka
-from support import produce_records, wait_for
+from support import confirm_down, produce_records, wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.integration]
 
@@ -57,12 +57,13 @@ def test_partitions_given_back_after_a_session_timeout_in_a_commit_wait_are_fetc
         "--retry-max-s", "1", "--progress-interval-s", "1"))
     wait_for(lambda: f"records in {half:,}" in connector.log(), 30, "the first half consumed, in one batch")
     assert "committing offsets" not in connector.log()  # the batch waits for its flush: Kafka goes first
-    manager.down([Kafka()])
+    assert "kafka" in manager.down([Kafka()])
+    confirm_down(bootstrap, "Kafka")
     wait_for(lambda: "committing offsets failed" in connector.log(), 60, "the commit waiting for Kafka")
     wait_for(lambda: "revoked" in connector.log(), 60, "the session timing out during the commit's wait")
-    manager.up([Kafka()])
+    assert "kafka" in manager.up([Kafka()])
     wait_for(lambda: connector.log().count("assigned ") >= 2, 120, "the partitions given back")
 
     produce_records(bootstrap, topics.data, raw[half:], key=key_of)
-    wait_for_count(client, "machinedata", distinct_series_times(raw), deadline_s=120)
+    wait_for_points(client, raw=expected_raw_points(raw), deadline_s=120)
     assert connector.alive(), connector.log()

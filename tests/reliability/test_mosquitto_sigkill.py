@@ -32,9 +32,10 @@ ROWS = 2000
 def test_a_sigkill_of_mosquitto_loses_only_rows_acknowledged_after_its_last_save():
     workdir = chaos_workdir("mosquitto-sigkill")
     stack = PrivateStack(workdir / "stack", "lsb")
-    stack.stack("up", timeout_s=900)
     try:
-        stack.supervisorctl("stop", "stream-connector")
+        # Inside: an `up` that fails (a process never healthy) leaves the others running until `down`.
+        stack.stack("up", timeout_s=900)
+        stack.stop("stream-connector")
         rows = [json.dumps(row).encode()
                 for row in itertools.islice(synthetic_rows(5, 1, 7, 1_554_076_800_000, 1000), ROWS)]
         publisher = AckTimedPublisher(stack.mqtt, "mosquitto-sigkill")
@@ -48,7 +49,7 @@ def test_a_sigkill_of_mosquitto_loses_only_rows_acknowledged_after_its_last_save
         stack.inject(Fault(0.0, "kill", "mosquitto"))
         wait_for(lambda: stack.pid("mosquitto") != old_pid and mqtt_ready("127.0.0.1", stack.mqtt.mqtt_port),
                  300, "supervisord to start Mosquitto again", interval_s=0.5)
-        stack.supervisorctl("start", "stream-connector")
+        stack.start("stream-connector")
 
         records = {payload: {canonical(record) for record in expected_records([json.loads(payload)])}
                    for payload in rows}

@@ -5,6 +5,7 @@ import logging
 import os
 import signal
 import threading
+import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
@@ -184,11 +185,24 @@ def test_refused_points_are_dropped_not_retried_forever() -> None:
 
 
 def test_close_gives_up_on_a_hanging_influxdb() -> None:
-    release = threading.Event()
-    metrics = HealthMetrics(lambda lines: release.wait(30))
+    release, writing, written = threading.Event(), threading.Event(), threading.Event()
+
+    def hanging_write(lines: Sequence[str]) -> None:
+        writing.set()
+        release.wait(30)
+        written.set()
+
+    metrics = HealthMetrics(hanging_write)
     metrics.record("p")
-    metrics.close(timeout_s=0.1)  # returns although the write hangs
-    release.set()
+    wait_for(writing.is_set, 10, "the write to begin")
+    began_s = time.monotonic()
+    metrics.close(timeout_s=0.1)
+    waited_s = time.monotonic() - began_s
+    try:
+        assert not written.is_set(), "the write did not hang: the test proves nothing"
+        assert waited_s < 2.0, f"close waited {waited_s:.1f} s for a write that hangs (timeout 0.1 s)"
+    finally:
+        release.set()
 
 
 @pytest.fixture

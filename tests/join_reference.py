@@ -1,0 +1,143 @@
+"""The join as its contract defines it, computed offline from machine.data records: the oracle of the chaos,
+outage, cluster and disorder runs. It shares no code with either joiner (nothing of local_stream_buffer,
+kafka_joiner or spark_joiner is imported): it is written from the definitions in
+05_local_stream_buffer/README.md and the docstrings of local_stream_buffer's cases, output and reorder modules.
+
+A join spec pairs, per thing and axis, the left quantity's stream (actSpeed_C<axis>) with the right one's
+(vaTorque_C<axis>) into an output quantity (vaPower_C<axis>).
+
+Which records a stream joins, given its records in arrival order (Kafka's partition order):
+- a record more than the spec's bound (max_out_of_orderness) behind the newest earlier record of its stream
+  is late; one exactly at the bound is not;
+- a record at the time of an earlier accepted record of its stream is a repeat (dropped) or a conflict
+  (rejected): the first stays;
+- the join sees the accepted records in time order, but only those at or before the stream's watermark,
+  its newest time minus the bound (the rest wait for the stream to move on); with a bound of 0 that is
+  every accepted record.
+
+Which pairs the join emits over the records it saw (L left, R right): each record with its successor in the
+other stream (the earliest record at or after it), and with its predecessor there (the latest at or before
+it) once it has a successor; pairs farther apart than delta_time dropped. The case: same_time (equal
+times); for l < r left_successor if r is l's successor, else right_predecessor; for l > r right_successor
+if l is r's successor, else left_predecessor.
+
+The output record of a pair: the thing, the output quantity, the mean of both times (an int when whole), the
+formula's result as a float, both inputs (quantity, time, result as in their records), the case, and an id:
+UUID5 in a fixed namespace of "thing/output quantity/left time/right time" (times as ints when whole).
+"""
+from __future__ import annotations
+
+import math
+import re
+import uuid
+from bisect import bisect_left, bisect_right
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any, Callable
+
+OUTPUT_ID_NAMESPACE = uuid.uuid5(uuid.NAMESPACE_URL, "machine-data-pipeline/local_stream_buffer/output")
+
+
+def power(speed_rpm: float, torque_nm: float) -> float:
+    """Mechanical power in W: 2π/60 · n · M."""
+    return 2 * math.pi / 60 * speed_rpm * torque_nm
+
+
+@dataclass(frozen=True)
+class Spec:
+    left: str  # quantity prefix before the axis number
+    right: str
+    output: str
+    formula: Callable[[float, float], float]
+    delta_time_ms: float | None
+    bound_ms: float = 0.0
+
+
+# The shipped join_specs.toml: power of each axis, pairs at most 1 s apart, each stream in time order.
+POWER = Spec("actSpeed_C", "vaTorque_C", "vaPower_C", power, delta_time_ms=1000.0)
+
+
+def _plain(t: float) -> int | float:
+    return int(t) if float(t).is_integer() else float(t)
+
+
+def _stream_joins(records: list[dict[str, Any]], bound_ms: float) -> list[dict[str, Any]]:
+    """The records of one stream (arrival order) the join sees, in time order."""
+    accepted: dict[float, dict[str, Any]] = {}
+    newest = -math.inf
+    for record in records:
+        t = record["phenomenonTime"]
+        if t < newest - bound_ms or t in accepted:
+            continue  # late, or a repeat or conflict of an accepted record
+        accepted[t] = record
+        newest = max(newest, t)
+    watermark = newest - bound_ms
+    return [accepted[t] for t in sorted(accepted) if t <= watermark]
+
+
+def _pairs(left: list[float], right: list[float], delta_ms: float | None) -> list[tuple[float, float, str]]:
+    def successor(t: float, others: list[float]) -> float | None:
+        index = bisect_left(others, t)
+        return others[index] if index < len(others) else None
+
+    def predecessor(t: float, others: list[float]) -> float | None:
+        index = bisect_right(others, t)
+        return others[index - 1] if index else None
+
+    found: set[tuple[float, float]] = set()
+    for times, others, is_left in ((left, right, True), (right, left, False)):
+        for t in times:
+            after = successor(t, others)
+            if after is None:
+                continue
+            for partner in (after, predecessor(t, others)):
+                if partner is not None:
+                    found.add((t, partner) if is_left else (partner, t))
+    pairs = []
+    for lt, rt in sorted(found):
+        if delta_ms is not None and abs(lt - rt) > delta_ms:
+            continue
+        if lt == rt:
+            case = "same_time"
+        elif lt < rt:
+            case = "left_successor" if successor(lt, right) == rt else "right_predecessor"
+        else:
+            case = "right_successor" if successor(rt, left) == lt else "left_predecessor"
+        pairs.append((lt, rt, case))
+    return pairs
+
+
+def output_record(thing: str, spec: Spec, axis: str, left: dict[str, Any], right: dict[str, Any],
+                  case: str) -> dict[str, Any]:
+    lt, rt = _plain(left["phenomenonTime"]), _plain(right["phenomenonTime"])
+    quantity = f"{spec.output}{axis}"
+    return {
+        "thing": thing,
+        "quantity": quantity,
+        "phenomenonTime": _plain((lt + rt) / 2),
+        "result": float(spec.formula(left["result"], right["result"])),
+        "left": {"quantity": left["quantity"], "phenomenonTime": lt, "result": left["result"]},
+        "right": {"quantity": right["quantity"], "phenomenonTime": rt, "result": right["result"]},
+        "case": case,
+        "id": str(uuid.uuid5(OUTPUT_ID_NAMESPACE, f"{thing}/{quantity}/{lt}/{rt}")),
+    }
+
+
+def reference_join(records: Iterable[dict[str, Any]], spec: Spec = POWER) -> list[dict[str, Any]]:
+    """The output records of `records` (each stream's in arrival order), by thing, axis and left time."""
+    sides = ((spec.left, "left"), (spec.right, "right"))
+    patterns = {side: re.compile(re.escape(prefix) + r"(\d+)\Z") for prefix, side in sides}
+    streams: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
+    for record in records:
+        for side, pattern in patterns.items():
+            if matched := pattern.match(record["quantity"]):
+                streams.setdefault((record["thing"], matched.group(1), side), []).append(record)
+    outputs = []
+    for thing, axis in sorted({(thing, axis) for thing, axis, _side in streams}):
+        left = {r["phenomenonTime"]: r for r in _stream_joins(streams.get((thing, axis, "left"), []), spec.bound_ms)}
+        right = {r["phenomenonTime"]: r for r in _stream_joins(streams.get((thing, axis, "right"), []), spec.bound_ms)}
+        for lt, rt, case in _pairs(sorted(left), sorted(right), spec.delta_time_ms):
+            output = output_record(thing, spec, axis, left[lt], right[rt], case)
+            if math.isfinite(output["result"]):
+                outputs.append(output)
+    return outputs
