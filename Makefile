@@ -32,7 +32,7 @@ export SECURITY STACK_TLS
 BENCHMARKS ?= benchmarks.join_engine benchmarks.mqtt_publish benchmarks.stream_connector \
 	benchmarks.kafka_joiner benchmarks.spark_joiner benchmarks.join_peers benchmarks.db_connector
 
-.PHONY: setup up down clean status logs data report test bench bench-topology reliability chaos spark-package
+.PHONY: setup up down clean status logs restart data report test bench bench-topology reliability chaos spark-package
 
 setup: $(INSTALLED)
 	@$(PY) -m stack.provision
@@ -68,11 +68,17 @@ else
 	@test ! -x $(PY) || $(PY) -m stack clean
 endif
 
+# JSON=1: the same facts as one JSON document (`python -m stack status --json`).
 status: setup
-	@$(PY) -m stack status
+	@$(PY) -m stack status $(if $(filter 1 yes true on,$(JSON)),--json)
 
+# SERVICE=<name> (or supervisord): its last LINES lines (40); FOLLOW=1 then every line written to it, until Ctrl-C.
 logs: setup
-	@$(PY) -m stack logs $(SERVICE)
+	@$(PY) -m stack logs $(SERVICE) $(if $(LINES),--lines $(LINES)) $(if $(filter 1 yes true on,$(FOLLOW)),--follow)
+
+# SERVICE=<name>: stopped and started again, healthy (a service of the stack that runs).
+restart: setup
+	@$(PY) -m stack restart $(SERVICE)
 
 # Replays events into the running stack: RATE=rows/s (0 = as fast as lossless delivery allows),
 # N=rows (default: the whole file), DATA_ARGS for any other simulator flag (see --help).

@@ -286,6 +286,37 @@ def restart_running(names: Iterable[str]) -> list[str]:
     return [service.name for service in restarted]
 
 
+@dataclass(frozen=True)
+class Restarted:
+    name: str
+    old_pid: int | None
+    new_pid: int | None
+    seconds: float
+
+
+def restart(name: str) -> Restarted:
+    """Stop service `name` (with its grace period) and start it again, waiting until it is healthy; one that is
+    not running (stopped, or given up on: FATAL) is started. Only a service of the stack that runs."""
+    known = [service.name for service in every_service()]
+    if name not in known:
+        raise StackError(f"no service named {name!r}; known: {', '.join(known)}" if name != "supervisord" else
+                         "supervisord runs every service: `make down`, then `make up`, restarts it with them")
+    with supervision.exclusive():
+        if supervision.daemon_pid() is None:
+            raise StackError("the stack is not running: `make up` starts it")
+        service = next((service for service in all_services() if service.name == name), None)
+        if service is None:
+            joiner = _joiner()
+            raise StackError(f"{name} is not part of the stack that runs (its joiner is the {joiner} joiner): "
+                             + ("`make up JOINER=" + ("lsb" if "lsb" in name else "spark") + "` switches the joiner"
+                                if "joiner" in name else "`make up` with its settings starts it"))
+        began = time.monotonic()
+        old_pid = supervision.process_info(name).pid
+        supervision.stop_process(name)
+        start(service)
+        return Restarted(name, old_pid, supervision.process_info(name).pid, time.monotonic() - began)
+
+
 def down(services: Iterable[Service]) -> list[str]:
     """Stop in reverse order: the pipeline first, so it can still flush to the servers. supervisord
     exits too once nothing runs under it. Names of the processes stopped."""
