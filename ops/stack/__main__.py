@@ -66,7 +66,7 @@ def main(argv: list[str] | None = None) -> int:
             security.ensure_credentials()  # SECURITY=on: before any server starts
             services = manager.servers() if args.servers_only else manager.all_services()
             began = time.monotonic()
-            started = manager.up(services, notify=print)
+            started = manager.up(services, notify=print, same_settings=True)
             took = time.monotonic() - began
             print(f"stack up in {took:.1f} s" + (f" (started: {', '.join(started)})" if started
                                                  else " (everything was already running)"))

@@ -190,11 +190,12 @@ def _start_groups(services: list[Service]) -> list[list[Service]]:
     return groups
 
 
-def up(services: Iterable[Service], notify: Callable[[str], None] = log.info) -> list[str]:
+def up(services: Iterable[Service], notify: Callable[[str], None] = log.info,
+       same_settings: bool = False) -> list[str]:
     """Start every service in order under supervisord; names of those started now (the rest ran).
 
-    One configuration at a time: with supervisord running, other settings than it was started with are refused
-    (`configuration`). One joiner at a time: when `services` hold a joiner other than the one the state dir ran,
+    One configuration at a time: `same_settings` (`make up`) refuses, while supervisord runs, other settings than
+    it was started with (`configuration`); a program bringing back a server it stopped leaves it off. One joiner at a time: when `services` hold a joiner other than the one the state dir ran,
     that one is stopped first and hands its input position over before the new one starts (`joiners`); `notify`
     is told of both, a line each."""
     services = list(services)
@@ -210,7 +211,7 @@ def up(services: Iterable[Service], notify: Callable[[str], None] = log.info) ->
                              f"then `make up TOPOLOGY={chosen}` starts the {chosen} one")
         settings = configuration.current()
         daemon_runs = supervision.daemon_pid() is not None
-        if daemon_runs:
+        if daemon_runs and same_settings:
             configuration.check(settings)
         topology.record(chosen)
         switch = _joiner_switch(services, notify)
