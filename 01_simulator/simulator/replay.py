@@ -76,7 +76,8 @@ def _moved_on(delta_ms: int, oldest: Mapping[str, float], previous: Mapping[str,
     further = shift_past(delta_ms, oldest, previous) - delta_ms
     if further:
         # Said once per run: where the rows land, and why.
-        binding = max((thing for thing in oldest if thing in previous), key=lambda thing: previous[thing] - oldest[thing])
+        binding = max((thing for thing in oldest if thing in previous),
+                      key=lambda thing: previous[thing] - oldest[thing])
         log.info("an earlier replay left %s at %s: this replay is moved %.1f h further on, each machine %d s or more "
                  "after its earlier rows (%s from %s)", binding, describe_ms(previous[binding]), further / 3_600_000,
                  REPLAY_GAP_MS // 1000, binding, describe_ms(oldest[binding] + delta_ms + further))

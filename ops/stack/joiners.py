@@ -98,8 +98,9 @@ def position_of(joiner: str, cluster: bool) -> JoinerPosition:
         return JoinerPosition(joiner, group, topic, state_topic=state_topic)
     if joiner == "spark":
         # The cluster's joiner is given its checkpoint on its command line (topology.SparkSubmittedJoiner).
+        default = paths.STATE_DIR / "spark_joiner" / "checkpoint"  # spark_joiner.settings.DEFAULT_CHECKPOINT_DIR
         checkpoint = (paths.STATE_DIR / "spark-joiner" / "checkpoint" if cluster else
-                      Path(os.environ.get("SPARK_JOINER_CHECKPOINT_DIR") or paths.STATE_DIR / "spark_joiner" / "checkpoint"))
+                      Path(os.environ.get("SPARK_JOINER_CHECKPOINT_DIR") or default))
         digest = hashlib.sha1(str(checkpoint.resolve()).encode()).hexdigest()[:12]
         group = os.environ.get("SPARK_JOINER_TRANSACTIONAL_ID") or f"spark-joiner.{digest}"
         topic = os.environ.get("SPARK_JOINER_INPUT_TOPIC") or MACHINE_DATA.name

@@ -195,9 +195,10 @@ def up(services: Iterable[Service], notify: Callable[[str], None] = log.info,
     """Start every service in order under supervisord; names of those started now (the rest ran).
 
     One configuration at a time: `same_settings` (`make up`) refuses, while supervisord runs, other settings than
-    it was started with (`configuration`); a program bringing back a server it stopped leaves it off. One joiner at a time: when `services` hold a joiner other than the one the state dir ran,
-    that one is stopped first and hands its input position over before the new one starts (`joiners`); `notify`
-    is told of both, a line each."""
+    it was started with (`configuration`); a program bringing back a server it stopped leaves it off.
+    One joiner at a time: when `services` hold a joiner other than the one the state dir ran, that one is stopped
+    first and hands its input position over before the new one starts (`joiners`); `notify` is told of both, a
+    line each."""
     services = list(services)
     with supervision.exclusive():
         leftovers = unsupervised.running()

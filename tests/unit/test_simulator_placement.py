@@ -11,7 +11,8 @@ import pytest
 from kafka_joiner_support import offline_join
 from pipeline_core.settings import load_settings
 from simulator.events import event_time_ms
-from simulator.placement import REPLAY_GAP_MS, ReplayLog, ReplayNotes, newest_per_machine, oldest_per_machine, shift_past
+from simulator.placement import (REPLAY_GAP_MS, ReplayLog, ReplayNotes, newest_per_machine, oldest_per_machine,
+                                 shift_past)
 from simulator.replay import selected_rows
 from simulator.settings import SimulatorSettings
 from simulator.synthetic import fleet_things
