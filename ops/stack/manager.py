@@ -155,7 +155,8 @@ def start(service: Service) -> bool:
 
 def start_together(services: list[Service]) -> list[str]:
     """Have supervisord start each of `services` that does not run yet, all at once, then wait until each is
-    healthy (the nodes of a quorum each wait for the others); names of those started now."""
+    healthy (the nodes of a quorum each wait for the others) and set up (topics, databases); names of those
+    started now."""
     launched = []
     for service in services:
         if supervision.process_info(service.name).state in supervision.ACTIVE_STATES:
@@ -173,7 +174,9 @@ def start_together(services: list[Service]) -> list[str]:
         launched.append(service)
     for service in services:
         _await_ready(service)
-    for service in launched:
+    # Every one, not only those started now: an `up` that gave up waiting for a slow Kafka left it running without
+    # its topics, and the next `up` found it running (the set-up is idempotent).
+    for service in services:
         service.after_ready()
     return [service.name for service in launched]
 
