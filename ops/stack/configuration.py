@@ -6,8 +6,8 @@ nor one started or restarted later, and the stack would go on with the old one w
 settings when it starts supervisord, and a later `up` with other settings refuses, naming them and what to run.
 
 The settings are the environment variables the stack, its servers and the pipeline's stages read: their
-prefixes and names below. A value that is empty counts as unset (make exports SECURITY and STACK_TLS, empty
-when not given). Secrets are kept as digests only.
+prefixes and names below. A value that is empty counts as unset (make exports STACK_TLS, empty when not
+given). Secrets are kept as digests only.
 """
 from __future__ import annotations
 
@@ -22,9 +22,10 @@ from .processes import StackError
 
 SETTING_PREFIXES = ("MQTT_", "KAFKA_", "INFLUXDB_", "SPARK_", "PYSPARK_", "CONNECTOR_", "STREAM_CONNECTOR_",
                     "DB_CONNECTOR_", "PROGRESS_", "HEALTH_", "PIPELINE_", "STACK_")
-SETTING_NAMES = frozenset({"SECURITY", "LOG_LEVEL", "DATA_TOPIC", "DLQ_TOPIC", "TLS_EXTRA_HOSTNAMES", "JAVA_HOME"})
-# Which stack this is, not how it runs (the state dir is the stack; the cache only holds downloads).
-NOT_SETTINGS = frozenset({"STACK_STATE_DIR", "STACK_CACHE_DIR"})
+SETTING_NAMES = frozenset({"LOG_LEVEL", "DATA_TOPIC", "DLQ_TOPIC", "TLS_EXTRA_HOSTNAMES", "JAVA_HOME"})
+# Which stack this is, not how it runs (the state dir is the stack; the cache only holds downloads). SECURITY=on
+# makes the credentials file, which keeps the stack secure with or without it (README, "Security").
+NOT_SETTINGS = frozenset({"STACK_STATE_DIR", "STACK_CACHE_DIR", "SECURITY"})
 # What only `status` reads.
 NOT_SETTING_PREFIXES = ("STACK_DISK_WARN_",)
 SECRET_MARKS = ("PASSWORD", "SECRET", "TOKEN")
