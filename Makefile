@@ -7,7 +7,8 @@ VENV := .venv
 PY := $(VENV)/bin/python
 INSTALLED := $(VENV)/.installed
 STACK ?= $(shell docker info >/dev/null 2>&1 && echo docker || echo native)
-# JOINER=spark (the default) or lsb, the standalone joiner. Compose runs the Spark joiner unless told
+# JOINER=spark (the default) or lsb, the standalone joiner. Natively `up` without JOINER keeps the joiner the state
+# dir runs, and with the other one stops it and hands its input position over (ops/README.md). Compose runs the Spark joiner unless told
 # otherwise and the standalone one with the profile lsb: `up` enables the profile and scales the joiner not
 # chosen to zero, so exactly one runs, also after switching.
 COMPOSE_UNUSED_JOINER = $(if $(filter lsb,$(JOINER)),spark-joiner,lsb-joiner)
