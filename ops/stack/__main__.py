@@ -46,10 +46,10 @@ def main(argv: list[str] | None = None) -> int:
     commands.add_parser("topics", help="create the pipeline's topics on KAFKA_BOOTSTRAP_SERVERS and, when "
                                        "secure, its Kafka users and ACLs (idempotent; `up` does it for the "
                                        "native stack)")
-    rotate_credential = commands.add_parser("rotate-credential",
+    rotate = commands.add_parser("rotate-credential",
                                  help="a new random Kafka password for a principal (README, \"Security\"): set on "
                                       "Kafka, written to the credentials file, and the process using it restarted")
-    rotate_credential.add_argument("principal")
+    rotate.add_argument("principal")
     commands.add_parser("influxdb", help="create the pipeline's InfluxDB database, retention policies and "
                                          "continuous queries, or bring them to INFLUXDB_*_RETENTION "
                                          "(idempotent; `up` does it for the native stack)")
