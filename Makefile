@@ -7,7 +7,8 @@ VENV := .venv
 PY := $(VENV)/bin/python
 INSTALLED := $(VENV)/.installed
 STACK ?= $(shell docker info >/dev/null 2>&1 && echo docker || echo native)
-# JOINER=spark (the default) or lsb, the standalone joiner. Compose runs the Spark joiner unless told
+# JOINER=spark (the default) or lsb, the standalone joiner. Natively `up` without JOINER keeps the joiner the state
+# dir runs, and with the other one stops it and hands its input position over (ops/README.md). Compose runs the Spark joiner unless told
 # otherwise and the standalone one with the profile lsb: `up` enables the profile and scales the joiner not
 # chosen to zero, so exactly one runs, also after switching.
 COMPOSE_UNUSED_JOINER = $(if $(filter lsb,$(JOINER)),spark-joiner,lsb-joiner)
@@ -32,7 +33,7 @@ export SECURITY STACK_TLS
 BENCHMARKS ?= benchmarks.join_engine benchmarks.mqtt_publish benchmarks.stream_connector \
 	benchmarks.kafka_joiner benchmarks.spark_joiner benchmarks.join_peers benchmarks.db_connector
 
-.PHONY: setup up down clean status logs data report test bench bench-topology reliability chaos spark-package
+.PHONY: setup up down clean status logs restart data report test bench bench-topology reliability chaos spark-package
 
 setup: $(INSTALLED)
 	@$(PY) -m stack.provision
@@ -68,11 +69,17 @@ else
 	@test ! -x $(PY) || $(PY) -m stack clean
 endif
 
+# JSON=1: the same facts as one JSON document (`python -m stack status --json`).
 status: setup
-	@$(PY) -m stack status
+	@$(PY) -m stack status $(if $(filter 1 yes true on,$(JSON)),--json)
 
+# SERVICE=<name> (or supervisord): its last LINES lines (40); FOLLOW=1 then every line written to it, until Ctrl-C.
 logs: setup
-	@$(PY) -m stack logs $(SERVICE)
+	@$(PY) -m stack logs $(SERVICE) $(if $(LINES),--lines $(LINES)) $(if $(filter 1 yes true on,$(FOLLOW)),--follow)
+
+# SERVICE=<name>: stopped and started again, healthy (a service of the stack that runs).
+restart: setup
+	@$(PY) -m stack restart $(SERVICE)
 
 # Replays events into the running stack: RATE=rows/s (0 = as fast as lossless delivery allows),
 # N=rows (default: the whole file), DATA_ARGS for any other simulator flag (see --help).

@@ -12,6 +12,7 @@ from pipeline_core.mqtt import DEVICE_CLIENT_ID
 from pipeline_core.settings import load_settings
 
 from .events import EventsFileError, write_events
+from .placement import ReplayLog, ReplayNotes, newest_per_machine
 from .publisher import Publisher, PublishError
 from .replay import publish_rows, selected_rows
 from .settings import SimulatorSettings
@@ -30,7 +31,8 @@ def main(argv: list[str] | None = None) -> int:
                              environ=credentials.environ_for("device"))
     configure_logging()
     try:
-        rows, total = selected_rows(settings)
+        replay_log = ReplayLog(settings.replay_log) if settings.ending_now and settings.replay_log else None
+        rows, total = selected_rows(settings, replay_log.newest() if replay_log else None)
         if settings.output is not None:
             if total is None:
                 raise ValueError("--output needs --limit when the rows have no end (--synthetic, --loop)")
@@ -40,6 +42,15 @@ def main(argv: list[str] | None = None) -> int:
         publisher = Publisher(settings, settings.mqtt_client_id or default_client_id(settings),
                               window=settings.window, inflight=settings.inflight)
         publisher.connect()
+        notes = ReplayNotes(replay_log) if replay_log else None
+        if notes is not None:
+            if total is not None and not settings.synthetic:
+                # The whole replay noted before its first row goes out: a replay killed midway leaves the next one
+                # no machine behind rows it published.
+                planned = list(rows)
+                replay_log.note(newest_per_machine(planned))
+                rows = iter(planned)
+            rows = notes.track(rows)
     except (EventsFileError, PublishError, ValueError) as error:
         log.error("%s", error)
         return 2
@@ -57,6 +68,9 @@ def main(argv: list[str] | None = None) -> int:
     except PublishError as error:  # the broker refused the reconnect (credentials changed meanwhile)
         log.error("%s", error)
         return 2
+    finally:
+        if notes is not None:
+            notes.flush()
     publisher.close()
     print(summary)
     return 1 if summary.failures else 0

@@ -117,13 +117,14 @@ def displaced(rows: list[Row], disorder_ms: int, seed: int) -> list[Row]:
     return [rows[index] for _, _, index in sorted(arrival)]
 
 
-def ending_at(rows: list[Row], end_ms: int) -> list[Row]:
-    """The rows moved in time, their spacing kept, so that the newest is at `end_ms`: a replay of an old sample
-    then lands inside InfluxDB's retention policies (README, "Operations"), which refuse older points."""
+def delta_to_end_at(rows: list[Row], end_ms: int) -> int:
+    """The shift (ms) that puts the newest of `rows` at `end_ms` (0 when none has a time)."""
     times = [time_ms for time_ms in map(event_time_ms, rows) if time_ms is not None]
-    if not times:
-        return rows
-    delta_ms = end_ms - int(max(times))
+    return end_ms - int(max(times)) if times else 0
+
+
+def shifted(rows: list[Row], delta_ms: int) -> list[Row]:
+    """The rows moved in time by `delta_ms`, their spacing kept (each time written in its own unit, or ISO-8601)."""
     moved = []
     for row in rows:
         if "Timestamp" in row:
@@ -133,6 +134,12 @@ def ending_at(rows: list[Row], end_ms: int) -> list[Row]:
                 pass  # no time to move: the row goes out as it is, for the connector to dead-letter
         moved.append(row)
     return moved
+
+
+def ending_at(rows: list[Row], end_ms: int) -> list[Row]:
+    """The rows moved in time, their spacing kept, so that the newest is at `end_ms`: a replay of an old sample
+    then lands inside InfluxDB's retention policies (README, "Operations"), which refuse older points."""
+    return shifted(rows, delta_to_end_at(rows, end_ms))
 
 
 def repeat(rows: list[Row]) -> Iterator[Row]:

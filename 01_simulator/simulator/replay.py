@@ -3,17 +3,21 @@ from __future__ import annotations
 
 import itertools
 import json
+import logging
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 
 from tqdm import tqdm
 
-from .events import Row, displaced, ending_at, event_time_ms, in_order, read_events, repeat
+from .events import Row, delta_to_end_at, displaced, event_time_ms, in_order, read_events, repeat, shifted
+from .placement import REPLAY_GAP_MS, describe_ms, oldest_per_machine, shift_past
 from .publisher import Publisher
 from .settings import SimulatorSettings
-from .synthetic import synthetic_rows
+from .synthetic import fleet_things, synthetic_rows
 from .topics import row_topic
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -30,8 +34,12 @@ class Summary:
         return f"published {self.rows} rows in {self.seconds:.1f} s ({self.rate:,.0f} rows/s), {self.failures} failures"
 
 
-def selected_rows(settings: SimulatorSettings) -> tuple[Iterator[Row], int | None]:
-    """The rows of this run after --skip and --limit, and how many there are (None: without end)."""
+def selected_rows(settings: SimulatorSettings, previous: Mapping[str, float] | None = None
+                  ) -> tuple[Iterator[Row], int | None]:
+    """The rows of this run after --skip and --limit, and how many there are (None: without end).
+
+    `previous`: per machine, the newest time earlier replays published (`placement.ReplayLog`); with --ending-now
+    the rows are moved on past it where the newest row at now would lay them over those replays' rows."""
     if settings.skip < 0 or settings.limit < 0:
         raise ValueError("--skip and --limit must not be negative")
     if settings.disorder_ms and (settings.synthetic or settings.order != "time"):
@@ -43,13 +51,16 @@ def selected_rows(settings: SimulatorSettings) -> tuple[Iterator[Row], int | Non
             # retention would be refused.
             last_step = (settings.skip + settings.limit - 1) // settings.machines if settings.limit else 0
             start_ms = int(time.time() * 1000) - max(last_step, 0) * settings.interval_ms
+            things = fleet_things(settings.machines, settings.axes, settings.seed)
+            start_ms += _moved_on(0, dict.fromkeys(things, start_ms), previous or {})
         rows: Iterator[Row] = synthetic_rows(settings.machines, settings.axes, settings.seed, start_ms,
                                              settings.interval_ms)
         available = None
     else:
         events = read_events(settings.events_file)
         if settings.ending_now:
-            events = ending_at(events, int(time.time() * 1000))
+            at_now = delta_to_end_at(events, int(time.time() * 1000))
+            events = shifted(events, at_now + _moved_on(at_now, oldest_per_machine(events), previous or {}))
         events = displaced(in_order(events, settings.order), settings.disorder_ms, settings.seed)
         rows = repeat(events) if settings.loop else iter(events)
         available = None if settings.loop else max(0, len(events) - settings.skip)
@@ -58,6 +69,19 @@ def selected_rows(settings: SimulatorSettings) -> tuple[Iterator[Row], int | Non
         rows = itertools.islice(rows, settings.limit)
         available = settings.limit if available is None else min(available, settings.limit)
     return rows, available
+
+
+def _moved_on(delta_ms: int, oldest: Mapping[str, float], previous: Mapping[str, float]) -> int:
+    """How much further than `delta_ms` the rows must move so that no machine goes back behind an earlier replay."""
+    further = shift_past(delta_ms, oldest, previous) - delta_ms
+    if further:
+        # Said once per run: where the rows land, and why.
+        binding = max((thing for thing in oldest if thing in previous),
+                      key=lambda thing: previous[thing] - oldest[thing])
+        log.info("an earlier replay left %s at %s: this replay is moved %.1f h further on, each machine %d s or more "
+                 "after its earlier rows (%s from %s)", binding, describe_ms(previous[binding]), further / 3_600_000,
+                 REPLAY_GAP_MS // 1000, binding, describe_ms(oldest[binding] + delta_ms + further))
+    return further
 
 
 def due_times(settings: SimulatorSettings) -> Callable[[int, Row], float] | None:

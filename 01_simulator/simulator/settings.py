@@ -4,11 +4,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from pipeline_core.paths import STATE_DIR
 from pipeline_core.settings import MqttSettings, setting
 
 from .synthetic import DEFAULT_START_MS
 from .topics import THING_TOPIC_TEMPLATE
 
+# Per machine, the newest time of the rows --ending-now replays published into this state dir's stack.
+DEFAULT_REPLAY_LOG = STATE_DIR / "simulator" / "replayed.json"
 # The 5,000 real rows of three machines (not in time order), shipped as the default replay.
 DEFAULT_EVENTS_FILE = Path(__file__).resolve().parents[1] / "data" / "test_events.json"
 
@@ -34,7 +37,12 @@ class SimulatorSettings(MqttSettings):
     ending_now: bool = setting(False, "SIMULATOR_ENDING_NOW",
                                "move the rows in time, spacing kept, so the newest is now (--synthetic without "
                                "--limit: the first): an old sample then lands inside InfluxDB's retention "
-                               "(`make data` does this)")
+                               "(`make data` does this); further on where an earlier such replay (--replay-log) left "
+                               "a machine later, so each machine's rows start a minute after its earlier ones")
+    replay_log: Path | None = setting(DEFAULT_REPLAY_LOG, "SIMULATOR_REPLAY_LOG",
+                                      "with --ending-now: the file noting, per machine, the newest time replayed, "
+                                      "read to place this replay past it and written as it goes ('none': neither; "
+                                      "`make clean` deletes it with the state dir)")
     order: str = setting("time", "SIMULATOR_ORDER", "time: each machine in time order; file: as the file "
                                                     "has them (exercises late data downstream)")
     synthetic: bool = setting(False, "SIMULATOR_SYNTHETIC", "generate rows instead of reading the events file")

@@ -78,6 +78,13 @@ def _machines(fake: Faker, rng: random.Random, machines: int, axes: int) -> list
     return result
 
 
+def fleet_things(machines: int, axes: int, seed: int) -> list[str]:
+    """The names of the machines `synthetic_rows` gives for these arguments, in their order."""
+    fake = Faker()
+    fake.seed_instance(seed)
+    return [machine.thing for machine in _machines(fake, random.Random(seed), machines, axes)]
+
+
 def synthetic_rows(machines: int, axes: int, seed: int, start_ms: int = DEFAULT_START_MS,
                    interval_ms: int = 1000) -> Iterator[Row]:
     """Rows without end: every `interval_ms` one row per machine, all machines in time order."""

@@ -169,6 +169,7 @@ class Transaction:
                 self._while_waiting()
 
         call_bounded(call, timeout_s + _WEDGED_AFTER_S, what=what, while_waiting=waiting)
+        self.waiting_for = None  # Kafka answered: a slow start under load is no wait that lasts
 
     def _replace_producer(self, why: str) -> None:
         """A new producer with this transactional id: its `init_transactions` fences the current one and

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import signal
 import sys
@@ -16,9 +17,9 @@ from pipeline_core.logs import configure_logging
 from pipeline_core.settings import ConnectionSettings, load_settings
 from pipeline_core.stage_health import StageHealth, format_age
 from pipeline_core.topics import ensure_topics
-from . import disk, kafka_cluster, losses, manager, security, supervision, topology
+from . import disk, joiners, kafka_cluster, losses, manager, security, supervision, topology
 from .kafka_acls import ensure_kafka_principals, kafka_users
-from .processes import StackError, tail
+from .processes import StackError, follow, tail
 
 TROUBLE_LOG_LINES = 10
 
@@ -29,12 +30,18 @@ def main(argv: list[str] | None = None) -> int:
     up = commands.add_parser("up", help="start the servers and the pipeline (no-op for what runs)")
     up.add_argument("--servers-only", action="store_true", help="Mosquitto, Kafka, InfluxDB only")
     commands.add_parser("down", help="stop everything this stack started, and supervisord")
-    commands.add_parser("status", help="each service: its state, health, PID, uptime, restarts, "
-                                       "ports; what keeps failing, with its log; and data lost outside "
-                                       "the pipeline's control (retention, deleted topics)")
+    status = commands.add_parser("status", help="each service: its state, health, PID, uptime, restarts, "
+                                                "ports; what keeps failing, with its log; and data lost outside "
+                                                "the pipeline's control (retention, deleted topics)")
+    status.add_argument("--json", action="store_true", help="the same facts as one JSON document, for programs")
     logs = commands.add_parser("logs", help="the last lines of a service's log (or supervisord's)")
-    logs.add_argument("service")
+    logs.add_argument("service", nargs="?")
     logs.add_argument("-n", "--lines", type=int, default=40)
+    logs.add_argument("-f", "--follow", action="store_true",
+                      help="then every line written to it, across rotations, until Ctrl-C")
+    restart = commands.add_parser("restart", help="stop one service and start it again, healthy (started if it "
+                                                  "was not running)")
+    restart.add_argument("service", nargs="?")
     commands.add_parser("clean", help="stop everything and delete all state")
     commands.add_parser("topics", help="create the pipeline's topics on KAFKA_BOOTSTRAP_SERVERS and, when "
                                        "secure, its Kafka users and ACLs (idempotent; `up` does it for the "
@@ -59,7 +66,7 @@ def main(argv: list[str] | None = None) -> int:
             security.ensure_credentials()  # SECURITY=on: before any server starts
             services = manager.servers() if args.servers_only else manager.all_services()
             began = time.monotonic()
-            started = manager.up(services)
+            started = manager.up(services, notify=print, same_settings=True)
             took = time.monotonic() - began
             print(f"stack up in {took:.1f} s" + (f" (started: {', '.join(started)})" if started
                                                  else " (everything was already running)"))
@@ -68,9 +75,23 @@ def main(argv: list[str] | None = None) -> int:
             stopped = manager.down_everything()
             print("stopped: " + (", ".join(stopped) if stopped else "nothing was running"))
         elif args.command == "status":
-            print_status(manager.shown_in_status())
+            if args.json:
+                print(json.dumps(status_document(manager.shown_in_status()), indent=1))
+            else:
+                print_status(manager.shown_in_status())
         elif args.command == "logs":
-            print(tail(manager.log_file_of(args.service), args.lines))
+            log_file = manager.log_file_of(required_service(args.service, "logs"))
+            if args.follow:
+                try:
+                    follow(log_file, args.lines, sys.stdout)
+                except KeyboardInterrupt:
+                    pass  # Ctrl-C ends the following, as with tail -f
+            else:
+                print(tail(log_file, args.lines))
+        elif args.command == "restart":
+            restarted = manager.restart(required_service(args.service, "restart"))
+            print(f"restarted {restarted.name} in {restarted.seconds:.1f} s, healthy: pid {restarted.old_pid or '-'} "
+                  f"-> {restarted.new_pid}")
         elif args.command == "topics":
             settings = load_settings(ConnectionSettings, [], environ=credentials.environ_for("admin"))
             client_security = security_config(settings)
@@ -137,15 +158,59 @@ def print_status(services: list) -> None:
                 print(f"    {line}")
 
 
-def loss_line() -> str:
-    """What the stages lost outside the pipeline's control, from their health metrics in InfluxDB."""
+def required_service(name: str | None, command: str) -> str:
+    """The SERVICE a command needs, or an error naming the services to choose from."""
+    if name:
+        return name
+    known = [service.name for service in manager.every_service()] + (["supervisord"] if command == "logs" else [])
+    raise StackError(f"name a service: `make {command} SERVICE=<name>`, one of {', '.join(known)}")
+
+
+def stage_losses() -> tuple[dict[str, dict[str, int]] | None, str | None]:
+    """What the stages lost outside the pipeline's control, from their health metrics in InfluxDB: the losses
+    per stage, or None and why they are unknown."""
     settings = load_settings(ConnectionSettings, [], environ=credentials.environ_for("monitor"))
     if not influxdb_ready(settings.influxdb_port, settings.influxdb_host):
-        return "loss outside the pipeline's control: unknown while InfluxDB does not answer"
+        return None, "unknown while InfluxDB does not answer"
     try:
-        return losses.describe(losses.stage_losses(influx_client(settings, timeout_s=5.0)))
+        return losses.stage_losses(influx_client(settings, timeout_s=5.0)), None
     except Exception as error:  # noqa: BLE001 - the status of the services must show regardless
-        return f"loss outside the pipeline's control: unknown ({type(error).__name__}: {str(error)[:200]})"
+        return None, f"unknown ({type(error).__name__}: {str(error)[:200]})"
+
+
+def loss_line() -> str:
+    """`status`'s line on what the stages lost outside the pipeline's control."""
+    found, unknown = stage_losses()
+    return losses.describe(found) if found is not None else f"loss outside the pipeline's control: {unknown}"
+
+
+def status_document(services: list) -> dict:
+    """What `status` prints, as one JSON-ready document: each process's columns (times in seconds, counts as
+    numbers), then what the table's notes say (supervisord, processes without it, loss, disk, trouble)."""
+    entries = manager.status(services)
+    found, unknown = stage_losses()
+    pid = supervision.daemon_pid()
+    return {
+        "topology": topology.current(),
+        "joiner": joiners.chosen(),
+        "services": [{
+            "name": entry.name, "state": entry.state, "health": health(entry), "pid": entry.pid,
+            "uptime_s": entry.uptime_s, "restarts": entry.restarts.count,
+            "lag": entry.stage.lag if entry.stage is not None else None,
+            "last_progress_age_s": entry.stage.progress_age_s if entry.stage is not None else None,
+            "ports": entry.ports, "log_file": str(entry.log_file),
+            "stage_state": entry.stage.state if entry.stage is not None else None,
+            "stage_detail": entry.stage.detail if entry.stage is not None else None,
+            "trouble": entry.trouble,
+            "log_tail": tail(entry.log_file, TROUBLE_LOG_LINES).splitlines() if entry.trouble else None,
+        } for entry in entries],
+        "cluster": topology.status_lines([entry.name for entry in entries]),
+        "supervisord": {"pid": pid, "config": str(supervision.config_file()), "log": str(supervision.daemon_log())}
+        if pid else None,
+        "unsupervised": manager.unsupervised_processes(),
+        "loss": {"window": losses.WINDOW, "by_stage": found, "unknown": unknown},
+        "disk": disk.measure().as_dict(),
+    }
 
 
 def health(entry: manager.ServiceStatus) -> str:

@@ -89,15 +89,39 @@ def size(count: int) -> str:
     return ""
 
 
-def describe(state_dir: Path | None = None, data: Iterable[tuple[str, str]] | None = None) -> str:
-    """`status`'s disk lines: the filesystem's free space and use, the servers' data, and any WARNING."""
+@dataclass(frozen=True)
+class DiskReport:
+    """What `status` says of the disk: the filesystem, the servers' data on it, and the WARNING if any."""
+
+    state_dir: Path
+    usage: DiskUsage
+    data_bytes: dict[str, int]  # server -> bytes its data takes
+    warning: str | None
+
+    def as_dict(self) -> dict[str, object]:
+        return {"path": str(self.state_dir), "total_bytes": self.usage.total_bytes,
+                "used_bytes": self.usage.used_bytes, "free_bytes": self.usage.free_bytes,
+                "used_percent": round(self.usage.used_ratio * 100, 1), "data_bytes": dict(self.data_bytes),
+                "warning": self.warning}
+
+
+def measure(state_dir: Path | None = None, data: Iterable[tuple[str, str]] | None = None) -> DiskReport:
+    """The filesystem's free space and use, the servers' data, and any WARNING."""
     state_dir = state_dir or paths.STATE_DIR
     usage = disk_usage(state_dir)
-    sizes = ", ".join(f"{name} {size(sum(directory_bytes(found) for found in state_dir.glob(pattern)))}"
-                      for name, pattern in (data if data is not None else SERVER_DATA.items()))
+    sizes = {name: sum(directory_bytes(found) for found in state_dir.glob(pattern))
+             for name, pattern in (data if data is not None else SERVER_DATA.items())}
+    return DiskReport(state_dir, usage, sizes, warning(usage, *thresholds()))
+
+
+def describe(state_dir: Path | None = None, data: Iterable[tuple[str, str]] | None = None,
+             report: DiskReport | None = None) -> str:
+    """`status`'s disk lines: the filesystem's free space and use, the servers' data, and any WARNING."""
+    report = report or measure(state_dir, data)
+    usage = report.usage
+    sizes = ", ".join(f"{name} {size(count)}" for name, count in report.data_bytes.items())
     lines = [f"disk: {size(usage.free_bytes)} free of {size(usage.total_bytes)} ({usage.used_ratio:.0%} used) "
-             f"on the filesystem of {state_dir}; data: {sizes}"]
-    alarm = warning(usage, *thresholds())
-    if alarm:
-        lines.append(alarm)
+             f"on the filesystem of {report.state_dir}; data: {sizes}"]
+    if report.warning:
+        lines.append(report.warning)
     return "\n".join(lines)

@@ -2,19 +2,21 @@
 then the pipeline's own processes; and what `status` tells of them."""
 from __future__ import annotations
 
-import os
+import logging
 import shutil
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
 from pipeline_core import paths
 from pipeline_core.stage_health import StageHealth
-from . import supervision, topology, unsupervised
+from . import configuration, joiners, kafka_cluster, security, supervision, topology, unsupervised
 from .processes import StackError, port_holder, port_is_free, tail
 from .restarts import Restarts, read_restarts
 from .services import START_MARKER, InfluxDB, Kafka, Mosquitto, PipelineProcess, Service
+
+log = logging.getLogger(__name__)
 
 # `status` names a process that supervisord restarted this often within the window (one that ran
 # past its startsecs each time, so supervisord restarts it at once rather than backing off).
@@ -38,10 +40,10 @@ def db_connector() -> Service:
 
 
 # The Spark joiner by default: it scales out with Spark's executors; JOINER=lsb, the standalone joiner,
-# starts in about a second and has the lowest latency (README, "Which joiner").
+# starts in about a second and has the lowest latency (README, "Which joiner"). One runs at a time (`joiners`).
 # Stable instance ids give static group membership: a restarted process takes its partitions back
 # at once, and the joiner's stable transactional id fences the crashed run's open transaction.
-DEFAULT_JOINER = "spark"
+DEFAULT_JOINER = joiners.DEFAULT_JOINER
 JOINERS = {
     # The stream connector writes each thing to one partition: the joiner joins where records lie.
     "lsb": lambda: PipelineProcess("lsb-joiner", "kafka_joiner",
@@ -53,10 +55,16 @@ JOINERS = {
 
 
 def _joiner(joiner: str | None = None) -> str:
-    joiner = joiner or os.environ.get("JOINER", DEFAULT_JOINER)
+    """`joiner`, else JOINER, else the joiner the state dir runs, else the default."""
+    joiner = joiner or joiners.chosen()
     if joiner not in JOINERS:
         raise StackError(f"JOINER={joiner!r}: choose one of {', '.join(JOINERS)}")
     return joiner
+
+
+def joiner_services(joiner: str) -> list[Service]:
+    """The processes of `joiner` on this topology."""
+    return topology.cluster_joiners()[joiner] if topology.is_cluster() else [JOINERS[joiner]()]
 
 
 def pipeline(joiner: str | None = None) -> list[Service]:
@@ -147,7 +155,8 @@ def start(service: Service) -> bool:
 
 def start_together(services: list[Service]) -> list[str]:
     """Have supervisord start each of `services` that does not run yet, all at once, then wait until each is
-    healthy (the nodes of a quorum each wait for the others); names of those started now."""
+    healthy (the nodes of a quorum each wait for the others) and set up (topics, databases); names of those
+    started now."""
     launched = []
     for service in services:
         if supervision.process_info(service.name).state in supervision.ACTIVE_STATES:
@@ -165,7 +174,9 @@ def start_together(services: list[Service]) -> list[str]:
         launched.append(service)
     for service in services:
         _await_ready(service)
-    for service in launched:
+    # Every one, not only those started now: an `up` that gave up waiting for a slow Kafka left it running without
+    # its topics, and the next `up` found it running (the set-up is idempotent).
+    for service in services:
         service.after_ready()
     return [service.name for service in launched]
 
@@ -182,8 +193,15 @@ def _start_groups(services: list[Service]) -> list[list[Service]]:
     return groups
 
 
-def up(services: Iterable[Service]) -> list[str]:
-    """Start every service in order under supervisord; names of those started now (the rest ran)."""
+def up(services: Iterable[Service], notify: Callable[[str], None] = log.info,
+       same_settings: bool = False) -> list[str]:
+    """Start every service in order under supervisord; names of those started now (the rest ran).
+
+    One configuration at a time: `same_settings` (`make up`) refuses, while supervisord runs, other settings than
+    it was started with (`configuration`); a program bringing back a server it stopped leaves it off.
+    One joiner at a time: when `services` hold a joiner other than the one the state dir ran, that one is stopped
+    first and hands its input position over before the new one starts (`joiners`); `notify` is told of both, a
+    line each."""
     services = list(services)
     with supervision.exclusive():
         leftovers = unsupervised.running()
@@ -195,15 +213,69 @@ def up(services: Iterable[Service]) -> list[str]:
         if (running_topology := topology.recorded()) not in (None, chosen) and supervision.active_programs():
             raise StackError(f"the {running_topology} stack of this state dir runs: `make down` stops it, "
                              f"then `make up TOPOLOGY={chosen}` starts the {chosen} one")
+        settings = configuration.current()
+        daemon_runs = supervision.daemon_pid() is not None
+        if daemon_runs and same_settings:
+            configuration.check(settings)
         topology.record(chosen)
+        switch = _joiner_switch(services, notify)
         known = {service.name for service in every_service()}
         supervision.ensure_daemon(every_service() + [s for s in services if s.name not in known])
+        if not daemon_runs:
+            configuration.note(settings)
         try:
-            return [name for group in _start_groups(services) for name in start_together(group)]
+            started = []
+            for group in _start_groups(services):
+                if switch is not None and any(service.name in switch.names for service in group):
+                    switch.hand_over(notify)
+                    switch = None
+                started += start_together(group)
+            return started
         except StackError:
             if not supervision.active_programs():  # nothing for it to supervise: no idle daemon left
                 supervision.shut_down_daemon()
             raise
+
+
+@dataclass
+class JoinerSwitch:
+    """The joiner `up` starts, and the one it takes over from (None: none ran on this state dir)."""
+
+    previous: str | None
+    joiner: str
+    names: set[str]  # its processes
+
+    def hand_over(self, notify: Callable[[str], None]) -> None:
+        """Before the joiner's first start: take over the previous joiner's input position, then record it."""
+        cluster = topology.is_cluster()
+        bootstrap = kafka_cluster.bootstrap_servers() if cluster else Kafka().bootstrap_servers
+        client_security = security.client_security()
+        previous = self.previous
+        if previous is None:
+            previous = joiners.only_one_with_a_position(bootstrap, client_security, cluster)
+        if previous is not None and previous != self.joiner:
+            notify(joiners.hand_over(previous, self.joiner, bootstrap, client_security, cluster))
+        joiners.record(self.joiner)
+
+
+def _joiner_switch(services: list[Service], notify: Callable[[str], None]) -> JoinerSwitch | None:
+    """When `services` hold a joiner: which, and which one ran before it; any other joiner running is stopped here,
+    before anything starts (the old joiner stopped before the new one writes)."""
+    joiner = _joiner()
+    names = {service.name for service in joiner_services(joiner)}
+    if not names & {service.name for service in services}:
+        return None
+    active = set(supervision.active_programs())
+    running = [name for name in JOINERS if any(service.name in active for service in joiner_services(name))]
+    # One that runs is the one that wrote last; both running (a stack from before one joiner at a time): the chosen
+    # one goes on with its own position.
+    previous = joiner if joiner in running else running[0] if running else joiners.recorded()
+    for other in JOINERS:
+        if other != joiner:
+            stopped = supervision.stop_together([service.name for service in joiner_services(other)])
+            if stopped:
+                notify(f"stopped the {other} joiner ({', '.join(stopped)}): the {joiner} joiner takes over")
+    return JoinerSwitch(previous, joiner, names)
 
 
 def restart_running(names: Iterable[str]) -> list[str]:
@@ -217,6 +289,37 @@ def restart_running(names: Iterable[str]) -> list[str]:
             supervision.stop_process(service.name)
             start(service)
     return [service.name for service in restarted]
+
+
+@dataclass(frozen=True)
+class Restarted:
+    name: str
+    old_pid: int | None
+    new_pid: int | None
+    seconds: float
+
+
+def restart(name: str) -> Restarted:
+    """Stop service `name` (with its grace period) and start it again, waiting until it is healthy; one that is
+    not running (stopped, or given up on: FATAL) is started. Only a service of the stack that runs."""
+    known = [service.name for service in every_service()]
+    if name not in known:
+        raise StackError(f"no service named {name!r}; known: {', '.join(known)}" if name != "supervisord" else
+                         "supervisord runs every service: `make down`, then `make up`, restarts it with them")
+    with supervision.exclusive():
+        if supervision.daemon_pid() is None:
+            raise StackError("the stack is not running: `make up` starts it")
+        service = next((service for service in all_services() if service.name == name), None)
+        if service is None:
+            joiner = _joiner()
+            raise StackError(f"{name} is not part of the stack that runs (its joiner is the {joiner} joiner): "
+                             + ("`make up JOINER=" + ("lsb" if "lsb" in name else "spark") + "` switches the joiner"
+                                if "joiner" in name else "`make up` with its settings starts it"))
+        began = time.monotonic()
+        old_pid = supervision.process_info(name).pid
+        supervision.stop_process(name)
+        start(service)
+        return Restarted(name, old_pid, supervision.process_info(name).pid, time.monotonic() - began)
 
 
 def down(services: Iterable[Service]) -> list[str]:

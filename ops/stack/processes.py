@@ -2,10 +2,15 @@
 command lines, who holds a port, the end of a log (read from its end: logs are large)."""
 from __future__ import annotations
 
+import codecs
+import os
 import re
 import socket
 import subprocess
+import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import BinaryIO, TextIO
 
 
 class StackError(RuntimeError):
@@ -78,3 +83,47 @@ def tail(path: Path, lines: int = 20, max_bytes: int = TAIL_MAX_BYTES) -> str:
     except OSError:
         return "(no log written)"
     return "\n".join(data.decode(errors="replace").splitlines()[-lines:])
+
+
+def follow(path: Path, lines: int, out: TextIO, interval_s: float = 0.25,
+           should_stop: Callable[[], bool] = lambda: False) -> None:
+    """`tail -F`: the last `lines` lines of a log, then every line written to it, across rotations (supervisord
+    renames a full log to `<log>.1` and starts a new one: what is left of the old one is read, then the new one
+    from its start) and truncation, until `should_stop()`; polled every `interval_s`."""
+    decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+    handle: BinaryIO | None = None
+    inode = None
+    first = True
+    try:
+        while not should_stop():
+            if handle is None:
+                try:
+                    handle = open(path, "rb")
+                except FileNotFoundError:
+                    time.sleep(interval_s)
+                    continue
+                inode = os.fstat(handle.fileno()).st_ino
+                if first:  # the last lines, up to where the file ended when opened: nothing missed, nothing twice
+                    end = handle.seek(0, 2)
+                    start = handle.seek(max(0, end - TAIL_MAX_BYTES))
+                    text = handle.read(end - start).decode(errors="replace")
+                    out.write("".join(text.splitlines(keepends=True)[-lines:]) if lines > 0 else "")
+                    out.flush()
+                    first = False
+            chunk = handle.read(_TAIL_BLOCK_BYTES)
+            if chunk:
+                out.write(decoder.decode(chunk))
+                out.flush()
+                continue
+            try:
+                current = os.stat(path)
+            except FileNotFoundError:
+                current = None
+            if current is None or current.st_ino != inode or current.st_size < handle.tell():
+                handle.close()  # rotated or truncated: all of the old file was read
+                handle = None
+                continue
+            time.sleep(interval_s)
+    finally:
+        if handle is not None:
+            handle.close()

@@ -141,6 +141,8 @@ def test_a_db_connector_whose_influxdb_refuses_writes_is_named_stuck_then_health
 def test_a_stage_that_keeps_failing_is_named_by_status_with_its_log(private_stack) -> None:
     up = private_stack.run("up", JOINER="spark")
     assert up.returncode == 1
+    # One joiner at a time: the standalone one stopped before the Spark joiner's start.
+    assert "stopped the lsb joiner (lsb-joiner): the spark joiner takes over" in up.stdout, up.stdout
     assert "spark-joiner exited during start" in up.stderr
     assert "SPARK_JOINER_MAX_OFFSETS_PER_TRIGGER='lots'" in up.stderr
     log = private_stack.state_dir / "spark-joiner" / "spark-joiner.log"
@@ -153,7 +155,8 @@ def test_a_stage_that_keeps_failing_is_named_by_status_with_its_log(private_stac
     assert f"log: {log}" in status
     assert "SPARK_JOINER_MAX_OFFSETS_PER_TRIGGER='lots'" in status.split("spark-joiner keeps failing")[1]
     # The rest of the pipeline runs on.
-    assert all(private_stack.status()[name]["health"] == "healthy" for name in PIPELINE)
+    assert all(private_stack.status()[name]["health"] == "healthy" for name in ("stream-connector", "db-connector"))
+    assert private_stack.status()["lsb-joiner"]["state"] == "STOPPED"  # JOINER=lsb in this stack's environment
 
 
 def test_down_stops_the_pipeline_then_the_servers_then_supervisord_leaving_no_process(
@@ -162,7 +165,7 @@ def test_down_stops_the_pipeline_then_the_servers_then_supervisord_leaving_no_pr
     assert before
     down = private_stack.run("down")
     assert down.returncode == 0, down.stderr
-    assert down.stdout.strip() == ("stopped: db-connector, spark-joiner, lsb-joiner, stream-connector, "
+    assert down.stdout.strip() == ("stopped: db-connector, spark-joiner, stream-connector, "
                                    "influxdb, kafka, mosquitto, supervisord")
     # Neither orphans nor zombies: every PID is gone from /proc.
     assert [pid for pid in before if Path(f"/proc/{pid}").exists()] == []
