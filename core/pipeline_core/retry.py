@@ -38,15 +38,20 @@ class Backoff:
 
 class Retries:
     """One series of retries of a loop that lives long (a connection, a write): `next_pause_s()` for the pause
-    before the next attempt, `reset()` once an attempt succeeded."""
+    before the next attempt, `reset()` once an attempt succeeded (cheap when nothing was retried: it may run once
+    per record)."""
 
     def __init__(self, backoff: Backoff, rng: random.Random | None = None) -> None:
         self.backoff = backoff
         self._rng = rng
         self._pauses = backoff.pauses_s(rng)
+        self._retried = False
 
     def next_pause_s(self) -> float:
+        self._retried = True
         return next(self._pauses)
 
     def reset(self) -> None:
-        self._pauses = self.backoff.pauses_s(self._rng)
+        if self._retried:
+            self._pauses = self.backoff.pauses_s(self._rng)
+            self._retried = False
