@@ -149,7 +149,7 @@ class SparkPeer:
         checkpoint = self.workdir / f"checkpoint-{uuid.uuid4().hex[:8]}"
         # A backlog in batches of --batch records back to back; live, a batch per trigger of what arrived.
         return settings_for(self.bootstrap, topics, checkpoint,
-                            trigger_seconds=self.trigger_seconds if live else 0.0,
+                            trigger_s=self.trigger_seconds if live else 0.0,
                             max_offsets_per_trigger=0 if live else self.batch,
                             join_specs=join_specs_for(run, self.workdir))
 
@@ -464,7 +464,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=7, help="the disordered input's random displacements")
     parser.add_argument("--batch", type=int, default=5_000,
                         help="Spark's maxOffsetsPerTrigger on a backlog (the interval join's cost grows with it)")
-    parser.add_argument("--trigger-seconds", type=float, default=SparkJoinerSettings.trigger_seconds,
+    parser.add_argument("--trigger-seconds", type=float, default=SparkJoinerSettings.trigger_s,
                         help="Spark's trigger in the live run")
     parser.add_argument("--watermark-seconds", type=float, default=10.0,
                         help="(b): the watermark delay of both inputs, how late a record may arrive")

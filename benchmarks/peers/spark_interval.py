@@ -115,7 +115,7 @@ def start_interval_join(spark: SparkSession, settings: SparkJoinerSettings, spec
              .option("topic", settings.output_topic)
              .option("checkpointLocation", str(settings.checkpoint_dir))
              .outputMode("append")
-             .trigger(processingTime=f"{int(settings.trigger_seconds * 1000)} milliseconds"))
+             .trigger(processingTime=f"{int(settings.trigger_s * 1000)} milliseconds"))
     session_store = spark.conf.get(STATE_STORE_PROVIDER)
     spark.conf.set(STATE_STORE_PROVIDER, IN_MEMORY_STATE_STORE)
     try:
