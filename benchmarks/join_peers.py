@@ -110,9 +110,9 @@ def join_specs_for(run: RunInput, workdir: Path) -> Path | None:
         lines = ["[[join]]", *(f"{key} = {json.dumps(getattr(spec, key))}"
                                for key in ("name", "left", "right", "output", "formula")),
                  f"axis = {json.dumps(spec.axis_pattern)}",
-                 f"max_out_of_orderness = {run.max_out_of_orderness_s}"]
-        if spec.delta_time is not None:
-            lines.append(f"delta_time = {spec.delta_time}")
+                 f"max_out_of_orderness_s = {run.max_out_of_orderness_s}"]
+        if spec.delta_time_s is not None:
+            lines.append(f"delta_time_s = {spec.delta_time_s}")
         entries.append("\n".join(lines))
     path.write_text("\n\n".join(entries) + "\n")
     return path
