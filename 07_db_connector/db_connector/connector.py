@@ -44,6 +44,8 @@ _GROUP_CHANGED = frozenset((KafkaError.REBALANCE_IN_PROGRESS, KafkaError.ILLEGAL
                             KafkaError.UNKNOWN_MEMBER_ID))
 
 
+# A named tuple's own constructor is Python code; tuple's makes the one per record at a third of the cost.
+_consumed = tuple.__new__
 # The first pause of each wait for the sink, and for Kafka (a commit, dead letters); `--retry-max-s` caps both.
 _SINK_FIRST_PAUSE_S = 0.1
 _KAFKA_FIRST_PAUSE_S = 0.5
@@ -84,7 +86,7 @@ class Batch:
         self.next_offsets[(topic, partition)] = offset + 1
         payload = message.value()
         try:
-            item = sink.convert(Consumed(source, payload, message.timestamp()[1], partition, offset))
+            item = sink.convert(_consumed(Consumed, (source, payload, message.timestamp()[1], partition, offset)))
         except InvalidRecord as error:
             if source is Source.DEAD_LETTER:
                 log.error("%s cannot store dead letter %s[%d]@%d: %s", sink.name, topic, partition, offset, error)
