@@ -16,7 +16,7 @@ from pipeline_core import credentials
 from pipeline_core.logs import READY_MARKER
 from pipeline_core.stage_health import StageHealth, assess, read_heartbeat
 from . import kafka_cluster, spark_cluster
-from .choice import CLUSTER, SINGLE, TOPOLOGIES, current, is_cluster, record, recorded  # noqa: F401 (its API)
+from .choice import current, is_cluster, record, recorded  # noqa: F401 (asked of the topology by its callers)
 from .processes import StackError
 from .services import START_MARKER, InfluxDB, Mosquitto, PipelineProcess, Service
 
