@@ -26,6 +26,7 @@ from pipeline_core.settings import InfluxSettings, KafkaSettings, load_settings,
 from pipeline_core.topics import MACHINE_DATA, MACHINE_DLQ, MACHINE_OUT, ensure_topics
 
 from db_connector.connector import DbConnector
+from db_connector.influx_sink import InfluxSink
 from db_connector.settings import DbConnectorSettings
 
 log = logging.getLogger("benchmarks.db_connector")
@@ -87,7 +88,7 @@ def seed_rate(settings: BenchSettings, topic: str, count: int) -> float:
 def connector_rate(settings: DbConnectorSettings, count: int) -> float:
     """Our connector, in-process, until it has stored `count` points."""
     stop = StopSignal()
-    connector = DbConnector(settings, stop)
+    connector = DbConnector(settings, InfluxSink.from_settings(settings), stop)
     runner = threading.Thread(target=connector.run, name="db-connector")
     runner.start()
     started = None

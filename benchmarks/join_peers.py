@@ -116,9 +116,9 @@ def join_specs_for(run: RunInput, workdir: Path) -> Path | None:
         lines = ["[[join]]", *(f"{key} = {json.dumps(getattr(spec, key))}"
                                for key in ("name", "left", "right", "output", "formula")),
                  f"axis = {json.dumps(spec.axis_pattern)}",
-                 f"max_out_of_orderness = {run.max_out_of_orderness_s}"]
-        if spec.delta_time is not None:
-            lines.append(f"delta_time = {spec.delta_time}")
+                 f"max_out_of_orderness_s = {run.max_out_of_orderness_s}"]
+        if spec.delta_time_s is not None:
+            lines.append(f"delta_time_s = {spec.delta_time_s}")
         entries.append("\n".join(lines))
     path.write_text("\n\n".join(entries) + "\n")
     return path
@@ -155,7 +155,7 @@ class SparkPeer:
         checkpoint = self.workdir / f"checkpoint-{uuid.uuid4().hex[:8]}"
         # A backlog in batches of --batch records back to back; live, a batch per trigger of what arrived.
         return settings_for(self.bootstrap, topics, checkpoint,
-                            trigger_seconds=self.trigger_seconds if live else 0.0,
+                            trigger_s=self.trigger_seconds if live else 0.0,
                             max_offsets_per_trigger=0 if live else self.batch,
                             join_specs=join_specs_for(run, self.workdir))
 
@@ -493,7 +493,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=7, help="the disordered input's random displacements")
     parser.add_argument("--batch", type=int, default=5_000,
                         help="Spark's maxOffsetsPerTrigger on a backlog (the interval join's cost grows with it)")
-    parser.add_argument("--trigger-seconds", type=float, default=SparkJoinerSettings.trigger_seconds,
+    parser.add_argument("--trigger-seconds", type=float, default=SparkJoinerSettings.trigger_s,
                         help="Spark's trigger in the live run")
     parser.add_argument("--watermark-seconds", type=float, default=10.0,
                         help="(b): the watermark delay of both inputs, how late a record may arrive")

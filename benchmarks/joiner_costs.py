@@ -35,7 +35,7 @@ from kafka_joiner.clients import joiner_consumer, joiner_producer
 from kafka_joiner.partition_join import PartitionJoin
 from kafka_joiner.progress import JoinerStats
 from kafka_joiner.repartition import InputFrames, ThingRouter
-from kafka_joiner.service import _BATCH as CONSUME_BATCH
+from kafka_joiner.service import CONSUME_BATCH
 from kafka_joiner.settings import KafkaJoinerSettings
 from kafka_joiner.transaction import KAFKA_TIMEOUT_S
 

@@ -20,8 +20,7 @@ from pipeline_core.kafka_clients import produce, retry_transient
 from kafka_joiner.clients import joiner_consumer, joiner_producer
 from kafka_joiner.progress import JoinerStats
 # The joiner's consume batch and wait, so both loops commit at the same moments.
-from kafka_joiner.service import _BATCH as CONSUME_BATCH
-from kafka_joiner.service import _POLL_TIMEOUT_S as POLL_TIMEOUT_S
+from kafka_joiner.service import CONSUME_BATCH, POLL_TIMEOUT_S
 from kafka_joiner.settings import KafkaJoinerSettings
 from kafka_joiner.transaction import KAFKA_TIMEOUT_S, Transaction
 

@@ -187,7 +187,7 @@ def start_passthrough_query(spark, settings: SparkJoinerSettings, sink: Transact
         spark.conf.set(CHECKPOINT_FILE_MANAGER, FILE_SYSTEM_CHECKPOINTS)
     return (kafka_source(spark, settings).mapInArrow(emit_unchanged, OUTPUT_SCHEMA).writeStream
             .foreachBatch(sink).option("checkpointLocation", str(settings.checkpoint_dir))
-            .trigger(processingTime=f"{int(settings.trigger_seconds * 1000)} milliseconds").start())
+            .trigger(processingTime=f"{int(settings.trigger_s * 1000)} milliseconds").start())
 
 
 # The job against the code before it and against its ceiling, each started by the same settings and sink.
@@ -198,7 +198,7 @@ def run_throughput(spark, bootstrap: str, topics: Topics, records: int, workdir:
                    job: str) -> dict:
     """One job on the pre-loaded ``topics.data``, into output topics of its own, until it has read ``records``."""
     out = make_topics(bootstrap, f"out.{job}")
-    settings = dataclasses.replace(settings_for(bootstrap, topics, workdir / f"checkpoint-{job}", trigger_seconds=0.0,
+    settings = dataclasses.replace(settings_for(bootstrap, topics, workdir / f"checkpoint-{job}", trigger_s=0.0,
                                                 max_offsets_per_trigger=batch), output_topic=out.out, dlq_topic=out.dlq)
     sink = TransactionalBatchSink(bootstrap, out.out, out.dlq, f"bench.{uuid.uuid4().hex[:8]}")
     cpu_before = cpu_seconds_by_kind()
@@ -290,7 +290,7 @@ def run_latency(spark, bootstrap: str, machines: int, rate: int, duration_s: flo
                 workdir: Path, cleanup: list[str]) -> dict:
     topics = make_topics(bootstrap, "latency")
     cleanup.extend(dataclasses.astuple(topics))
-    settings = settings_for(bootstrap, topics, workdir / "checkpoint-latency", trigger_seconds=trigger_s,
+    settings = settings_for(bootstrap, topics, workdir / "checkpoint-latency", trigger_s=trigger_s,
                             max_offsets_per_trigger=0)
     sink = TransactionalBatchSink(bootstrap, topics.out, topics.dlq, f"bench.{uuid.uuid4().hex[:8]}")
     query = start_query(spark, settings, sink)

@@ -158,6 +158,6 @@ def start_baseline_query(spark: SparkSession, settings: SparkJoinerSettings,
         joined.writeStream.queryName(f"{QUERY_NAME}_baseline")
         .foreachBatch(sink)
         .option("checkpointLocation", str(settings.checkpoint_dir))
-        .trigger(processingTime=f"{int(settings.trigger_seconds * 1000)} milliseconds")
+        .trigger(processingTime=f"{int(settings.trigger_s * 1000)} milliseconds")
         .start()
     )

@@ -31,8 +31,8 @@ DISORDERED = dataclasses.replace(POWER, bound_ms=DISORDER_MS)
 def join_specs(tmp_path: Path) -> Path:
     path = tmp_path / "join_specs.toml"
     path.write_text('[[join]]\nname = "power"\nleft = "actSpeed_C{axis}"\nright = "vaTorque_C{axis}"\n'
-                    'output = "vaPower_C{axis}"\nformula = "power"\ndelta_time = 1.0\n'
-                    f"max_out_of_orderness = {DISORDER_MS / 1000}\n")
+                    'output = "vaPower_C{axis}"\nformula = "power"\ndelta_time_s = 1.0\n'
+                    f"max_out_of_orderness_s = {DISORDER_MS / 1000}\n")
     return path
 
 

@@ -28,7 +28,7 @@ class SparkJoinerProcess:
         self.command = [sys.executable, "-m", "spark_joiner", "--kafka-bootstrap-servers", bootstrap,
                         "--input-topic", topics.data, "--output-topic", topics.out, "--dlq-topic", topics.dlq,
                         "--checkpoint-dir", str(checkpoint), "--master", "local[2]",
-                        "--shuffle-partitions", "2", "--buckets", "8", "--trigger-seconds", "0.2",
+                        "--shuffle-partitions", "2", "--buckets", "8", "--trigger-s", "0.2",
                         "--progress-interval-s", "2", *extra]
         self.log_dir = log_dir
         self.process: subprocess.Popen | None = None

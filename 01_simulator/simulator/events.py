@@ -11,12 +11,12 @@ import gzip
 import io
 import json
 import math
-import random
 import zipfile
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any, TextIO
 
+from pipeline_core.disorder import arrival_order
 from pipeline_core.timestamps import InvalidTime, event_time_ms as time_of, shifted_time
 
 Row = dict[str, Any]
@@ -99,22 +99,11 @@ def in_order(rows: list[Row], order: str) -> list[Row]:
 
 
 def displaced(rows: list[Row], disorder_ms: int, seed: int) -> list[Row]:
-    """The rows (in time order) in an arrival order with bounded disorder: each row is held back by a random
-    0 to `disorder_ms` ms of event time (the same for the same seed) and the rows go out by that arrival time.
-
-    A row then arrives after a later row of its machine only if that row is at most `disorder_ms` later: no
-    row comes more than `disorder_ms` of event time behind the newest row of its machine before it (the join
-    absorbs this with a spec's `max_out_of_orderness` of at least as much). On equal arrival times the later
-    row goes first, so the full displacement occurs.
-    """
+    """The rows (in time order) in an arrival order with bounded disorder, each held back by a seeded random 0
+    to `disorder_ms` ms of event time (`pipeline_core.disorder`, which the benchmarks' workloads use too)."""
     if disorder_ms < 0:
         raise ValueError("--disorder-ms must not be negative")
-    if not disorder_ms:
-        return rows
-    rng = random.Random(seed)
-    times = order_times(rows)
-    arrival = [(time_ms + rng.randint(0, disorder_ms), -time_ms, index) for index, time_ms in enumerate(times)]
-    return [rows[index] for _, _, index in sorted(arrival)]
+    return [rows[index] for index in arrival_order(order_times(rows), disorder_ms, seed)]
 
 
 def delta_to_end_at(rows: list[Row], end_ms: int) -> int:

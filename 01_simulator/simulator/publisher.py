@@ -14,11 +14,10 @@ import time
 from paho.mqtt.enums import MQTTErrorCode, MQTTProtocolVersion
 
 from pipeline_core.settings import MqttSettings
-from pipeline_core.mqtt import new_client, pump
+from pipeline_core.mqtt import RECONNECT_BACKOFF, new_client, pump
 
 log = logging.getLogger(__name__)
 
-MAX_RECONNECT_DELAY_S = 5.0
 # A broker that accepted the connection answers within milliseconds; after this long, connect anew.
 CONNACK_DEADLINE_S = 10.0
 
@@ -95,9 +94,10 @@ class Publisher:
         Returning as soon as the socket is open let the caller publish new rows into it (the rows due
         during the reconnect's pauses, a burst) before the CONNACK, so they reached the broker ahead
         of the older rows sent again: a few rows out of order per broker restart."""
-        delay = 0.2
+        pauses_s = RECONNECT_BACKOFF.pauses_s()
         log.warning("MQTT connection lost with %d rows unacknowledged; reconnecting", self.unacked)
         while True:
+            delay = next(pauses_s)
             self._connected = False
             try:
                 self.client.reconnect()
@@ -107,7 +107,6 @@ class Publisher:
             except OSError as error:
                 log.warning("MQTT reconnect failed: %s; retrying in %.1f s", error, delay)
             time.sleep(delay)
-            delay = min(delay * 2, MAX_RECONNECT_DELAY_S)
 
     def _await_connack(self, deadline_s: float) -> bool:
         """Pump until the CONNACK came; False when the connection broke again or the deadline passed."""

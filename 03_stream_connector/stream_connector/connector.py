@@ -36,9 +36,10 @@ from pipeline_core.kafka_clients import (ACCESS_ERRORS, KafkaStartupError, admin
                                          refused_for_itself, security_config)
 from pipeline_core.lifecycle import StopSignal
 from pipeline_core.logs import announce_ready
-from pipeline_core.mqtt import FastClient, new_client, pump
+from pipeline_core.mqtt import RECONNECT_BACKOFF, FastClient, new_client, pump
 from pipeline_core.progress import Observation, ProgressReporter, StageCounters
 from pipeline_core.records import dead_letter, payload_omitted
+from pipeline_core.retry import Backoff, Retries
 from pipeline_core.settings import MACHINE_STATES_TOPIC
 from pipeline_core.topics import MACHINE_DATA, MACHINE_DLQ, ensure_topics, partition_count
 
@@ -52,7 +53,8 @@ log = logging.getLogger(__name__)
 STAGE = "stream_connector"
 # Where devices publish (the broker's ACL): what the instances' filters together must cover.
 DEVICE_TOPICS = f"{MACHINE_STATES_TOPIC}/#"
-MAX_RECONNECT_DELAY_S = 5.0
+# A fresh Kafka client after a failure Kafka caused: no deadline (rows wait in the broker's queue meanwhile),
+# pauses from 0.5 s up to this, back at the start once a record is delivered.
 MAX_KAFKA_RETRY_DELAY_S = 30.0
 # Records in the producer's queue before `produce` waits: far above what the broker's window of
 # unacknowledged rows (max_inflight_messages) times a row's quantities can put there, so the loop
@@ -108,7 +110,7 @@ class Connector:
         self.failure: str | None = None
         # Set when Kafka failed in a way a fresh producer fixes; the loop restarts the Kafka side.
         self.kafka_trouble: str | None = None
-        self.kafka_retry_delay_s = 0.5
+        self.kafka_retries = Retries(Backoff(0.5, MAX_KAFKA_RETRY_DELAY_S))
         # Records go to the partition of their thing (see pipeline_core.partitioning): a joiner finds a machine's
         # joined quantities together. Read from the topic on start.
         self.data_partitions = MACHINE_DATA.partitions
@@ -143,8 +145,9 @@ class Connector:
 
     def _connect(self) -> None:
         """Connect, retrying with growing pauses while the broker cannot be reached (or until stopped)."""
-        delay = 0.2
+        pauses_s = RECONNECT_BACKOFF.pauses_s()
         while not self.stop.is_set():
+            delay = next(pauses_s)
             try:
                 self.client.connect(self.settings.mqtt_host, self.settings.mqtt_port, keepalive=30)
                 return
@@ -152,7 +155,6 @@ class Connector:
                 log.warning("MQTT broker %s:%d unreachable (%s); retrying in %.1f s", self.settings.mqtt_host,
                             self.settings.mqtt_port, error, delay)
                 self.producer.poll(delay)  # meanwhile, Kafka deliveries still arrive
-                delay = min(delay * 2, MAX_RECONNECT_DELAY_S)
 
     def _on_connect(self, client, userdata, flags, reason_code, properties) -> None:
         if reason_code.is_failure:
@@ -251,7 +253,7 @@ class Connector:
                 return
             pending.remaining -= 1
             if error is None:
-                self.kafka_retry_delay_s = 0.5
+                self.kafka_retries.reset()
             elif refused_for_itself(error):
                 try:
                     self._dead_letter_refused_record(pending, delivered, error, message.topic(), message.value(),
@@ -458,8 +460,9 @@ class Connector:
     def _restart_kafka_side(self) -> None:
         """A fresh producer, and a new MQTT connection on which the broker sends every unacknowledged
         row again, in order: what a restart of the connector would do, without exiting."""
+        pause_s = self.kafka_retries.next_pause_s()
         log.error("Kafka did not take a record (%s): starting the Kafka client afresh in %.1f s; the broker sends "
-                  "the %d unacknowledged rows again", self.kafka_trouble, self.kafka_retry_delay_s, len(self.unacked))
+                  "the %d unacknowledged rows again", self.kafka_trouble, pause_s, len(self.unacked))
         # Until the broker sends them again, the heartbeat still counts them as work waiting.
         self.rows_to_redeliver = len(self.unacked)
         self._abandon_unacked()
@@ -468,8 +471,7 @@ class Connector:
         self.producer.poll(0)
         self.in_flight.clear()
         self.letters_in_flight.clear()
-        self._pause(self.kafka_retry_delay_s)
-        self.kafka_retry_delay_s = min(self.kafka_retry_delay_s * 2, MAX_KAFKA_RETRY_DELAY_S)
+        self._pause(pause_s)
         self.producer = self._new_producer()
         self.kafka_trouble = None
         self.counters.kafka_restarts += 1

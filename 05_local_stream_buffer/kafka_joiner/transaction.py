@@ -20,6 +20,7 @@ from collections.abc import Callable
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 
 from pipeline_core.kafka_clients import KafkaCallWedged, call_bounded, drop_producer, is_transient
+from pipeline_core.retry import Backoff
 
 from .progress import JoinerStats
 
@@ -30,8 +31,10 @@ KAFKA_TIMEOUT_S = 30.0
 _WEDGED_AFTER_S = 5.0
 # A call unanswered this long means Kafka is away: the heartbeat says the joiner waits for it.
 _SLOW_CALL_S = 5.0
-# Pause between two attempts of a call Kafka answered with a retriable error at once.
-_RETRY_PAUSE_S = 0.5
+# Longest pause between two attempts of a call Kafka answered with a retriable error at once (the first is
+# 0.1 s): the joiner asks again for as long as Kafka stays away, so this bounds how late it notices Kafka back.
+_MAX_RETRY_PAUSE_S = 0.5
+_RETRY_BACKOFF = Backoff(0.1, _MAX_RETRY_PAUSE_S)
 
 
 class Transaction:
@@ -140,6 +143,7 @@ class Transaction:
     def _until_done(self, call: Callable[[], None], what: str) -> None:
         """`call()`, asked again while Kafka answers a retriable error (a resumed commit_transaction goes on
         where it stopped), for as long as Kafka stays away, unless the joiner is stopping."""
+        pauses_s = _RETRY_BACKOFF.pauses_s()
         while True:
             try:
                 self._call(call, what)
@@ -148,15 +152,15 @@ class Transaction:
                 error = exception.args[0]
                 if not is_transient(error) or error.txn_requires_abort() or self._stopping():
                     raise
-                self._waiting(f"{what}: {error}")
+                self._waiting(f"{what}: {error}", next(pauses_s))
 
-    def _waiting(self, why: str) -> None:
+    def _waiting(self, why: str, pause_s: float) -> None:
         if self.waiting_for is None:
             log.warning("%s: asking again until Kafka answers", why)
         self.waiting_for = "Kafka"
         if self._while_waiting is not None:
             self._while_waiting()
-        time.sleep(_RETRY_PAUSE_S)
+        time.sleep(pause_s)
 
     def _call(self, call: Callable[[], None], what: str, timeout_s: float = KAFKA_TIMEOUT_S) -> None:
         started = time.monotonic()

@@ -8,6 +8,7 @@ feeds. Both the standalone keyed joiner and the Spark job resolve through it, so
 
 from __future__ import annotations
 
+import logging
 import re
 import tomllib
 from dataclasses import dataclass, field
@@ -18,7 +19,11 @@ from typing import Iterable, NamedTuple
 from .formulas import COLUMN_FORMULAS, FORMULAS, ColumnFormula, Formula
 from .two_stream_join import LEFT, RIGHT
 
+log = logging.getLogger(__name__)
+
 AXIS_PLACEHOLDER = "{axis}"
+# Spec keys renamed to name their unit, by their former names: still read, with a warning.
+FORMER_KEYS = {"delta_time": "delta_time_s", "max_out_of_orderness": "max_out_of_orderness_s"}
 DEFAULT_AXIS_PATTERN = r"\d+"
 # Read as a package resource: the package may be imported from a zip (spark-submit's --py-files), with no file.
 DEFAULT_SPEC_RESOURCE = files(__package__).joinpath("join_specs.toml")
@@ -36,9 +41,9 @@ class JoinSpec:
     right: str
     output: str
     formula: str
-    delta_time: float | None = None  # seconds
+    delta_time_s: float | None = None
     axis_pattern: str = DEFAULT_AXIS_PATTERN
-    max_out_of_orderness: float = 0.0  # seconds a record may arrive behind its stream's newest (see reorder.py)
+    max_out_of_orderness_s: float = 0.0  # how far a record may arrive behind its stream's newest (see reorder.py)
 
     def __post_init__(self) -> None:
         if self.formula not in FORMULAS:
@@ -48,10 +53,10 @@ class JoinSpec:
             raise ValueError(f"join '{self.name}': use {AXIS_PLACEHOLDER} in all of left, right, output or in none")
         if self.left == self.right:
             raise ValueError(f"join '{self.name}': left and right must be different quantities")
-        if self.delta_time is not None and self.delta_time < 0:
-            raise ValueError(f"join '{self.name}': delta_time must not be negative")
-        if not 0 <= self.max_out_of_orderness < float("inf"):
-            raise ValueError(f"join '{self.name}': max_out_of_orderness must be a finite number of seconds, at least 0")
+        if self.delta_time_s is not None and self.delta_time_s < 0:
+            raise ValueError(f"join '{self.name}': delta_time_s must not be negative")
+        if not 0 <= self.max_out_of_orderness_s < float("inf"):
+            raise ValueError(f"join '{self.name}': max_out_of_orderness_s must be a finite number of seconds, at least 0")
 
     def bind(self, axis: str) -> SpecBinding:
         """This spec applied to one axis ('' for a spec without ``{axis}``)."""
@@ -85,13 +90,13 @@ class SpecBinding:
 
     @property
     def delta_time_ms(self) -> float | None:
-        """The spec's delta_time in milliseconds, the time unit of the keyed joiner and the Spark job."""
-        return None if self.spec.delta_time is None else self.spec.delta_time * 1000
+        """The spec's delta_time_s in milliseconds, the time unit of the keyed joiner and the Spark job."""
+        return None if self.spec.delta_time_s is None else self.spec.delta_time_s * 1000
 
     @property
     def max_out_of_orderness_ms(self) -> float:
-        """The spec's max_out_of_orderness in milliseconds (0: records must arrive in their stream's order)."""
-        return round(self.spec.max_out_of_orderness * 1000, 6)  # 0.003 s is 3 ms, not 3.0000000000000004
+        """The spec's max_out_of_orderness_s in milliseconds (0: records must arrive in their stream's order)."""
+        return round(self.spec.max_out_of_orderness_s * 1000, 6)  # 0.003 s is 3 ms, not 3.0000000000000004
 
     def quantity(self, side: int) -> str:
         return self.right_quantity if side else self.left_quantity
@@ -110,22 +115,39 @@ def load_join_specs(path: str | Path | None = None) -> tuple[JoinSpec, ...]:
         document = tomllib.load(spec_file)
     specs = []
     for entry in document.get("join", []):
-        unknown = set(entry) - {"name", "left", "right", "output", "formula", "delta_time", "axis",
-                                "max_out_of_orderness"}
+        name = entry.get("name", "?")
+        unknown = set(entry) - {"name", "left", "right", "output", "formula", "delta_time_s", "axis",
+                                "max_out_of_orderness_s", *FORMER_KEYS}
         if unknown:
-            raise ValueError(f"join spec {entry.get('name', '?')}: unknown keys {sorted(unknown)}")
-        delta_time = entry.get("delta_time")
+            raise ValueError(f"join spec {name}: unknown keys {sorted(unknown)}")
+        entry = _renamed_keys(entry, path or DEFAULT_SPEC_RESOURCE)
+        delta_time_s = entry.get("delta_time_s")
         specs.append(JoinSpec(
             name=entry["name"],
             left=entry["left"],
             right=entry["right"],
             output=entry["output"],
             formula=entry["formula"],
-            delta_time=None if delta_time is None else float(delta_time),
+            delta_time_s=None if delta_time_s is None else float(delta_time_s),
             axis_pattern=entry.get("axis", DEFAULT_AXIS_PATTERN),
-            max_out_of_orderness=float(entry.get("max_out_of_orderness", 0.0)),
+            max_out_of_orderness_s=float(entry.get("max_out_of_orderness_s", 0.0)),
         ))
     return tuple(specs)
+
+
+def _renamed_keys(entry: dict, path: object) -> dict:
+    """`entry` with its former keys under their unit-bearing names, each with a warning: spec files written
+    before the rename keep working. A key given under both names is refused: which one was meant is unclear."""
+    renamed = dict(entry)
+    for former, new in FORMER_KEYS.items():
+        if former not in renamed:
+            continue
+        if new in renamed:
+            raise ValueError(f"join spec {entry.get('name', '?')}: {former} and {new} are one setting; keep {new}")
+        log.warning("%s: join spec %s: %s is deprecated, write %s (seconds)", path, entry.get("name", "?"), former,
+                    new)
+        renamed[new] = renamed.pop(former)
+    return renamed
 
 
 class SpecResolver:

@@ -44,7 +44,7 @@ def start_query(spark: SparkSession, settings: SparkJoinerSettings, sink: Transa
         joined.writeStream.queryName(QUERY_NAME)
         .foreachBatch(sink)
         .option("checkpointLocation", str(settings.checkpoint_dir))
-        .trigger(processingTime=f"{int(settings.trigger_seconds * 1000)} milliseconds")
+        .trigger(processingTime=f"{int(settings.trigger_s * 1000)} milliseconds")
         .start()
     )
 

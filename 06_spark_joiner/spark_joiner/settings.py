@@ -27,8 +27,8 @@ class SparkJoinerSettings(ConnectionSettings, ProgressSettings):
                           "Spark master: local[*], local-cluster[2,1,1024], spark://host:7077, k8s://...")
     checkpoint_dir: Path = setting(DEFAULT_CHECKPOINT_DIR, "SPARK_JOINER_CHECKPOINT_DIR",
                                    "Structured Streaming checkpoint (offsets, join state); a restart resumes it")
-    trigger_seconds: float = setting(0.5, "SPARK_JOINER_TRIGGER_SECONDS",
-                                     "micro-batch trigger interval in seconds (0: as fast as possible)")
+    trigger_s: float = setting(0.5, "SPARK_JOINER_TRIGGER_S", "micro-batch trigger interval in seconds (0: as fast as "
+                               "possible)", formerly=("--trigger-seconds", "SPARK_JOINER_TRIGGER_SECONDS"))
     max_offsets_per_trigger: int = setting(500_000, "SPARK_JOINER_MAX_OFFSETS_PER_TRIGGER",
                                            "most input records per micro-batch (0: no limit)")
     shuffle_partitions: int = setting(4, "SPARK_JOINER_SHUFFLE_PARTITIONS",

@@ -36,6 +36,7 @@ from pipeline_core.kafka_clients import (DEFAULT_STARTUP_DEADLINE_S, KafkaCallWe
                                          consumer_config, drop_producer, is_transient, produce,
                                          raise_partition_errors, retry_transient, transactional_producer_config)
 from pipeline_core.records import payload_omitted
+from pipeline_core.retry import Backoff
 from pipeline_core.topics import dead_letter_limit
 
 from .encode import STAGE
@@ -51,6 +52,9 @@ DEFAULT_TRANSACTION_TIMEOUT_S = 60.0
 _WEDGED_AFTER_S = 5.0
 # A transactional call unanswered this long means Kafka is away: the heartbeat says the job waits for it.
 _SLOW_CALL_S = 5.0
+# Between two attempts of a transactional call Kafka answered with a retriable error at once (asking again at
+# once spun the driver's thread); the transaction timeout bounds the attempts in all.
+_RETRY_BACKOFF = Backoff(0.1, 1.0)
 
 
 @dataclass
@@ -223,6 +227,7 @@ class TransactionalBatchSink:
                 log.warning("%s: no answer from Kafka for %.0f s", what, time.monotonic() - started)
                 self.waiting_for = "Kafka"
 
+        pauses_s = _RETRY_BACKOFF.pauses_s()
         while True:
             try:
                 call_bounded(call, self._transaction_timeout_s + _WEDGED_AFTER_S, what=what, while_waiting=waiting)
@@ -232,6 +237,7 @@ class TransactionalBatchSink:
                 if not is_transient(error) or error.txn_requires_abort() or time.monotonic() > deadline:
                     raise
                 self.waiting_for = "Kafka"
+            time.sleep(min(next(pauses_s), max(deadline - time.monotonic(), 0.0)))
 
     def _abandon(self, batch_id: int, failure: BaseException) -> None:
         """Abort the failed batch's transaction. A producer whose call is still wedged, or whose abort Kafka

@@ -11,6 +11,7 @@ from pipeline_core.runtime import tune_gc_for_streaming
 from pipeline_core.settings import load_settings
 
 from .connector import DbConnector
+from .influx_sink import InfluxSink
 from .points import PowerLevels
 from .settings import DbConnectorSettings
 
@@ -26,7 +27,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     stop = process_stop_signal()
     exit_on_thread_failure()
     tune_gc_for_streaming()
-    DbConnector(settings, stop).run()
+    DbConnector(settings, InfluxSink.from_settings(settings), stop).run()
     return 0
 
 

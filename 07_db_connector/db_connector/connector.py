@@ -1,38 +1,40 @@
-"""The consume loop: Kafka records in, batched InfluxDB writes out, offsets committed after each write.
+"""The consume loop: Kafka records in, batched writes into a sink out, offsets committed after each write.
 
-At-least-once into idempotent points: a batch's offsets are committed only after InfluxDB stored it and
-its dead letters are in machine.dlq, so a crash or an outage re-writes points (which overwrite
-themselves) instead of losing them.
+At-least-once into idempotent items: a batch's offsets are committed only after the sink (`sink.Sink`; the
+shipped one is InfluxDB, `influx_sink`) stored it and its dead letters are in machine.dlq, so a crash or an
+outage re-writes items (which overwrite themselves) instead of losing them. The loop knows no store: what a
+record becomes, and how it is written, is the sink's.
 """
 from __future__ import annotations
 
 import functools
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 
 from pipeline_core.broker_offsets import BrokerOffsets
 from pipeline_core.consumer_lag import REPORT_REQUEST_TIMEOUT_S, unfetched_lag
 from pipeline_core.data_loss import WATERMARK_TIMEOUT_S, OffsetWatch
-from pipeline_core.influx import influx_client
-from pipeline_core.influx_retention import JOINED_POLICY, RAW_POLICY
 from pipeline_core.kafka_clients import (ACCESS_ERRORS, admin_client, consumer_config, is_transient, produce,
                                          producer_config, refused_for_itself, security_config)
 from pipeline_core.lifecycle import StopSignal
 from pipeline_core.logs import announce_ready
 from pipeline_core.progress import ConsumerCounters, Observation, ProgressReporter
 from pipeline_core.records import InvalidRecord, dead_letter, payload_omitted
+from pipeline_core.retry import Backoff, Retries
 from pipeline_core.topics import partition_count
 
-from .points import PowerLevels, deadletter_point, record_line
 from .settings import DbConnectorSettings
-from .writer import InfluxWriter, RejectedPoint, WriteAborted
+from .sink import Consumed, Refused, Sink, SinkUnavailable, Source
 
 log = logging.getLogger(__name__)
 
 STAGE = "db_connector"
+T = TypeVar("T")
 # Largest number of messages taken from the consumer per call.
 _CONSUME_CHUNK = 10_000
 
@@ -42,38 +44,76 @@ _GROUP_CHANGED = frozenset((KafkaError.REBALANCE_IN_PROGRESS, KafkaError.ILLEGAL
                             KafkaError.UNKNOWN_MEMBER_ID))
 
 
+# A named tuple's own constructor is Python code; tuple's makes the one per record at a third of the cost.
+_consumed = tuple.__new__
+# The first pause of each wait for the sink, and for Kafka (a commit, dead letters); `--retry-max-s` caps both.
+_SINK_FIRST_PAUSE_S = 0.1
+_KAFKA_FIRST_PAUSE_S = 0.5
+
+
+class WriteAborted(Exception):
+    """Stop was requested while the sink or Kafka was away; the batch was not (fully) written or committed."""
+
+
 @dataclass
 class DbConnectorCounters(ConsumerCounters):
-    """records in: consumed from the three topics; records out: points InfluxDB stored."""
+    """records in: consumed from the three topics; records out: items the sink stored."""
 
     batches: int = 0
 
 
 @dataclass
-class _Batch:
-    lines: list[str] = field(default_factory=list)
-    policies: list[str] = field(default_factory=list)  # per line: the retention policy it goes into
-    # Per line: the message it came from, to dead-letter it if InfluxDB refuses the point.
+class Batch:
+    """The records consumed since the last commit: the sink's items, and the dead letters of the others."""
+
+    items: list = field(default_factory=list)
+    # Per item: the message it came from, to dead-letter it if the store refuses the item.
     sources: list[Message] = field(default_factory=list)
     dead_letters: list[bytes] = field(default_factory=list)
     next_offsets: dict[tuple[str, int], int] = field(default_factory=dict)
     started: float = 0.0
 
     def __len__(self) -> int:
-        return len(self.lines) + len(self.dead_letters)
+        return len(self.items) + len(self.dead_letters)
 
     def is_empty(self) -> bool:
         return not self.next_offsets
 
+    def add(self, message: Message, source: Source, sink: Sink) -> None:
+        """`message`'s item, or its dead letter when the sink cannot convert it. A record of machine.dlq the sink
+        cannot convert is logged and left: dead-lettering a dead letter could loop."""
+        topic, partition, offset = message.topic(), message.partition(), message.offset()
+        self.next_offsets[(topic, partition)] = offset + 1
+        payload = message.value()
+        try:
+            item = sink.convert(_consumed(Consumed, (source, payload, message.timestamp()[1], partition, offset)))
+        except InvalidRecord as error:
+            if source is Source.DEAD_LETTER:
+                log.error("%s cannot store dead letter %s[%d]@%d: %s", sink.name, topic, partition, offset, error)
+                return
+            self.dead_letters.append(dead_letter(str(error), payload, STAGE, topic=topic, partition=partition,
+                                                 offset=offset))
+            return
+        except Exception as error:  # noqa: BLE001 - a defect this record shows: dead-letter it, never stop on it
+            log.exception("could not convert %s[%d]@%d; dead-lettering it", topic, partition, offset)
+            if source is not Source.DEAD_LETTER:
+                self.dead_letters.append(dead_letter(f"the DB connector could not convert the record: {error!r}"[:1000],
+                                                     payload, STAGE, topic=topic, partition=partition, offset=offset))
+            return
+        self.items.append(item)
+        self.sources.append(message)
+
 
 class DbConnector:
-    """Loads the data, join-result and dead-letter topics into InfluxDB until `stop` is set."""
+    """Loads the data, join-result and dead-letter topics into `sink` until `stop` is set."""
 
-    def __init__(self, settings: DbConnectorSettings, stop: StopSignal | None = None) -> None:
+    def __init__(self, settings: DbConnectorSettings, sink: Sink, stop: StopSignal | None = None) -> None:
         self.settings = settings
         self.stop = stop or StopSignal()
         self.counters = DbConnectorCounters()
-        self._levels = PowerLevels.parse(settings.level_thresholds)
+        self._sink = sink
+        self._sources = {settings.data_topic: Source.DATA, settings.out_topic: Source.JOINED,
+                         settings.dlq_topic: Source.DEAD_LETTER}
         static_membership = {"group.instance.id": settings.group_instance_id} if settings.group_instance_id else {}
         self._consumer = Consumer(consumer_config(settings.kafka_bootstrap_servers, settings.group_id,
                                                   **security_config(settings), **{"client.id": STAGE,
@@ -84,13 +124,11 @@ class DbConnector:
                                              security=security_config(settings))
         self._producer = self._new_producer()
         self._watch = OffsetWatch(self._consumer, self.counters, log)
-        self._writer = InfluxWriter(influx_client(settings), settings.influxdb_database, settings,
-                                    retry_max_s=settings.retry_max_s, should_stop=self.stop.is_set,
-                                    while_waiting=self._wait_polling)
-        self._batch = _Batch()
+        self._sink_waiting = False  # the last write (or set-up) found the sink away: work waits on it
+        self._batch = Batch()
         self._flushing = False
         self._assignment_changed = False
-        # Messages a paused consumer still handed out while InfluxDB was down: processed next.
+        # Messages a paused consumer still handed out while the sink was away: processed next.
         self._held_back: list[Message] = []
         # Fetching paused while a write or commit waits. Every assignment is set to it (_on_assign): librdkafka
         # keeps a partition's pause through its revocation, so one paused, revoked and given back after the
@@ -112,7 +150,7 @@ class DbConnector:
             STAGE, self.counters, settings, observe=self._observe, logger=log,
             labels={"records_out": "points written"}, progress_counters=("batches",))
         try:
-            self._writer.ensure_database()
+            self._until_sink_answers(self._sink.setup, "set up")
             # A topic that does not exist yet would only show as consumer warnings: wait for all of them, or
             # end the start with a clear message.
             admin = admin_client(settings.kafka_bootstrap_servers, **security_config(settings))
@@ -121,8 +159,7 @@ class DbConnector:
             self._consumer.subscribe([settings.data_topic, settings.out_topic, settings.dlq_topic],
                                      on_assign=self._on_assign, on_revoke=self._on_revoke)
             announce_ready(log, f"db_connector: {settings.data_topic}, {settings.out_topic}, {settings.dlq_topic} "
-                                f"-> InfluxDB {settings.influxdb_host}:{settings.influxdb_port}/"
-                                f"{settings.influxdb_database}")
+                                f"-> {self._sink}")
             while not self.stop.is_set():
                 self._consume_once()
                 now = time.monotonic()
@@ -162,35 +199,8 @@ class DbConnector:
         batch = self._batch
         if batch.is_empty():
             batch.started = time.monotonic()
-        topic, partition, offset = message.topic(), message.partition(), message.offset()
-        batch.next_offsets[(topic, partition)] = offset + 1
         self.counters.records_in += 1
-        payload = message.value()
-        settings = self.settings
-        if topic == settings.dlq_topic:
-            timestamp_ms = message.timestamp()[1]
-            batch.lines.append(deadletter_point(settings.deadletter_measurement, payload, timestamp_ms, partition,
-                                                offset))
-            batch.policies.append(RAW_POLICY)
-            batch.sources.append(message)
-            return
-        try:
-            if topic == settings.out_topic:
-                line, policy = record_line(payload, settings.joined_measurement, self._levels), JOINED_POLICY
-            else:
-                line, policy = record_line(payload, settings.data_measurement), RAW_POLICY
-        except InvalidRecord as error:
-            batch.dead_letters.append(dead_letter(str(error), payload, STAGE, topic=topic,
-                                                  partition=partition, offset=offset))
-            return
-        except Exception as error:  # noqa: BLE001 - a defect this record shows: dead-letter it, never stop on it
-            log.exception("could not convert %s[%d]@%d; dead-lettering it", topic, partition, offset)
-            batch.dead_letters.append(dead_letter(f"the DB connector could not convert the record: {error!r}"[:1000],
-                                                  payload, STAGE, topic=topic, partition=partition, offset=offset))
-            return
-        batch.lines.append(line)
-        batch.policies.append(policy)
-        batch.sources.append(message)
+        batch.add(message, self._sources[message.topic()], self._sink)
 
     # -- writing and committing -------------------------------------------------------------------
 
@@ -201,47 +211,64 @@ class DbConnector:
         # Both steps may wait out an outage while serving the group: a revocation meanwhile is noted.
         self._flushing = True
         try:
-            rejected = self._write(batch)
+            rejected = self._write(batch) if batch.items else []
             dead_letters = list(batch.dead_letters)
             for point in rejected:
                 source = batch.sources[point.index]
                 if source.topic() == self.settings.dlq_topic:
                     # Never dead-letter a dead letter: that could loop. It stays in machine.dlq regardless.
-                    log.error("InfluxDB refused the count of dead letter %s[%d]@%d: %s", source.topic(),
+                    log.error("%s refused the count of dead letter %s[%d]@%d: %s", self._sink.name, source.topic(),
                               source.partition(), source.offset(), point.reason)
                     continue
-                dead_letters.append(dead_letter(f"InfluxDB refused the point: {point.reason}", source.value(),
+                dead_letters.append(dead_letter(f"{self._sink.name} refused the point: {point.reason}", source.value(),
                                                 STAGE, topic=source.topic(), partition=source.partition(),
                                                 offset=source.offset()))
             self._produce_dead_letters(dead_letters)
         finally:
             self._flushing = False
-        self.counters.records_out += len(batch.lines) - len(rejected)
+        self.counters.records_out += len(batch.items) - len(rejected)
         self.counters.dead_letters += len(dead_letters)
         self.counters.batches += 1
         self._commit([TopicPartition(topic, partition, offset) for (topic, partition), offset
                       in batch.next_offsets.items()])
-        self._batch = _Batch()
+        self._batch = Batch()
         self._resume()
 
-    def _write(self, batch: _Batch) -> list[RejectedPoint]:
-        """One write per retention policy; the refused points by their index in the batch."""
-        indices_by_policy: dict[str, list[int]] = {}
-        for index, policy in enumerate(batch.policies):
-            indices_by_policy.setdefault(policy, []).append(index)
-        rejected = []
-        for policy, indices in indices_by_policy.items():
-            for point in self._writer.write([batch.lines[index] for index in indices], policy):
-                rejected.append(RejectedPoint(indices[point.index], point.reason))
-        return sorted(rejected, key=lambda point: point.index)
+    def _write(self, batch: Batch) -> list[Refused]:
+        """The batch's items into the sink; the refused ones by their index in the batch."""
+        return self._until_sink_answers(lambda: self._sink.write(batch.items), f"write {len(batch.items)} records")
+
+    def _until_sink_answers(self, call: Callable[[], T], what: str) -> T:
+        """`call()`, asked again while the sink is away, for as long as it stays away (nothing is committed
+        meanwhile, so waiting loses nothing), with fetching paused while the group is served. Bound: the pauses
+        grow from _SINK_FIRST_PAUSE_S to `--retry-max-s`, or are what the sink asks for (back-pressure)."""
+        retries = Retries(Backoff(min(_SINK_FIRST_PAUSE_S, self.settings.retry_max_s), self.settings.retry_max_s))
+        while True:
+            try:
+                answer = call()
+                self._sink_waiting = False
+                return answer
+            except SinkUnavailable as unavailable:
+                self._sink_waiting = True
+                pause_s = unavailable.retry_after_s
+                if pause_s is None:
+                    pause_s = retries.next_pause_s()
+                log.warning("%s: could not %s (%s); retrying in %.1f s", self._sink.name, what, unavailable, pause_s)
+            if self.stop.is_set():
+                raise WriteAborted(f"stopped while trying to {what} in {self._sink.name}")
+            self._wait_polling(pause_s)
+            if self.stop.is_set():
+                raise WriteAborted(f"stopped while trying to {what} in {self._sink.name}")
 
     def _commit(self, offsets: list[TopicPartition]) -> None:
         """Commit a written batch's offsets. While Kafka restarts, its group coordinator answers with a
         transient error for a while (loading the group's offsets): ask again, serving the group meanwhile.
-        Once partitions were revoked (while InfluxDB or Kafka was away) they are re-read from the last
+        Once partitions were revoked (while the sink or Kafka was away) they are re-read from the last
         commit, re-writing the same points, so this batch's offsets must not be committed."""
-        delay_s = 0.5
+        # Bound: no deadline (the batch stays uncommitted, the group served); pauses up to `--retry-max-s`.
+        retries = Retries(Backoff(min(_KAFKA_FIRST_PAUSE_S, self.settings.retry_max_s), self.settings.retry_max_s))
         while not self._assignment_changed:
+            delay_s = retries.next_pause_s()
             try:
                 self._consumer.commit(offsets=offsets, asynchronous=False)
                 return
@@ -261,7 +288,6 @@ class DbConnector:
                 self._wait_polling(delay_s)
             finally:
                 self._flushing = False
-            delay_s = min(delay_s * 2, self.settings.retry_max_s)
         self._assignment_changed = False
         log.info("the group changed while the batch was written: its records are read again, not committed")
 
@@ -270,7 +296,9 @@ class DbConnector:
         waits (serving the consumer group); a dead letter Kafka refuses for its size goes again
         without its payload; after any other failure a fresh producer sends the letters again."""
         waiting = [(envelope, False) for envelope in dead_letters]
-        retry_delay_s = 0.5
+        # Bound: no deadline (the batch stays uncommitted meanwhile); a fresh producer after pauses up to
+        # `--retry-max-s`.
+        retries = Retries(Backoff(min(_KAFKA_FIRST_PAUSE_S, self.settings.retry_max_s), self.settings.retry_max_s))
         while waiting:
             self._refused = []
             for envelope, omitted in waiting:
@@ -295,10 +323,10 @@ class DbConnector:
                 else:
                     waiting.append((envelope, omitted))
             if any(not refused_for_itself(error) for _, _, error in self._refused):
+                retry_delay_s = retries.next_pause_s()
                 log.error("dead letters not delivered (%s): sending them again with a fresh producer in %.1f s",
                           self._refused[0][2].str(), retry_delay_s)
                 self._wait_polling(retry_delay_s)
-                retry_delay_s = min(retry_delay_s * 2, self.settings.retry_max_s)
                 self._producer = self._new_producer()
 
     def _on_delivery(self, omitted: bool, error: KafkaError | None, message: Message) -> None:
@@ -319,7 +347,7 @@ class DbConnector:
             if message is not None:
                 self._held_back.append(message)
             if self._progress is not None:
-                self._progress.maybe_report()  # the lag grows while InfluxDB is down: keep saying so
+                self._progress.maybe_report()  # the lag grows while the sink is away: keep saying so
 
     def _resume(self) -> None:
         assignment = self._consumer.assignment()
@@ -347,7 +375,7 @@ class DbConnector:
         if self._flushing:
             self._assignment_changed = True
         else:
-            self._batch = _Batch()
+            self._batch = Batch()
         log.info("revoked %d partitions", len(partitions))
 
     # -- progress ---------------------------------------------------------------------------------
@@ -358,11 +386,10 @@ class DbConnector:
         batch = self._batch
         due = self._flushing or (not batch.is_empty()
                                  and time.monotonic() - batch.started >= self.settings.flush_interval_s)
-        return Observation(lag=self.lag(), values={"influxdb_requests": self._writer.requests,
-                                                   "influxdb_retries": self._writer.retries},
+        return Observation(lag=self.lag(), values=dict(self._sink.health_values()),
                            pending=(len(batch) if due else 0) + len(self._held_back),
-                           # Also before any record: a database it cannot create, credentials InfluxDB refuses.
-                           waiting_for="InfluxDB" if self._writer.failing else None)
+                           # Also before any record: a database it cannot create, credentials it refuses.
+                           waiting_for=self._sink.name if self._sink_waiting else None)
 
     def lag(self) -> int | None:
         """Records of the assigned partitions not read yet. Of a partition read from since its assignment: its

@@ -86,11 +86,11 @@ def interval_join(spark: SparkSession, settings: SparkJoinerSettings, specs: tup
     watermark = f"{int(watermark_seconds * 1000)} milliseconds"
     outputs = []
     for spec in specs:
-        if spec.delta_time is None:
-            raise ValueError(f"join '{spec.name}': an interval join needs a delta_time to bound its state")
+        if spec.delta_time_s is None:
+            raise ValueError(f"join '{spec.name}': an interval join needs a delta_time_s to bound its state")
         left = _side(records, spec, spec.left, "left", watermark)
         right = _side(records, spec, spec.right, "right", watermark)
-        delta = F.expr(f"INTERVAL {int(spec.delta_time * 1000)} MILLISECONDS")
+        delta = F.expr(f"INTERVAL {int(spec.delta_time_s * 1000)} MILLISECONDS")
         joined = left.join(right, (F.col("left_thing") == F.col("right_thing"))
                            & (F.col("left_axis") == F.col("right_axis"))
                            & (F.col("right_t") >= F.col("left_t") - delta)
@@ -115,7 +115,7 @@ def start_interval_join(spark: SparkSession, settings: SparkJoinerSettings, spec
              .option("topic", settings.output_topic)
              .option("checkpointLocation", str(settings.checkpoint_dir))
              .outputMode("append")
-             .trigger(processingTime=f"{int(settings.trigger_seconds * 1000)} milliseconds"))
+             .trigger(processingTime=f"{int(settings.trigger_s * 1000)} milliseconds"))
     session_store = spark.conf.get(STATE_STORE_PROVIDER)
     spark.conf.set(STATE_STORE_PROVIDER, IN_MEMORY_STATE_STORE)
     try:

@@ -59,7 +59,7 @@ def peer_specs(specs: Sequence[JoinSpec]) -> list[dict[str, Any]]:
                         "right_regex": side_regex(spec.right, spec.axis_pattern),
                         "output_prefix": prefix if AXIS_PLACEHOLDER in spec.output else spec.output,
                         "output_suffix": suffix, "formula": spec.formula,
-                        "delta_ms": None if spec.delta_time is None else spec.delta_time * 1000})
+                        "delta_ms": None if spec.delta_time_s is None else spec.delta_time_s * 1000})
     return entries
 
 

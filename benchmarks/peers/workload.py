@@ -12,11 +12,11 @@ late, as from gateways that buffer and resend; a join that absorbs that bound gi
 """
 from __future__ import annotations
 
-import random
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import NamedTuple
 
+from pipeline_core.disorder import arrival_order
 from pipeline_core.records import MachineRecord
 from pipeline_core.validation import DEFAULT_MAX_ROW_BYTES
 from stream_connector.rows import kafka_messages, split_row
@@ -67,16 +67,15 @@ def series_after_series(records: Sequence[MachineRecord]) -> list[int]:
 def bounded_disorder(records: Sequence[MachineRecord], bound_s: float, seed: int) -> list[int]:
     """Time order with each row (a thing's records of one time, which the connector appends together) displaced
     in arrival by a seeded random delay of 0 to ``bound_s`` of event time: a row arrives after rows of its
-    machine up to ``bound_s`` newer than it, never after a newer one, so no record is later than the bound."""
-    generator = random.Random(seed)
-    delay_ms: dict[tuple[str, float], float] = {}
-    for record in sorted(records, key=lambda record: (record["thing"], record["phenomenonTime"])):
-        row = (record["thing"], record["phenomenonTime"])
-        if row not in delay_ms:
-            delay_ms[row] = generator.uniform(0, bound_s * 1000)
-    return sorted(range(len(records)), key=lambda index: (
-        records[index]["phenomenonTime"] + delay_ms[(records[index]["thing"], records[index]["phenomenonTime"])],
-        records[index]["thing"], records[index]["phenomenonTime"]))
+    machine up to ``bound_s`` newer than it, never after a newer one, so no record is later than the bound. The
+    displacement is the simulator's (`pipeline_core.disorder`), over the rows in time order as it replays them,
+    in whole milliseconds (the bound rounded down)."""
+    first_seen = dict.fromkeys((record["thing"], record["phenomenonTime"]) for record in records)
+    rows = sorted(first_seen, key=lambda row: row[1])
+    arrival = {rows[index]: at for at, index in enumerate(
+        arrival_order([time_ms for _thing, time_ms in rows], int(bound_s * 1000), seed))}
+    return sorted(range(len(records)), key=lambda index: arrival[(records[index]["thing"],
+                                                                  records[index]["phenomenonTime"])])
 
 
 def lateness_ms(records: Sequence[MachineRecord], order: Sequence[int]) -> list[float]:

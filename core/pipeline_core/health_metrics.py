@@ -19,6 +19,7 @@ from influxdb.exceptions import InfluxDBClientError, InfluxDBServerError
 
 from .influx import escape_measurement, escape_tag, influx_client
 from .influx_retention import HEALTH_POLICY, ensure_retention, policy_missing, retention_settings
+from .retry import Backoff, Retries
 from .settings import InfluxSettings
 
 log = logging.getLogger(__name__)
@@ -127,7 +128,8 @@ class HealthMetrics:
         self.dropped += max(excess, 0)
 
     def _run(self) -> None:
-        delay = min(0.5, self._retry_max_s)
+        # Bound: no deadline (points beyond `max_pending` are dropped meanwhile), pauses up to `retry_max_s`.
+        retries = Retries(Backoff(min(0.5, self._retry_max_s), self._retry_max_s))
         while True:
             with self._wake:
                 while not self._pending and not self._closing:
@@ -136,7 +138,7 @@ class HealthMetrics:
                     return
                 batch, self._pending = self._pending, deque()
             if self._write(batch):
-                delay = min(0.5, self._retry_max_s)
+                retries.reset()
                 continue
             with self._wake:
                 # Put the batch back in front of what arrived meanwhile, unless we are leaving.
@@ -144,8 +146,7 @@ class HealthMetrics:
                 self._drop_beyond_limit()
                 if self._closing:
                     return
-                self._wake.wait(delay)
-            delay = min(delay * 2, self._retry_max_s)
+                self._wake.wait(retries.next_pause_s())
 
     def _write(self, batch: deque[str]) -> bool:
         """Send one batch; True when it is done with (stored, or refused for good)."""

@@ -12,6 +12,7 @@ from confluent_kafka import KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from .records import DLQ_MAX_MESSAGE_BYTES
+from .retry import Backoff
 from .settings import DEFAULT_STARTUP_DEADLINE_S, KafkaSettings
 
 log = logging.getLogger(__name__)
@@ -70,7 +71,9 @@ def retry_transient(call: Callable[[], T], *, what: str, deadline_s: float = DEF
     `KafkaStartupError` naming `what` was being done, the broker's last answer and what to check. It is
     a `SystemExit`: raise it only where the process may end, never on a thread another library runs."""
     end = time.monotonic() + deadline_s
-    pause = 0.05
+    # Bound: `deadline_s` in all, pauses from 50 ms up to `max_pause_s`.
+    pauses_s = Backoff(min(0.05, max_pause_s), max_pause_s).pauses_s()
+    pause = next(pauses_s)
     last_logged: int | None = None
     while True:
         try:
@@ -92,7 +95,7 @@ def retry_transient(call: Callable[[], T], *, what: str, deadline_s: float = DEF
         if while_waiting is not None:
             while_waiting()
         time.sleep(pause)
-        pause = min(pause * 2, max_pause_s)
+        pause = next(pauses_s)
 
 
 # Delivery errors caused by the record itself (its size, its format): no retry or restart helps,

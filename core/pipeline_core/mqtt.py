@@ -22,6 +22,7 @@ from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 from paho.mqtt.reasoncodes import ReasonCode
 
+from pipeline_core.retry import Backoff
 from pipeline_core.settings import MqttSettings
 
 READ_CHUNK_BYTES = 256 * 1024
@@ -35,6 +36,10 @@ MAX_PACKETS_PER_PUMP = 2000
 # The one client id the device user may connect with when the broker authenticates (02_mqtt_broker,
 # "Security"): bound to its user, so no other user can take a session such as the stream connector's.
 DEVICE_CLIENT_ID = "simulator"
+# Reconnecting to the broker (the simulator and the stream connector): no deadline, the broker is waited for;
+# a restarted broker is found again within MAX_RECONNECT_DELAY_S.
+MAX_RECONNECT_DELAY_S = 5.0
+RECONNECT_BACKOFF = Backoff(0.2, MAX_RECONNECT_DELAY_S)
 
 
 @dataclass(frozen=True, slots=True)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import logging
 import os
 import types
 import typing
@@ -16,13 +17,25 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 T = TypeVar("T")
+log = logging.getLogger(__name__)
 
 
-def setting(default: Any, env: str | None, help: str, *, secret: bool = False) -> Any:
+def setting(default: Any, env: str | None, help: str, *, secret: bool = False,
+            formerly: tuple[str, str | None] | None = None) -> Any:
     """A dataclass field with a default, the environment variable that overrides it, and help. A `secret`'s
-    value is never shown (--help, repr)."""
-    return dataclasses.field(default=default, metadata={"env": env, "help": help, "secret": secret},
-                             repr=not secret)
+    value is never shown (--help, repr). `formerly`: the flag and environment variable a renamed setting had,
+    still read (with a warning naming the new ones) so that scripts and deployments keep working."""
+    return dataclasses.field(default=default, metadata={"env": env, "help": help, "secret": secret,
+                                                        "formerly": formerly}, repr=not secret)
+
+
+class _DeprecatedFlag(argparse.Action):
+    """A renamed setting's old flag: sets the new one, and says so."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
+                 option_string: str | None = None) -> None:
+        log.warning("%s is deprecated: use --%s", option_string, self.dest.replace("_", "-"))
+        setattr(namespace, self.dest, values)
 
 
 def _converter(annotation: Any) -> Any:
@@ -45,6 +58,10 @@ def _fields(cls: type) -> list[tuple[dataclasses.Field, Any]]:
 
 def _env_default(field: dataclasses.Field, annotation: Any, environ: typing.Mapping[str, str]) -> Any:
     env = field.metadata.get("env")
+    old_env = (field.metadata.get("formerly") or (None, None))[1]
+    if env and env not in environ and old_env and old_env in environ:
+        log.warning("%s is deprecated: use %s", old_env, env)
+        env = old_env
     if env and env in environ:
         try:
             return _converter(annotation)(environ[env])
@@ -71,6 +88,9 @@ def add_arguments(parser: argparse.ArgumentParser, cls: type,
             shown = "%(default).0s" if field.metadata.get("secret") else " (default: %(default)s)"
             parser.add_argument(flag, dest=field.name, default=default, help=help_text + shown,
                                 type=_converter(annotation), metavar=field.name.upper())
+            if field.metadata.get("formerly"):
+                parser.add_argument(field.metadata["formerly"][0], dest=field.name, default=default,
+                                    type=_converter(annotation), action=_DeprecatedFlag, help=argparse.SUPPRESS)
 
 
 def from_namespace(cls: type[T], namespace: argparse.Namespace) -> T:

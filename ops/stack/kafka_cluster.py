@@ -16,10 +16,10 @@ from string import Template
 
 from pipeline_core import credentials, paths
 from . import security
+from .choice import KAFKA_NODES as NODES
 from .processes import StackError
 from .services import Kafka, ensure_topics_and_principals, env_port
 
-NODES = (1, 2, 3)
 REPLICATION_FACTOR = 3
 MIN_INSYNC_REPLICAS = 2
 # Ports of node 1 are the single broker's (KAFKA_PORT, KAFKA_CONTROLLER_PORT); the others have their own.

@@ -16,6 +16,7 @@ from pathlib import Path
 from pipeline_core import credentials, paths
 from pipeline_core.settings import KafkaSettings, load_settings
 from . import certificates
+from .choice import KAFKA_NODES, is_cluster
 from .processes import StackError
 
 SECURITY_ENV = "SECURITY"
@@ -32,17 +33,12 @@ SPARK_SECRET_KEY = "SPARK_AUTHENTICATE_SECRET"
 
 def requested() -> bool:
     """Security is wanted: SECURITY=on, the cluster topology, or this stack has its credentials already."""
-    return os.environ.get(SECURITY_ENV, "").strip().lower() in ON or credentials.is_secure() or _cluster()
+    return os.environ.get(SECURITY_ENV, "").strip().lower() in ON or credentials.is_secure() or is_cluster()
 
 
 def tls_requested() -> bool:
     """TLS on the listeners for other hosts: STACK_TLS=on, or the cluster topology (always)."""
-    return os.environ.get(TLS_ENV, "").strip().lower() in ON or _cluster()
-
-
-def _cluster() -> bool:
-    from .topology import is_cluster  # the topology module builds on the services, which build on this one
-    return is_cluster()
+    return os.environ.get(TLS_ENV, "").strip().lower() in ON or is_cluster()
 
 
 def ensure_credentials() -> dict[str, str] | None:
@@ -59,7 +55,7 @@ def ensure_credentials() -> dict[str, str] | None:
         if listener_protocol(credentials.read_credentials()) != "SASL_SSL":
             # Credentials made without TLS (say, by the single stack's SECURITY=on): every client switches to it.
             credentials.write_credentials({**credentials.read_credentials(), **tls})
-        if _cluster():  # the Spark master, workers, executors and driver authenticate each other with it
+        if is_cluster():  # the Spark master, workers, executors and driver authenticate each other with it
             tls[SPARK_SECRET_KEY] = secrets.token_urlsafe(credentials.PASSWORD_BYTES)
         return credentials.ensure_credentials(extra=tls)
     return credentials.ensure_credentials(extra={"KAFKA_SECURITY_PROTOCOL": "SASL_PLAINTEXT"})
@@ -180,5 +176,5 @@ def rotate_kafka_credential(principal: str, bootstrap_servers: str) -> list[str]
     credentials.write_credentials({**values, credentials.kafka_password_key(user): password})
     if user != ADMIN:
         return [principal]
-    from .kafka_cluster import NODES  # each node of the cluster, one at a time: the others keep the quorum
-    return [f"kafka-{node}" for node in NODES] if _cluster() else ["kafka"]
+    # Each node of the cluster, one at a time: the others keep the quorum.
+    return [f"kafka-{node}" for node in KAFKA_NODES] if is_cluster() else ["kafka"]

@@ -2,27 +2,24 @@
 process) or cluster (three Kafka nodes with replication factor 3, a Spark standalone master and two workers, and
 every scaled stage as two instances), and the services of the cluster.
 
-The state dir records the topology its `up` last ran, so `status`, `logs` and `down` without TOPOLOGY act on what
-runs; `clean` deletes the record with the rest."""
+Which topology runs is `choice`'s (a module that imports nothing of the stack, so that the security settings
+can ask it without an import circle)."""
 from __future__ import annotations
 
-import os
 import re
 import socket
 import subprocess
 import sys
 from pathlib import Path
 
-from pipeline_core import credentials, paths
+from pipeline_core import credentials
 from pipeline_core.logs import READY_MARKER
 from pipeline_core.stage_health import StageHealth, assess, read_heartbeat
 from . import kafka_cluster, spark_cluster
+from .choice import current, is_cluster, record, recorded  # noqa: F401 (asked of the topology by its callers)
 from .processes import StackError
 from .services import START_MARKER, InfluxDB, Mosquitto, PipelineProcess, Service
 
-SINGLE = "single"
-CLUSTER = "cluster"
-TOPOLOGIES = (SINGLE, CLUSTER)
 # Instances of each scaled stage on the cluster: one group, distinct instance ids.
 INSTANCES = (1, 2)
 # Every port of the single stack, and every one the cluster adds (what a stack beside others must set).
@@ -30,35 +27,6 @@ SINGLE_PORTS = ("MQTT_PORT", "KAFKA_PORT", "KAFKA_CONTROLLER_PORT", "INFLUXDB_PO
 CLUSTER_PORTS = ("MQTT_TLS_PORT", "KAFKA_NODE2_PORT", "KAFKA_NODE2_CONTROLLER_PORT", "KAFKA_NODE3_PORT", "KAFKA_NODE3_CONTROLLER_PORT",
                  "SPARK_MASTER_PORT", "SPARK_MASTER_WEBUI_PORT", "SPARK_WORKER1_PORT", "SPARK_WORKER1_WEBUI_PORT",
                  "SPARK_WORKER2_PORT", "SPARK_WORKER2_WEBUI_PORT", "SPARK_DRIVER_PORT", "SPARK_BLOCKMANAGER_PORT")
-
-
-def _record():
-    return paths.STATE_DIR / "topology"
-
-
-def recorded() -> str | None:
-    """The topology this state dir's `up` last ran, if any."""
-    try:
-        return _record().read_text().strip() or None
-    except FileNotFoundError:
-        return None
-
-
-def current() -> str:
-    """TOPOLOGY from the environment, else what the state dir runs, else single."""
-    chosen = os.environ.get("TOPOLOGY") or recorded() or SINGLE
-    if chosen not in TOPOLOGIES:
-        raise StackError(f"TOPOLOGY={chosen!r}: choose one of {', '.join(TOPOLOGIES)}")
-    return chosen
-
-
-def record(topology: str) -> None:
-    _record().parent.mkdir(parents=True, exist_ok=True)
-    _record().write_text(topology + "\n")
-
-
-def is_cluster() -> bool:
-    return current() == CLUSTER
 
 
 def cluster_servers(joiner: str) -> list[Service]:

@@ -17,6 +17,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 
 from conftest import EVENTS_FILE
 from db_connector.connector import DbConnector
+from db_connector.influx_sink import InfluxSink
 from db_connector.settings import DbConnectorSettings
 from db_connector_support import (connector_args, database, distinct_series_times,  # noqa: F401 (fixtures)
                                   key_of, raw_records, wait_for_count)
@@ -112,7 +113,7 @@ def running_connector(bootstrap: str, new_topics, database, tmp_path: Path) -> I
     settings = load_settings(DbConnectorSettings, connector_args(
         topics, name, None, "--kafka-bootstrap-servers", bootstrap, "--progress-interval-s", "1",
         "--progress-file", str(tmp_path / "heartbeat.json"), "--no-health-metrics"))
-    connector = DbConnector(settings)
+    connector = DbConnector(settings, InfluxSink.from_settings(settings))
     thread = threading.Thread(target=connector.run, name="db-connector")
     thread.start()
     try:

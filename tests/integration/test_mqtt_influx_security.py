@@ -278,7 +278,7 @@ def test_influxdb_users_have_their_privilege_only(secure: SecureServers) -> None
     writer, reader = secure.influx_as("writer"), secure.influx_as("reader")
     line = f"security_check,test={unique('t')} value=1i"
     # As the DB connector writes: it may not create the database, which the admin made.
-    db_writer = InfluxWriter(writer, "machinedata", load_settings(RetentionSettings, []), retry_max_s=0.1)
+    db_writer = InfluxWriter(writer, "machinedata", load_settings(RetentionSettings, []))
     db_writer.ensure_database()
     assert db_writer.write([line], RAW_POLICY) == [] and db_writer.retries == 0
     assert list(reader.query('SELECT count("value") FROM "raw"."security_check"').get_points())[0]["count"] >= 1

@@ -40,7 +40,7 @@ class SubmittedSparkJoiner(SparkJoinerProcess):
             str(package / ENTRY_SCRIPT.name),
             "--kafka-bootstrap-servers", bootstrap, "--input-topic", topics.data, "--output-topic", topics.out,
             "--dlq-topic", topics.dlq, "--checkpoint-dir", str(checkpoint), "--shuffle-partitions", "2",
-            "--buckets", "8", "--trigger-seconds", "0.2", "--progress-interval-s", "2"]
+            "--buckets", "8", "--trigger-s", "0.2", "--progress-interval-s", "2"]
 
     def stop_group(self) -> int:
         """SIGTERM to spark-submit's process group (its JVM, the Python driver, the Python workers), as a

@@ -84,3 +84,69 @@ def test_the_join_engine_is_pure() -> None:
         if names & third_party or core_modules - {"pipeline_core.timestamps"}:
             offending[source.name] = sorted(names & third_party | core_modules - {"pipeline_core.timestamps"})
     assert offending == {}
+
+
+def module_imports(package: str) -> dict[str, set[str]]:
+    """Module -> the modules of the same package it imports, anywhere in it (inside functions too: an import
+    moved into a function to break a circle still closes it)."""
+    root = REPO_ROOT / PACKAGES[package]
+    modules = {".".join(source.relative_to(root).with_suffix("").parts): source for source in root.rglob("*.py")}
+    graph: dict[str, set[str]] = {}
+    for name, source in modules.items():
+        here = name.split(".")[:-1]  # the module's own sub-package, for relative imports
+        targets: set[str] = set()
+        for node in ast.walk(ast.parse(source.read_text(), filename=str(source))):
+            if isinstance(node, ast.ImportFrom) and node.level:
+                base = here[:len(here) - (node.level - 1)]
+                stem = [*base, *(node.module.split(".") if node.module else [])]
+                candidates = [".".join([*stem, alias.name]) for alias in node.names] + [".".join(stem)]
+            elif isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] == package:
+                stem = node.module.split(".")[1:]
+                candidates = [".".join([*stem, alias.name]) for alias in node.names] + [".".join(stem)]
+            elif isinstance(node, ast.Import):
+                candidates = [".".join(alias.name.split(".")[1:]) for alias in node.names
+                              if alias.name.split(".")[0] == package]
+            else:
+                continue
+            targets.update(candidate for candidate in candidates if candidate in modules)
+        graph[name] = targets - {name, "__init__"}
+    return graph
+
+
+def circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The import circles of `graph`, each as the path that closes it."""
+    found, done = [], set()
+
+    def visit(module: str, path: list[str]) -> None:
+        if module in path:
+            found.append(path[path.index(module):] + [module])
+            return
+        if module in done:
+            return
+        for imported in sorted(graph.get(module, ())):
+            visit(imported, [*path, module])
+        done.add(module)
+
+    for module in sorted(graph):
+        visit(module, [])
+    return found
+
+
+@pytest.mark.parametrize("package", sorted(PACKAGES))
+def test_no_package_has_an_import_circle(package: str) -> None:
+    assert circles(module_imports(package)) == []
+
+
+def test_the_circle_check_finds_a_circle_closed_inside_a_function() -> None:
+    assert circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c", "a"]]
+
+
+def test_the_compose_scripts_import_only_the_core() -> None:
+    """ops/compose: scripts the Makefile runs by path, beside the `stack` package, under the same rule."""
+    for source in (REPO_ROOT / "ops" / "compose").glob("*.py"):
+        tree = ast.parse(source.read_text())
+        names = {alias.name.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.Import)
+                 for alias in node.names}
+        names |= {node.module.split(".")[0] for node in ast.walk(tree)
+                  if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module}
+        assert names & PACKAGES.keys() <= {"pipeline_core"}, source.name

@@ -146,7 +146,7 @@ def test_an_evicted_key_under_a_reorder_bound_hands_over_its_buffered_records_to
     """With max_out_of_orderness, a key holds records in its reorder buffers as well as in its join: eviction
     gives up both, on the per-record path and in the batch state the Spark joiner keeps."""
     bounded = JoinSpec("power", "actSpeed_C{axis}", "vaTorque_C{axis}", "vaPower_C{axis}", "power",
-                       delta_time=1.0, max_out_of_orderness=2.0)
+                       delta_time_s=1.0, max_out_of_orderness_s=2.0)
     released: list[object] = []
     evicted: list[dict] = []
     joiner = KeyedJoiner([bounded], max_join_keys=10, on_release=released.append,

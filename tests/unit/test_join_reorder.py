@@ -9,6 +9,8 @@ are late, named with how late they were, and the output is the in-order output o
 
 from __future__ import annotations
 
+import logging
+
 import random as stdlib_random
 from collections import Counter
 
@@ -36,7 +38,7 @@ START_MS = 1_554_096_380_000
 
 def spec(bound_ms: int, delta_ms: int | None = None) -> JoinSpec:
     return JoinSpec("power", "actSpeed_C{axis}", "vaTorque_C{axis}", "vaPower_C{axis}", "power",
-                    None if delta_ms is None else delta_ms / 1000, max_out_of_orderness=bound_ms / 1000)
+                    None if delta_ms is None else delta_ms / 1000, max_out_of_orderness_s=bound_ms / 1000)
 
 
 def displaced(times: list[int], max_displacement: int, rng: stdlib_random.Random) -> list[int]:
@@ -270,16 +272,31 @@ def test_a_late_record_is_late_by_how_far_it_is_beyond_the_bound() -> None:
                               "of R0815.actSpeed_C11, 345 ms beyond max_out_of_orderness 2000 ms")
 
 
-def test_the_spec_file_takes_max_out_of_orderness(tmp_path) -> None:
+SPEC_FILE_HEAD = '[[join]]\nname = "power"\nleft = "a{axis}"\nright = "b{axis}"\noutput = "c{axis}"\nformula = "power"\n'
+
+
+def test_the_spec_file_takes_max_out_of_orderness_s(tmp_path) -> None:
     path = tmp_path / "specs.toml"
-    path.write_text('[[join]]\nname = "power"\nleft = "a{axis}"\nright = "b{axis}"\noutput = "c{axis}"\n'
-                    'formula = "power"\ndelta_time = 1.0\nmax_out_of_orderness = 2.5\n')
+    path.write_text(SPEC_FILE_HEAD + "delta_time_s = 1.0\nmax_out_of_orderness_s = 2.5\n")
     (loaded,) = load_join_specs(path)
-    assert loaded.max_out_of_orderness == 2.5
+    assert (loaded.delta_time_s, loaded.max_out_of_orderness_s) == (1.0, 2.5)
     assert loaded.bind("1").max_out_of_orderness_ms == 2500
-    assert load_join_specs()[0].max_out_of_orderness == 0.0
-    with pytest.raises(ValueError, match="max_out_of_orderness"):
+    assert load_join_specs()[0].max_out_of_orderness_s == 0.0
+    with pytest.raises(ValueError, match="max_out_of_orderness_s"):
         spec(-1)
+
+
+def test_a_spec_file_with_the_keys_former_names_is_read_with_a_warning(tmp_path, caplog) -> None:
+    path = tmp_path / "specs.toml"
+    path.write_text(SPEC_FILE_HEAD + "delta_time = 1.0\nmax_out_of_orderness = 2.5\n")
+    with caplog.at_level(logging.WARNING):
+        (loaded,) = load_join_specs(path)
+    assert (loaded.delta_time_s, loaded.max_out_of_orderness_s) == (1.0, 2.5)
+    assert "max_out_of_orderness is deprecated, write max_out_of_orderness_s" in caplog.text
+    assert "delta_time is deprecated, write delta_time_s" in caplog.text
+    path.write_text(SPEC_FILE_HEAD + "max_out_of_orderness = 2.5\nmax_out_of_orderness_s = 1.0\n")
+    with pytest.raises(ValueError, match="one setting"):
+        load_join_specs(path)
 
 
 def test_state_written_without_a_bound_goes_on_with_one() -> None:

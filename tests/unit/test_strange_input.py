@@ -32,9 +32,11 @@ from kafka_joiner.progress import JoinerStats
 from kafka_joiner.repartition import (FRAME_MAX_BYTES, Forwarder, FramedRecord, InputFrames, ThingRouter, decode_frame,
                                       encode_frame, frame_records, repartitioned_frame)
 from kafka_joiner.transaction import Transaction
-from db_connector.connector import DbConnector, DbConnectorCounters, _Batch
+from db_connector.connector import Batch
+from db_connector.influx_sink import InfluxSink
 from db_connector.points import PowerLevels, body, deadletter_point, record_line
 from db_connector.settings import DbConnectorSettings
+from db_connector.sink import Source
 from local_stream_buffer.keyed import KeyedJoiner
 from local_stream_buffer.specs import SpecResolver, load_join_specs
 from pipeline_core.partitioning import thing_partition
@@ -502,27 +504,24 @@ def test_every_stage_dead_letters_every_record_of_the_poison_corpus() -> None:
 @given(st.lists(st.tuples(st.sampled_from([INPUT_TOPIC, OUTPUT_TOPIC, DLQ_TOPIC]), KEYS, VALUES, HEADERS),
                 min_size=1, max_size=25))
 def test_any_record_of_any_topic_becomes_a_point_or_a_dead_letter_of_the_db_connector(records: list) -> None:
-    """The DB connector's own per-record step (`DbConnector._add`, on a connector without its clients, which that
-    step never uses): a record of machine.data or machine.out that is no valid record is one dead letter naming
-    its origin; every record of machine.dlq, readable or not, one count point; nothing raises."""
-    connector = DbConnector.__new__(DbConnector)
-    connector.settings = load_settings(DbConnectorSettings, ["--data-topic", INPUT_TOPIC, "--out-topic", OUTPUT_TOPIC,
-                                                             "--dlq-topic", DLQ_TOPIC])
-    connector.counters = DbConnectorCounters()
-    connector._levels = LEVELS
-    connector._batch = _Batch()
+    """The DB connector's own per-record step (`Batch.add` into the InfluxDB sink, whose client it never uses): a
+    record of machine.data or machine.out that is no valid record is one dead letter naming its origin; every
+    record of machine.dlq, readable or not, one count point; nothing raises."""
+    sink = InfluxSink.from_settings(load_settings(DbConnectorSettings, []))
+    sources = {INPUT_TOPIC: Source.DATA, OUTPUT_TOPIC: Source.JOINED, DLQ_TOPIC: Source.DEAD_LETTER}
+    batch = Batch()
     messages = [KafkaRecord(topic, 0, offset, key, value, headers)
                 for offset, (topic, key, value, headers) in enumerate(records)]
     for message in messages:
-        connector._add(message)
-    batch = connector._batch
+        batch.add(message, sources[message.topic()], sink)
+    lines = [line for line, _policy in batch.items]
     for topic, levels in ((INPUT_TOPIC, None), (OUTPUT_TOPIC, LEVELS)):
         bad = {(0, m.offset()): m.value() for m in messages if m.topic() == topic and not makes_a_line(m.value(), levels)}
         letters = [letter for letter in batch.dead_letters if json.loads(letter)["topic"] == topic]
         assert_letters_name_their_records(letters, bad, "db_connector", topic)
-    assert len(batch.lines) + len(batch.dead_letters) == len(messages) == connector.counters.records_in
-    assert sum(line.startswith("deadletters,") for line in batch.lines) == sum(m.topic() == DLQ_TOPIC for m in messages)
-    assert all("\n" not in line for line in batch.lines)
+    assert len(batch.items) + len(batch.dead_letters) == len(messages) == len(batch)
+    assert sum(line.startswith("deadletters,") for line in lines) == sum(m.topic() == DLQ_TOPIC for m in messages)
+    assert all("\n" not in line for line in lines)
 
 
 def makes_a_line(value: bytes | None, levels: PowerLevels | None) -> bool:
