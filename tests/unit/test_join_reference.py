@@ -18,7 +18,7 @@ from local_stream_buffer.specs import JoinSpec
 
 def engine_outputs(records: list[dict], max_out_of_orderness_s: float = 0.0) -> list[dict]:
     joiner = KeyedJoiner([JoinSpec("power", "actSpeed_C{axis}", "vaTorque_C{axis}", "vaPower_C{axis}", "power",
-                                   delta_time=1.0, max_out_of_orderness=max_out_of_orderness_s)])
+                                   delta_time_s=1.0, max_out_of_orderness_s=max_out_of_orderness_s)])
     return [output for record in records for output in joiner.ingest(record).outputs]
 
 
