@@ -261,6 +261,7 @@ class PrivateStack:
             line = wait_for(lambda: self.stuck_line(fault.target), 300, f"make status to call {fault.target} stuck",
                             interval_s=1.0)
             self.verdicts.append(StatusVerdict(fault, line, time.monotonic() - began))
+            self.confirmed.append(f"await-stuck {fault.target}: make status said so")
         elif fault.action == "kill":
             # The stage and its children (Spark's JVM). A stage that exited by itself between reading its PID
             # and the kill is killed once supervision has started it again.
