@@ -145,11 +145,22 @@ def _policies(client: InfluxDBClient, database: str | None) -> list[str]:
     return [policy["name"] for policy in client.get_list_retention_policies(database)]
 
 
+# Points per query: a chaos run's 300,000 raw points in pages. The client cannot read InfluxDB's chunked answers
+# in msgpack, which it asks for (several msgpack objects in one body: "unpack(b) received extra data").
+_PAGE_POINTS = 50_000
+
+
 def _select(client: InfluxDBClient, policy: str, measurement: str, database: str | None) -> list[dict[str, Any]]:
-    # An explicit time range: InfluxQL's default upper bound is now(), the data lies anywhere. Times in ns.
-    return list(client.query(f'SELECT * FROM "{policy}"."{measurement}" '
-                             f"WHERE time > 0 AND time < '2200-01-01T00:00:00Z'", epoch="ns",
-                             database=database, chunked=True, chunk_size=50_000).get_points())
+    points: list[dict[str, Any]] = []
+    while True:
+        # An explicit time range: InfluxQL's default upper bound is now(), the data lies anywhere. Times in ns.
+        page = list(client.query(f'SELECT * FROM "{policy}"."{measurement}" '
+                                 f"WHERE time > 0 AND time < '2200-01-01T00:00:00Z' "
+                                 f"LIMIT {_PAGE_POINTS} OFFSET {len(points)}", epoch="ns",
+                                 database=database).get_points())
+        points += page
+        if len(page) < _PAGE_POINTS:
+            return points
 
 
 def point_differences(found: Mapping[Any, Any], expected: Mapping[Any, Any]) -> str:
