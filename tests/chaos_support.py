@@ -36,7 +36,7 @@ from typing import Any
 from influxdb import InfluxDBClient
 
 from connector_support import expected_records, read_rows
-from db_connector_support import expected_joined_points, expected_raw_points, wait_for_points
+from db_connector_support import JSON_ANSWERS, expected_joined_points, expected_raw_points, wait_for_points
 from join_reference import reference_join
 from pipeline_core import credentials
 from pipeline_core.kafka_clients import security_config
@@ -353,7 +353,8 @@ class PrivateStack:
     def influx(self) -> InfluxDBClient:
         environ = self.environ_for("reader")
         return InfluxDBClient("127.0.0.1", self.influxdb_port, database="machinedata", timeout=30,
-                              username=environ.get("INFLUXDB_USERNAME"), password=environ.get("INFLUXDB_PASSWORD"))
+                              username=environ.get("INFLUXDB_USERNAME"), password=environ.get("INFLUXDB_PASSWORD"),
+                              headers=dict(JSON_ANSWERS))
 
 
 def _dead(pid: int) -> bool:

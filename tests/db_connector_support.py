@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 from influxdb import InfluxDBClient
+from influxdb.resultset import ResultSet
 
 from join_reference import reference_join
 from pipeline_core import paths
@@ -141,26 +142,24 @@ def influx_joined_points(client: InfluxDBClient, database: str | None = None) ->
     return points
 
 
+# For a client that reads points: the InfluxDB client asks for msgpack unless told otherwise, and cannot read a chunked
+# answer in it (several msgpack objects in one body: "unpack(b) received extra data", as a chaos run's 300,000 raw
+# points gave).
+JSON_ANSWERS = {"Accept": "application/json"}
+
+
 def _policies(client: InfluxDBClient, database: str | None) -> list[str]:
     return [policy["name"] for policy in client.get_list_retention_policies(database)]
 
 
-# Points per query: a chaos run's 300,000 raw points in pages. The client cannot read InfluxDB's chunked answers
-# in msgpack, which it asks for (several msgpack objects in one body: "unpack(b) received extra data").
-_PAGE_POINTS = 50_000
-
-
 def _select(client: InfluxDBClient, policy: str, measurement: str, database: str | None) -> list[dict[str, Any]]:
-    points: list[dict[str, Any]] = []
-    while True:
-        # An explicit time range: InfluxQL's default upper bound is now(), the data lies anywhere. Times in ns.
-        page = list(client.query(f'SELECT * FROM "{policy}"."{measurement}" '
-                                 f"WHERE time > 0 AND time < '2200-01-01T00:00:00Z' "
-                                 f"LIMIT {_PAGE_POINTS} OFFSET {len(points)}", epoch="ns",
-                                 database=database).get_points())
-        points += page
-        if len(page) < _PAGE_POINTS:
-            return points
+    # An explicit time range: InfluxQL's default upper bound is now(), the data lies anywhere. Times in ns. Chunked
+    # answers are JSON lines only: the client cannot read them in msgpack (`JSON_ANSWERS`).
+    chunks = client.query(f'SELECT * FROM "{policy}"."{measurement}" '
+                          f"WHERE time > 0 AND time < '2200-01-01T00:00:00Z'", epoch="ns",
+                          database=database, chunked=True, chunk_size=50_000)
+    # A msgpack answer (a client without JSON_ANSWERS) comes whole, one result set: fine while it is one chunk.
+    return [point for chunk in ([chunks] if isinstance(chunks, ResultSet) else chunks) for point in chunk.get_points()]
 
 
 def point_differences(found: Mapping[Any, Any], expected: Mapping[Any, Any]) -> str:
@@ -286,7 +285,7 @@ class PrivateInfluxDB:
             self.process.wait(30)
 
     def client(self, database: str) -> InfluxDBClient:
-        return InfluxDBClient("127.0.0.1", self.port, database=database, timeout=10)
+        return InfluxDBClient("127.0.0.1", self.port, database=database, timeout=10, headers=dict(JSON_ANSWERS))
 
 
 def chunks(items: list[Any], parts: int) -> Iterator[list[Any]]:
@@ -300,7 +299,8 @@ def database(stack: ConnectionSettings, request: pytest.FixtureRequest) -> Itera
     """A database of this test only on the shared InfluxDB, with the pipeline's retention policies (as the
     stack makes it), dropped afterwards."""
     name = unique(request.node.module.__name__.rpartition(".")[2]).replace(".", "_")
-    client = InfluxDBClient(stack.influxdb_host, stack.influxdb_port, database=name, timeout=30)
+    client = InfluxDBClient(stack.influxdb_host, stack.influxdb_port, database=name, timeout=30,
+                            headers=dict(JSON_ANSWERS))
     ensure_retention(client, name, load_settings(RetentionSettings, []))
     yield name, client
     client.drop_database(name)

@@ -17,6 +17,7 @@ from pipeline_core.kafka_clients import consumer_config, security_config
 from pipeline_core.records import decode_record
 from pipeline_core.settings import KafkaSettings, load_settings
 from pipeline_core.topics import MACHINE_DATA, MACHINE_OUT
+from db_connector_support import JSON_ANSWERS
 from support import Message, free_ports, read_topic, unique
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -77,7 +78,8 @@ class PrivateStack:
         values = credentials.read_credentials(self.state_dir / "credentials.env")
         environ = {**self.env, **credentials.environment("reader", values)} if values else self.env
         return InfluxDBClient("127.0.0.1", int(self.env["INFLUXDB_PORT"]), database="machinedata", timeout=30,
-                              username=environ.get("INFLUXDB_USERNAME"), password=environ.get("INFLUXDB_PASSWORD"))
+                              username=environ.get("INFLUXDB_USERNAME"), password=environ.get("INFLUXDB_PASSWORD"),
+                              headers=dict(JSON_ANSWERS))
 
     def make(self, *args: str, joiner: str | None = None, timeout_s: float = UP_DEADLINE_S
              ) -> subprocess.CompletedProcess[str]:
