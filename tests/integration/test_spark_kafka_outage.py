@@ -36,5 +36,5 @@ def test_a_kafka_outage_past_the_sink_s_bounds_the_spark_joiner_resumes_exactly(
     assert "waiting for Kafka" in verdict.line, verdict.line
     # Nothing was lost, so nothing may be counted lost: a restarted query's first batch, whose progress update
     # never came, once showed as records skipped.
-    skipped = re.findall(r"records skipped ([\d,]+)", report.joiner_log)
-    assert skipped and skipped[-1] == "0", skipped[-3:]
+    skipped = re.findall(r"records skipped (\d[\d,]*)", report.joiner_log)
+    assert skipped and skipped[-1].rstrip(",") == "0", skipped[-3:]
