@@ -38,12 +38,13 @@ def status_json(stack: PrivateStack) -> dict:
 
 def test_status_json_holds_the_facts_of_the_table(stack: PrivateStack) -> None:
     def settled() -> tuple[dict, dict] | None:
-        # Both read while nothing changes: the same process of each service, each healthy.
+        # Both read while nothing changes: the same process of each service in the same supervisord state
+        # (a service passes STARTING -> RUNNING once its startsecs are over), each healthy.
         table, document = stack.status(), status_json(stack)
         if any(row["health"] != "healthy" for row in table.values()):
             return None
-        return (table, document) if {s["name"]: str(s["pid"]) for s in document["services"]} == \
-            {name: row["pid"] for name, row in table.items()} else None
+        return (table, document) if {s["name"]: (str(s["pid"]), s["state"]) for s in document["services"]} == \
+            {name: (row["pid"], row["state"]) for name, row in table.items()} else None
 
     table, document = wait_for(settled, 60, "every service healthy", interval_s=0.5)
     assert [service["name"] for service in document["services"]] == list(table) == SERVICES
