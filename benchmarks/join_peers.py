@@ -30,7 +30,7 @@ appends the backlog at once:
    JVM and Python workers for Spark; the peer's process otherwise; the broker's excluded);
 2. backlog, another interleaving (``--interleaving``): the same records, each series still in its order,
    appended in another order across things and quantities; by the join's contract the pairs do not change;
-3. backlog, bounded disorder (``--disorder-seconds``, ``--seed``): time order with each machine's rows
+3. backlog, bounded disorder (``--disorder-s``, ``--seed``): time order with each machine's rows
    displaced in arrival by up to that much event time; this project's joiners run with
    ``max_out_of_orderness`` set to the bound (where the engine has it), Flink's watermarks trail by it;
 4. live: a steady ``--rate`` records/s in time order after a warm-up; per output, the time from the append
@@ -145,9 +145,9 @@ class SparkPeer:
 
     name = ""
 
-    def __init__(self, spark, bootstrap: str, workdir: Path, batch: int, trigger_seconds: float) -> None:
+    def __init__(self, spark, bootstrap: str, workdir: Path, batch: int, trigger_s: float) -> None:
         self.spark, self.bootstrap, self.workdir = spark, bootstrap, workdir
-        self.batch, self.trigger_seconds = batch, trigger_seconds
+        self.batch, self.trigger_s = batch, trigger_s
         self.query = None
         self.cpu_before = 0.0
 
@@ -155,7 +155,7 @@ class SparkPeer:
         checkpoint = self.workdir / f"checkpoint-{uuid.uuid4().hex[:8]}"
         # A backlog in batches of --batch records back to back; live, a batch per trigger of what arrived.
         return settings_for(self.bootstrap, topics, checkpoint,
-                            trigger_s=self.trigger_seconds if live else 0.0,
+                            trigger_s=self.trigger_s if live else 0.0,
                             max_offsets_per_trigger=0 if live else self.batch,
                             join_specs=join_specs_for(run, self.workdir))
 
@@ -215,22 +215,22 @@ class SparkJoinerPeer(SparkPeer):
 class SparkIntervalPeer(SparkPeer):
     name = "(b) Spark interval join"
 
-    def __init__(self, *args, watermark_seconds: float, resolver: SpecResolver, **kwargs) -> None:
+    def __init__(self, *args, watermark_s: float, resolver: SpecResolver, **kwargs) -> None:
         super().__init__(*args, **kwargs)
-        self.watermark_seconds, self.resolver = watermark_seconds, resolver
+        self.watermark_s, self.resolver = watermark_s, resolver
 
     def start_query(self, settings: SparkJoinerSettings):
-        return start_interval_join(self.spark, settings, self.resolver.specs, self.watermark_seconds)
+        return start_interval_join(self.spark, settings, self.resolver.specs, self.watermark_s)
 
 
 class KafkaJoinerPeer:
     """The standalone joiner in a process of its own, as ``benchmarks.kafka_joiner`` runs it: it stops once it
-    has committed the run's reference pairs (or ``max_seconds`` after its first record)."""
+    has committed the run's reference pairs (or ``max_s`` after its first record)."""
 
     name = "(c) standalone joiner"
 
-    def __init__(self, connection: KafkaSettings, max_seconds: float, workdir: Path) -> None:
-        self.connection, self.max_seconds, self.workdir = connection, max_seconds, workdir
+    def __init__(self, connection: KafkaSettings, max_s: float, workdir: Path) -> None:
+        self.connection, self.max_s, self.workdir = connection, max_s, workdir
         self.results: list[InstanceResult] = []
 
     def start(self, topics: Topics, run: RunInput, live: bool) -> None:
@@ -241,7 +241,7 @@ class KafkaJoinerPeer:
         settings = dataclasses.replace(settings, join_specs=join_specs_for(run, self.workdir))
         self.results = []
         self.thread = threading.Thread(target=lambda: self.results.extend(
-            run_instances([settings], run.pairs, self.max_seconds)), daemon=True)
+            run_instances([settings], run.pairs, self.max_s)), daemon=True)
         self.thread.start()
 
     def done(self, run: RunInput) -> bool:
@@ -419,7 +419,7 @@ def print_table(results: dict[str, dict[str, RunResult]], interleaving: str, arg
     header = (f"{'':<31} {'parallelism':<19} {'guarantee':<13} {'records/s median (rounds)':>27} "
               f"{'CPU µs/rec':>10} {'p50 ms':>7} {'p99 ms':>7} | {'pairs out':>9} "
               f"{'found':>7} {'missing':>7} {'extra':>7} {'dup':>5} | {interleaving}: same output? "
-              f"| disordered ≤ {args.disorder_seconds:g} s")
+              f"| disordered ≤ {args.disorder_s:g} s")
     print(header)
     print("-" * len(header))
     for name, runs in results.items():
@@ -457,13 +457,13 @@ def print_table(results: dict[str, dict[str, RunResult]], interleaving: str, arg
           f"(each round reverses the previous one's), each round's figure in brackets. CPU per record: of the "
           f"first round, its start-up and warm-up included, of the peer's processes (Spark: driver, JVM, Python "
           f"workers; Flink: Python and its JVM), not the broker's. Latency: live at {args.rate:,.0f} records/s for "
-          f"{args.live_seconds:.0f} s, from the append of a pair's later input to a read_committed reader seeing "
+          f"{args.live_s:.0f} s, from the append of a pair's later input to a read_committed reader seeing "
           f"it. Pairs out: records written less those withdrawn (Pathway). Spark: batches of {args.batch:,} "
-          f"records on a backlog, trigger {args.trigger_seconds} s live; (b) watermark {args.watermark_seconds:g} "
-          f"s. Disordered: each machine's rows displaced in arrival by up to {args.disorder_seconds:g} s (seed "
-          f"{args.seed}); (a), (c) " + (f"with {field} = {args.disorder_seconds:g}" if field else
+          f"records on a backlog, trigger {args.trigger_s} s live; (b) watermark {args.watermark_s:g} "
+          f"s. Disordered: each machine's rows displaced in arrival by up to {args.disorder_s:g} s (seed "
+          f"{args.seed}); (a), (c) " + (f"with {field} = {args.disorder_s:g}" if field else
                                          "without a disorder bound (this engine has none)") +
-          f"; (e)'s watermarks trail by {args.disorder_seconds:g} s and 1 ms there, by 1 ms in order. Load average at "
+          f"; (e)'s watermarks trail by {args.disorder_s:g} s and 1 ms there, by 1 ms in order. Load average at "
           f"the end: {os.getloadavg()[0]:.1f}")
 
 
@@ -487,21 +487,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--interleaving", default="thing after thing",
                         choices=[name for name in workload.INTERLEAVINGS if name != "time order"],
                         help="the other interleaving the backlog is appended in")
-    parser.add_argument("--disorder-seconds", type=float, default=2.0,
+    parser.add_argument("--disorder-s", type=float, default=2.0,
                         help="the disordered input: each machine's rows displaced in arrival by up to this much "
                              "event time")
     parser.add_argument("--seed", type=int, default=7, help="the disordered input's random displacements")
     parser.add_argument("--batch", type=int, default=5_000,
                         help="Spark's maxOffsetsPerTrigger on a backlog (the interval join's cost grows with it)")
-    parser.add_argument("--trigger-seconds", type=float, default=SparkJoinerSettings.trigger_s,
+    parser.add_argument("--trigger-s", type=float, default=SparkJoinerSettings.trigger_s,
                         help="Spark's trigger in the live run")
-    parser.add_argument("--watermark-seconds", type=float, default=10.0,
+    parser.add_argument("--watermark-s", type=float, default=10.0,
                         help="(b): the watermark delay of both inputs, how late a record may arrive")
     parser.add_argument("--flink-checkpoint-ms", type=int, default=1_000,
                         help="(e): the checkpoint interval, which commits its exactly-once output")
     parser.add_argument("--rate", type=float, default=2_000, help="records/s of the live run")
-    parser.add_argument("--live-seconds", type=float, default=10.0, help="length of the live run")
-    parser.add_argument("--settle-seconds", type=float, default=2.0,
+    parser.add_argument("--live-s", type=float, default=10.0, help="length of the live run")
+    parser.add_argument("--settle-s", type=float, default=2.0,
                         help="no new output for this long: the peer's output is complete")
     parser.add_argument("--peers", nargs="*", choices=PEERS, default=list(PEERS))
     parser.add_argument("--rounds", type=int, default=2,
@@ -521,19 +521,19 @@ def main(argv: list[str] | None = None) -> int:
                   "asof": len(asof_pairs(series))}
     encoded = workload.messages(records, MACHINE_DATA.partitions)
     orders = {name: workload.INTERLEAVINGS[name](records) for name in ("time order", args.interleaving)}
-    orders[DISORDERED] = workload.bounded_disorder(records, args.disorder_seconds, args.seed)
+    orders[DISORDERED] = workload.bounded_disorder(records, args.disorder_s, args.seed)
     late = [ms for ms in workload.lateness_ms(records, orders[DISORDERED]) if ms > 0]
     log.info("disordered input: %d of %d records arrive behind a newer record of their series, by up to %.0f ms",
              len(late), len(records), max(late, default=0))
     backlog = {name: [encoded[index] for index in order] for name, order in orders.items()}
 
-    steady_records = [records[index] for index in orders["time order"][:int(args.rate * args.live_seconds)]]
+    steady_records = [records[index] for index in orders["time order"][:int(args.rate * args.live_s)]]
     warm = warm_up_records(int(min(record["phenomenonTime"] for record in records)))
     warm_messages = workload.messages(warm, MACHINE_DATA.partitions)
     warm_pairs = neighbour_pairs(series_of(warm, resolver))
     # Each backlog run reads the warm-up first; its pairs are left out of the comparison and the figures.
     inputs = {name: run_input([*warm, *records], resolver, reference | warm_pairs, [*warm_messages, *encoded],
-                              args.disorder_seconds if name == DISORDERED else 0.0) for name in orders}
+                              args.disorder_s if name == DISORDERED else 0.0) for name in orders}
     live_reference = neighbour_pairs(series_of(steady_records, resolver))
     steady_messages = workload.messages(steady_records, MACHINE_DATA.partitions)
     live_input = run_input([*warm, *steady_records], resolver, live_reference | warm_pairs,
@@ -550,7 +550,7 @@ def main(argv: list[str] | None = None) -> int:
             if not first_round:
                 if peer.name in results:
                     again = backlog_run(peer, bootstrap, warm_messages, backlog["time order"], inputs["time order"],
-                                        reference, args.settle_seconds, 900)
+                                        reference, args.settle_s, 900)
                     log.info("%s, time order again: %s", peer.name, again.comparison)
                     results[peer.name]["time order"].rounds.append(again.records_per_s)
                 return
@@ -559,11 +559,11 @@ def main(argv: list[str] | None = None) -> int:
             # Spark, the session's JVM) has run a query before.
             for name in (args.interleaving, "time order", DISORDERED):
                 runs[name] = backlog_run(peer, bootstrap, warm_messages, backlog[name], inputs[name], reference,
-                                         args.settle_seconds, 900)
+                                         args.settle_s, 900)
                 log.info("%s, %s: %s", peer.name, name, runs[name].comparison)
             runs["time order"].rounds.append(runs["time order"].records_per_s)
             runs["live"] = live_run(peer, bootstrap, warm_messages, steady_messages, steady_records, live_input,
-                                    live_reference, args.rate, args.settle_seconds)
+                                    live_reference, args.rate, args.settle_s)
             log.info("%s, live: %s", peer.name, runs["live"].comparison)
             results[peer.name] = runs
         except Exception as error:  # noqa: BLE001 - one peer's failure is its result; the others still run
@@ -579,13 +579,13 @@ def main(argv: list[str] | None = None) -> int:
     # (letter, the peer made with the Spark session, or None for the others)
     makers: list[tuple[str, Callable]] = []
     if "a" in args.peers:
-        makers.append(("a", lambda spark: SparkJoinerPeer(spark, bootstrap, workdir, args.batch, args.trigger_seconds)))
+        makers.append(("a", lambda spark: SparkJoinerPeer(spark, bootstrap, workdir, args.batch, args.trigger_s)))
     if "b" in args.peers:
-        makers.append(("b", lambda spark: SparkIntervalPeer(spark, bootstrap, workdir, args.batch, args.trigger_seconds,
-                                                            watermark_seconds=args.watermark_seconds,
+        makers.append(("b", lambda spark: SparkIntervalPeer(spark, bootstrap, workdir, args.batch, args.trigger_s,
+                                                            watermark_s=args.watermark_s,
                                                             resolver=resolver)))
     if "c" in args.peers:
-        makers.append(("c", lambda _: KafkaJoinerPeer(KafkaSettings(kafka_bootstrap_servers=bootstrap), max_seconds=60,
+        makers.append(("c", lambda _: KafkaJoinerPeer(KafkaSettings(kafka_bootstrap_servers=bootstrap), max_s=60,
                                                       workdir=workdir)))
     if "d" in args.peers:
         makers.append(("d", lambda _: subprocess_peer("(d) Quix Streams join_asof", "quix",

@@ -194,10 +194,10 @@ def _throughput_instance(settings: KafkaJoinerSettings, started: multiprocessing
         stats.transactions, joiner.forced(), time.process_time() - cpu_before)))
 
 
-def run_instances(settings: list[KafkaJoinerSettings], joins: int, max_seconds: float,
+def run_instances(settings: list[KafkaJoinerSettings], joins: int, max_s: float,
                   pass_through: bool = False) -> list[InstanceResult]:
     """Run one process per instance until together they committed `joins` outputs, or for at most
-    `max_seconds` after the first record (`pass_through`: the joiner's pass-through instead)."""
+    `max_s` after the first record (`pass_through`: the joiner's pass-through instead)."""
     context = multiprocessing.get_context("spawn")
     started = context.Barrier(len(settings))
     stop = context.Event()
@@ -221,7 +221,7 @@ def run_instances(settings: list[KafkaJoinerSettings], joins: int, max_seconds: 
                 first, committed[name] = report
                 if first is not None:
                     first_record_at = first if first_record_at is None else min(first_record_at, first)
-                out_of_time = first_record_at is not None and time.monotonic() - first_record_at > max_seconds
+                out_of_time = first_record_at is not None and time.monotonic() - first_record_at > max_s
                 if sum(committed.values()) >= joins or out_of_time:
                     stop.set()
             else:
@@ -243,7 +243,7 @@ def throughput_row(connection: KafkaSettings, args: argparse.Namespace, by_thing
         joins = expected_joins(count, args.machines, args.axes)
         settings = [joiner_settings(connection, topics, args.commit_interval_ms, by_thing, f"bench-{index}")
                     for index in range(instances)]
-        results = run_instances(settings, joins, args.max_seconds)
+        results = run_instances(settings, joins, args.max_s)
     finally:
         delete_topics(bootstrap, topics)
     first = min(r.first_record_at for r in results if r.first_record_at is not None)
@@ -256,7 +256,7 @@ def throughput_row(connection: KafkaSettings, args: argparse.Namespace, by_thing
     row = (f"  {label:<32} {instances:>9} {joins_out:>10,} {elapsed:>8.1f} {joins_out / elapsed:>10,.0f} "
            f"{joined_in / elapsed:>10,.0f} {sum(r.transactions for r in results):>7,} {cpu_per_record:>13.0f}")
     if joins_out < joins:
-        row += f"\n    (stopped after --max-seconds {args.max_seconds:.0f}: {joins_out:,} of {joins:,} joins)"
+        row += f"\n    (stopped after --max-s {args.max_s:.0f}: {joins_out:,} of {joins:,} joins)"
     forced = sum(r.forced for r in results)
     if forced:
         row += f"\n    WARNING: {forced:,} pending records were forced out: the streams of a key drifted apart"
@@ -315,7 +315,7 @@ def ceiling_workload(connection: KafkaSettings, args: argparse.Namespace, label:
             for pass_through in order:
                 name = f"{'pass-through' if pass_through else 'joiner'}-{round_}"
                 result, = run_instances([ceiling_settings(connection, topics, args.commit_interval_ms, name)],
-                                        count if pass_through else joins, args.max_seconds, pass_through)
+                                        count if pass_through else joins, args.max_s, pass_through)
                 run = Run(result.records_in, (result.last_commit_at or float("nan")) - (result.first_record_at or 0),
                           result.cpu_s)
                 runs[pass_through].append(run)
@@ -323,7 +323,7 @@ def ceiling_workload(connection: KafkaSettings, args: argparse.Namespace, label:
                     transactions += result.transactions
                     consumed += result.records_in
                     if result.joins_out < joins:
-                        log.warning("%s: stopped after --max-seconds with %d of %d joins", name, result.joins_out,
+                        log.warning("%s: stopped after --max-s with %d of %d joins", name, result.joins_out,
                                     joins)
                 print(run_line(f"{label}, {'pass-through' if pass_through else 'joiner'}", round_, run), flush=True)
         outcome = ratio(runs[False], runs[True])
@@ -362,7 +362,7 @@ def _steady_producer(bootstrap: str, topic: str, count: int, machines: int, axes
 def latency(connection: KafkaSettings, args: argparse.Namespace) -> None:
     bootstrap = connection.kafka_bootstrap_servers
     topics = fresh_topics(bootstrap, append_time=True)
-    count = int(args.rate * (args.warmup_seconds + args.latency_seconds))
+    count = int(args.rate * (args.warmup_s + args.latency_s))
     joins = expected_joins(count, args.machines, args.axes)
     try:
         joiner = KafkaJoiner(joiner_settings(connection, topics, args.commit_interval_ms, True))
@@ -382,22 +382,22 @@ def latency(connection: KafkaSettings, args: argparse.Namespace) -> None:
         # importing): the warm-up runs at the same rate and is reported apart, not in the steady figures.
         while stats.first_record_at is None and time.monotonic() < deadline:
             joiner.step()
-        warm_until = time.monotonic() + args.warmup_seconds
+        warm_until = time.monotonic() + args.warmup_s
         while time.monotonic() < warm_until:
             joiner.step()
         warmup = sorted(stats.latencies_ms)
         warmup_joins = stats.records_out
         del stats.latencies_ms[:]
-        max_seconds = args.latency_seconds + args.max_seconds
+        max_s = args.latency_s + args.max_s
         started = time.monotonic()
-        joiner.run(until=lambda j: stats.records_out >= joins or time.monotonic() - started > max_seconds)
+        joiner.run(until=lambda j: stats.records_out >= joins or time.monotonic() - started > max_s)
         producer.join(60)
         p50, p99, p999 = stats.latency_percentiles(0.5, 0.99, 0.999)
-        print(f"latency at a steady {args.rate:,.0f} records/s for {args.latency_seconds:.0f} s "
+        print(f"latency at a steady {args.rate:,.0f} records/s for {args.latency_s:.0f} s "
               f"({stats.records_out - warmup_joins:,} joins, commit every {args.commit_interval_ms} ms): append to "
               f"commit p50 {p50:.0f} ms, p99 {p99:.0f} ms, p99.9 {p999:.0f} ms, max {max(stats.latencies_ms):.0f} ms")
         if warmup:
-            print(f"  (the {args.warmup_seconds:.0f} s warm-up before it on the fresh topics, {warmup_joins:,} joins: "
+            print(f"  (the {args.warmup_s:.0f} s warm-up before it on the fresh topics, {warmup_joins:,} joins: "
                   f"p50 {warmup[len(warmup) // 2]:.0f} ms, p99 {warmup[int(0.99 * len(warmup))]:.0f} ms, "
                   f"max {warmup[-1]:.0f} ms)")
     finally:
@@ -413,12 +413,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--machines", type=int, default=8, help="synthetic machines")
     parser.add_argument("--axes", type=int, default=2, help="axes per machine (one power join each)")
     parser.add_argument("--rate", type=float, default=10_000, help="steady input records/s for the latency run")
-    parser.add_argument("--latency-seconds", type=float, default=20, help="length of the latency run")
-    parser.add_argument("--warmup-seconds", type=float, default=5,
+    parser.add_argument("--latency-s", type=float, default=20, help="length of the latency run")
+    parser.add_argument("--warmup-s", type=float, default=5,
                         help="input at the same rate before the latency run, reported apart")
     parser.add_argument("--commit-interval-ms", type=int, default=KafkaJoinerSettings.commit_interval_ms,
                         help="transaction interval of the joiner while it reads a backlog")
-    parser.add_argument("--max-seconds", type=float, default=90,
+    parser.add_argument("--max-s", type=float, default=90,
                         help="stop the throughput run this long after its first record (the latency run: after the input)")
     parser.add_argument("--ceiling-copies", type=int, default=20,
                         help="machines per real one in the ceiling's real mix (19,825 records each)")

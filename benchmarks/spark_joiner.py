@@ -438,8 +438,8 @@ def run_task(task: dict) -> dict:
                                  for label, python_step in (("source -> no-op sink", False),
                                                             ("source -> Python step -> no-op sink", True))]
         if task["latency"]:
-            figures["latency"] = run_latency(spark, task["bootstrap"], 100, task["rate"], task["latency_seconds"],
-                                             task["trigger_seconds"], workdir, cleanup)
+            figures["latency"] = run_latency(spark, task["bootstrap"], 100, task["rate"], task["latency_s"],
+                                             task["trigger_s"], workdir, cleanup)
         return figures
     finally:
         spark.stop()
@@ -457,8 +457,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batch", type=int, default=250_000,
                         help="maxOffsetsPerTrigger of the throughput runs (the first batch, with the warm-up, is reported apart)")
     parser.add_argument("--rate", type=int, default=10_000, help="records/s of the latency run")
-    parser.add_argument("--latency-seconds", type=float, default=30.0)
-    parser.add_argument("--trigger-seconds", type=float, default=0.5, help="trigger of the latency run")
+    parser.add_argument("--latency-s", type=float, default=30.0)
+    parser.add_argument("--trigger-s", type=float, default=0.5, help="trigger of the latency run")
     parser.add_argument("--master", default="local[*]")
     parser.add_argument("--shuffle-partitions", type=int, default=SparkJoinerSettings.shuffle_partitions,
                         help="state partitions of the job (the joiner's default unless given)")
@@ -501,7 +501,7 @@ def main(argv: list[str] | None = None) -> int:
                     **common, "job": job, "topics": dataclasses.astuple(topics), "records": records,
                     "batch": args.batch, "workdir": str(workdir / f"m{machines}-{job}"),
                     "floor": first_job_run and not args.no_floor, "latency": first_job_run and not args.no_latency,
-                    "rate": args.rate, "latency_seconds": args.latency_seconds, "trigger_seconds": args.trigger_seconds})
+                    "rate": args.rate, "latency_s": args.latency_s, "trigger_s": args.trigger_s})
                 cleanup.extend(figures.pop("topics"))
                 if "floors" in figures:
                     floors, floor_machines = figures.pop("floors"), machines
@@ -566,7 +566,7 @@ def print_figures(args: argparse.Namespace, results: list[tuple[int, dict[str, d
             print(f"{label:>36}: {figures['records_per_s']:9,.0f} rec/s, steady {figures['steady_records_per_s']:9,.0f},"
                   f" 1st batch {figures['first_batch_s']:4.1f} s, CPU µs/rec {figures['cpu_us_per_record']:5.1f}")
     if latency:
-        print(f"latency at {latency['rate']:,} records/s, trigger {args.trigger_seconds} s, 100 machines: "
+        print(f"latency at {latency['rate']:,} records/s, trigger {args.trigger_s} s, 100 machines: "
               f"p50 {latency['p50']:.2f} s, p99 {latency['p99']:.2f} s, max {latency['max']:.2f} s "
               f"over {latency['joins']:,} joins (Kafka append of the later input -> visible to read_committed), "
               f"{latency['batches']} batches of {latency['mean_batch_s']:.2f} s on average, "

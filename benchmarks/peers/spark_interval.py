@@ -78,12 +78,12 @@ def _output(joined: DataFrame, spec: JoinSpec) -> DataFrame:
 
 
 def interval_join(spark: SparkSession, settings: SparkJoinerSettings, specs: tuple[JoinSpec, ...],
-                  watermark_seconds: float) -> DataFrame:
+                  watermark_s: float) -> DataFrame:
     """The joined output records of every spec, as a streaming frame of (key, value)."""
     records = (kafka_source(spark, settings)
                .select(F.from_json(F.col("value").cast("string"), RECORD_SCHEMA).alias("record"))
                .select("record.*").where(F.col("phenomenonTime").isNotNull() & F.col("result").isNotNull()))
-    watermark = f"{int(watermark_seconds * 1000)} milliseconds"
+    watermark = f"{int(watermark_s * 1000)} milliseconds"
     outputs = []
     for spec in specs:
         if spec.delta_time_s is None:
@@ -103,13 +103,13 @@ def interval_join(spark: SparkSession, settings: SparkJoinerSettings, specs: tup
 
 
 def start_interval_join(spark: SparkSession, settings: SparkJoinerSettings, specs: tuple[JoinSpec, ...],
-                        watermark_seconds: float) -> StreamingQuery:
+                        watermark_s: float) -> StreamingQuery:
     """Start the interval join into Spark's Kafka sink (``settings.output_topic``), checkpointed in
     ``settings.checkpoint_dir``, with the trigger and batch size of ``settings``, on Spark's default state store.
 
     The session's store (RocksDB, which the project's job needs) is set back once the query has started with
     its own: a query keeps the settings it started with."""
-    query = (interval_join(spark, settings, specs, watermark_seconds).writeStream.queryName(QUERY_NAME)
+    query = (interval_join(spark, settings, specs, watermark_s).writeStream.queryName(QUERY_NAME)
              .format("kafka")
              .option("kafka.bootstrap.servers", settings.kafka_bootstrap_servers)
              .option("topic", settings.output_topic)
