@@ -13,7 +13,7 @@ import pyarrow as pa
 import pytest
 
 from spark_joiner.parse import RecordRouter
-from pipeline_core.records import encode_record
+from pipeline_core.records import InvalidRecord, decode_record, encode_record, record_key
 from support import wait_for
 
 # Spark on two shared cores: a JVM start, a session and the first stateful batch take a while.
@@ -88,15 +88,28 @@ def _group_alive(pgid: int) -> bool:
     return True
 
 
-def routed_rows(records: list[dict[str, Any]], buckets: int = 8, raw: list[bytes] = ()) -> pa.RecordBatch:
-    """The router's output for records (and raw payloads) as if read from Kafka partition 0 in this order."""
-    payloads = [encode_record(record) for record in records] + list(raw)
-    batch = pa.RecordBatch.from_pydict({
+def kafka_batch(payloads: list[bytes | None], first_offset: int = 0) -> pa.RecordBatch:
+    """Payloads as the job reads them from Kafka partition 0 in this order, from `first_offset` on: each under
+    its own key as the stream connector writes it (`record_key`), or without a key if it is no record."""
+    return pa.RecordBatch.from_pydict({
+        "key": pa.array([own_key(payload) for payload in payloads], pa.binary()),
         "value": pa.array(payloads, pa.binary()),
         "partition": pa.array([0] * len(payloads), pa.int32()),
-        "offset": pa.array(range(len(payloads)), pa.int64()),
+        "offset": pa.array(range(first_offset, first_offset + len(payloads)), pa.int64()),
     })
-    return RecordRouter(None, buckets).route(batch)
+
+
+def own_key(payload: bytes | None) -> bytes | None:
+    try:
+        record = decode_record(payload)
+    except InvalidRecord:
+        return None
+    return record_key(record["thing"], record["quantity"]).encode()
+
+
+def routed_rows(records: list[dict[str, Any]], buckets: int = 8, raw: list[bytes] = ()) -> pa.RecordBatch:
+    """The router's output for records (and raw payloads) as if read from Kafka partition 0 in this order."""
+    return RecordRouter(None, buckets).route(kafka_batch([encode_record(record) for record in records] + list(raw)))
 
 
 @pytest.fixture

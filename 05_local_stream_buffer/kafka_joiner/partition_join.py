@@ -18,8 +18,8 @@ from collections.abc import Callable
 
 from confluent_kafka import KafkaException, Message, TopicPartition
 
+from pipeline_core.admission import refusal
 from pipeline_core.kafka_clients import produce
-from pipeline_core.partitioning import thing_partition
 from pipeline_core.records import (DEAD_LETTER_MAX_BYTES, InvalidRecord, dead_letter, decode_record, encode_record,
                                    payload_omitted, record_key)
 from pipeline_core.validation import describe
@@ -31,7 +31,7 @@ from local_stream_buffer.rejections import Rejection
 from local_stream_buffer.status import IngestStatus
 from .changelog import StateChanges, StateRecord, record_position
 from .progress import JoinerStats
-from .repartition import FramedRecord, misrouted
+from .repartition import FramedRecord
 from .transaction import Transaction
 
 STAGE = "kafka_joiner"
@@ -218,17 +218,15 @@ class FrameJoiner:
             first_position = record_position(frame_offset, 0)
             for slot, framed in enumerate(frame):
                 records_since_check += 1
+                # The admission rule (`pipeline_core.admission`): what its key skips never reaches this point.
                 try:
                     record = decode_record(framed.value)
-                    thing = record["thing"]
-                    expected_key = record_key(thing, record["quantity"])
-                    if framed.key != expected_key.encode():
-                        raise InvalidRecord(f"key {framed.key!r} does not match {expected_key!r}")
-                    if thing_partition(thing, partitions) != partition:
-                        raise misrouted(thing, partition, partitions)
+                    refused = refusal(framed.key, record, partition, partitions)
                 except InvalidRecord as error:
+                    refused = str(error)
+                if refused is not None:
                     if not replay:
-                        self._dead_letter(str(error), framed)
+                        self._dead_letter(refused, framed)
                     continue
                 position = first_position + slot
                 status, outputs, reason = ingest(record, position)

@@ -6,7 +6,8 @@ Input partitioned by key spreads a thing's quantities over partitions: the joine
 joinable record, unchanged, to an internal topic partitioned by that rule (as Kafka Streams repartitions
 before a join), many records per message (a *frame*). Input already partitioned by thing is joined where
 it lies: each record is a frame of its own. Either way the join side reads frames of a co-partitioned
-topic, and `misrouted` checks that each record lies in its thing's partition.
+topic, and the admission rule (`pipeline_core.admission`) checks that each record lies in its thing's
+partition.
 """
 from __future__ import annotations
 
@@ -16,8 +17,8 @@ from typing import NamedTuple
 
 from confluent_kafka import Message
 
+from pipeline_core.admission import key_text
 from pipeline_core.partitioning import thing_partition
-from pipeline_core.records import InvalidRecord
 
 from local_stream_buffer.specs import SpecResolver
 from .progress import JoinerStats
@@ -65,9 +66,9 @@ class ThingRouter:
         return partition
 
     def _route(self, key: bytes | None) -> int | None:
-        text = _text(key)
-        if text is None or "." not in text:
-            return 0  # unusable key: the join side dead-letters the record with the reason
+        text = key_text(key)
+        if text is None:
+            return 0  # a key naming nothing: the join side dead-letters the record with the reason
         # One match for the whole key: resolving every suffix after a dot would fill the route cache with
         # the suffixes of every key ever seen.
         thing = self._resolver.joinable_thing(text)
@@ -92,24 +93,6 @@ class InputFrames:
         append_time = message.timestamp()[1]
         return [_framed(FramedRecord, (message.partition(), message.offset(), append_time if append_time > 0 else 0,
                                        key, message.value()))]
-
-
-def misrouted(thing: str, partition: int, partitions: int) -> InvalidRecord:
-    """Why a record of `thing` cannot join in `partition` (of `partitions`): not its thing's partition."""
-    home = thing_partition(thing, partitions)
-    return InvalidRecord(
-        f"misrouted: thing {thing!r} belongs in partition {home} of {partitions}, not {partition}; the input "
-        "is not partitioned by thing (see pipeline_core.partitioning), so run the joiner without "
-        "--input-partitioned-by-thing")
-
-
-def _text(key: bytes | None) -> str | None:
-    if key is None:
-        return None
-    try:
-        return key.decode("utf-8")
-    except UnicodeDecodeError:
-        return None
 
 
 # A framed record: source partition, source offset, append time (ms), key length, value length (-1: None).

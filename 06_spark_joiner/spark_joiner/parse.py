@@ -2,11 +2,12 @@
 it feeds, and hand the stateful step a few large blobs instead of many rows. Column by column, with no
 Python per record.
 
-Runs inside Spark (``mapInArrow``) on the executors. A valid record becomes one routed row per
-(thing, spec binding) it feeds, tagged with its thing's bucket; a record that fails validation becomes
-one row in the reject bucket with the reason, so the stateful step can dead-letter it in the same
-exactly-once transaction as the join results. Records that feed no join spec are dropped here, as the
-keyed joiner drops them (unrouted).
+Runs inside Spark (``mapInArrow``) on the executors, applying the admission rule both joiners share
+(``pipeline_core.admission``): a record whose key names a series no join needs is skipped unread; a valid
+record under its own key becomes one routed row per (thing, spec binding) it feeds, tagged with its thing's
+bucket; any other record becomes one row in the reject bucket with the reason, so the stateful step can
+dead-letter it in the same exactly-once transaction as the join results. The job groups records by thing
+itself, so it takes any partitioning of the input (the rule's partition step does not apply).
 
 The routed rows of one bucket leave the router as one Spark row: the bucket and its rows as an Arrow IPC
 record batch. ``transformWithStateInPandas`` turns every input row into a Python tuple and back into a
@@ -20,14 +21,16 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql.types import BinaryType, IntegerType, StructField, StructType
 
 from local_stream_buffer.specs import SpecResolver, load_join_specs
+from pipeline_core.admission import skips, wrong_key
 from pipeline_core.partitioning import thing_partition
-from pipeline_core.record_columns import decode_record_columns
+from pipeline_core.record_columns import RecordColumns, decode_record_columns
 
 # Columns the job selects from Spark's Kafka source.
-KAFKA_COLUMNS = ("value", "partition", "offset")
+KAFKA_COLUMNS = ("key", "value", "partition", "offset")
 
 # One routed row: a record (or a rejected payload) on its way to one join key.
 ROUTED_ARROW_SCHEMA = pa.schema([
@@ -42,6 +45,7 @@ ROUTED_ARROW_SCHEMA = pa.schema([
     pa.field("offset", pa.int64(), nullable=False),
     pa.field("payload", pa.binary()),  # the original record, for a dead letter
     pa.field("reason", pa.string()),  # set for records rejected here
+    pa.field("key", pa.binary()),  # the record's Kafka key, set for records rejected here (the others' is their own)
 ])
 
 # What the router hands Spark: one row per bucket and input Arrow batch.
@@ -77,7 +81,7 @@ def unpack(blobs: Iterable[bytes]) -> pa.Table:
 
 
 class RecordRouter:
-    """The ``mapInArrow`` function: Kafka (value, partition, offset) batches -> packed routed rows.
+    """The ``mapInArrow`` function: Kafka (key, value, partition, offset) batches -> packed routed rows.
 
     Picklable (holds only the spec path and bucket count). Column by column: payloads are decoded by
     ``pipeline_core.record_columns`` (Arrow's JSON reader, ``decode_record`` for what it cannot vouch for),
@@ -107,9 +111,20 @@ class RecordRouter:
             self._resolver = resolver_for(self.join_specs)
         return self._resolver
 
+    def _read(self, batch: pa.RecordBatch) -> pa.RecordBatch:
+        """The rows of `batch` a join needs to read: those whose key the admission rule skips go (step 1), judged
+        once per distinct key."""
+        keys = batch.column("key").dictionary_encode()
+        joinable_thing = self.resolver.joinable_thing
+        skipped = np.array([skips(key, joinable_thing) for key in keys.dictionary.to_pylist()] + [False], dtype=bool)
+        codes = keys.indices.fill_null(len(keys.dictionary)).to_numpy(zero_copy_only=False)
+        read = ~skipped[codes]
+        return batch if read.all() else batch.filter(pa.array(read))
+
     def route(self, batch: pa.RecordBatch) -> pa.RecordBatch:
         """One routed row per (record, join key it feeds), then one per rejected record."""
-        records = decode_record_columns(batch.column("value"))
+        batch = self._read(batch)
+        records = _under_own_key(decode_record_columns(batch.column("value")), batch.column("key"))
         quantity_codes, quantities = _codes(records.quantity)
         thing_codes, things = _codes(records.thing)
         # Per distinct quantity: how many join keys it feeds, and on which side of each.
@@ -154,6 +169,8 @@ def routed_rows(batch: pa.RecordBatch, reject_bucket: int, bucket: np.ndarray, t
         batch.column("offset").take(taken).cast(pa.int64()),
         batch.column("value").take(taken).cast(pa.binary()),
         pa.concat_arrays([pa.nulls(len(rows), pa.string()), pa.array(reasons, pa.string())]),
+        pa.concat_arrays([pa.nulls(len(rows), pa.binary()),
+                          batch.column("key").take(pa.array(np.asarray(rejected, np.int64))).cast(pa.binary())]),
     ]
     return pa.RecordBatch.from_arrays(columns, schema=ROUTED_ARROW_SCHEMA)
 
@@ -162,3 +179,24 @@ def _codes(column: pa.Array) -> tuple[np.ndarray, list[str]]:
     """Dictionary codes of a string column and the distinct values they index."""
     encoded = column.dictionary_encode()
     return encoded.indices.to_numpy(zero_copy_only=False).astype(np.int64), encoded.dictionary.to_pylist()
+
+
+def _under_own_key(records: RecordColumns, keys: pa.Array) -> RecordColumns:
+    """`records` with those under a key other than their own moved to the rejected rows, with the admission
+    rule's reason (step 3). The keys are compared as one column; reasons are made for the few that differ."""
+    if not len(records.rows):
+        return records
+    own = pc.binary_join_element_wise(records.thing, records.quantity, ".").cast(pa.binary())
+    matches = pc.fill_null(pc.equal(own, keys.take(pa.array(records.rows)).cast(pa.binary())), False)
+    matches = matches.to_numpy(zero_copy_only=False)
+    if matches.all():
+        return records
+    wrong = np.flatnonzero(~matches)
+    reasons = [wrong_key(keys[int(records.rows[row])].as_py(),
+                         {"thing": records.thing[int(row)].as_py(), "quantity": records.quantity[int(row)].as_py()})
+               for row in wrong]
+    keep = pa.array(matches)
+    rejected = np.concatenate([records.rejected, records.rows[wrong]])
+    return RecordColumns(records.rows[matches], records.thing.filter(keep), records.quantity.filter(keep),
+                         records.time[matches], records.result[matches], rejected,
+                         [*records.reasons, *reasons])

@@ -246,17 +246,20 @@ def join_bucket(resolver: SpecResolver, data: pa.Table, states: dict[StateKey, b
     invalid = pc.is_valid(data.column("reason"))
     if data.column("reason").null_count < data.num_rows:
         rejected = data.filter(invalid)
-        for payload, reason, partition, offset in zip(*(rejected.column(name).to_pylist() for name in
-                                                        ("payload", "reason", "partition", "offset"))):
-            emitted.dead_letter(reason, payload, input_topic, partition, offset)
+        for payload, reason, partition, offset, key in zip(*(rejected.column(name).to_pylist() for name in
+                                                             ("payload", "reason", "partition", "offset", "key"))):
+            emitted.dead_letter(reason, payload, input_topic, partition, offset,
+                                key.decode("utf-8", "replace") if key is not None else None)
         data = data.filter(pc.invert(invalid))
     if not data.num_rows:
         return emitted
     rows = keyed_rows(resolver, data)
     joined = join_keyed_batch(states, rows, max_pending_per_side)
     payloads = data.column("payload")
+    things, quantities = data.column("thing"), data.column("quantity")
     for row, reason in zip(joined.rejected.tolist(), joined.reasons):
-        emitted.dead_letter(reason, payloads[row].as_py(), input_topic, rows.partition[row], rows.offset[row])
+        emitted.dead_letter(reason, payloads[row].as_py(), input_topic, rows.partition[row], rows.offset[row],
+                            record_key(things[row].as_py(), quantities[row].as_py()))
     if joined.count:
         emitted.outputs(encode(rows.keys, joined, input_topic))
     return emitted
@@ -273,10 +276,11 @@ class Emitted:
     def __len__(self) -> int:
         return len(self.dead_letters) + sum(map(len, self.values))
 
-    def dead_letter(self, reason: str, payload: bytes | None, topic: str, partition: int, offset: int) -> None:
-        # payload None: a record without a value (a tombstone).
+    def dead_letter(self, reason: str, payload: bytes | None, topic: str, partition: int, offset: int,
+                    key: str | None) -> None:
+        # payload None: a record without a value (a tombstone); key None: a record without a key.
         self.dead_letters.append(dead_letter(reason, payload, STAGE, topic=topic, partition=int(partition),
-                                             offset=int(offset)))
+                                             offset=int(offset), key=key))
 
     def outputs(self, encoded: EncodedOutputs) -> None:
         self.keys.append(encoded.keys)

@@ -21,6 +21,7 @@ from spark_joiner.checkpoint import LAYOUT_FILE, has_checkpoint, prepare_checkpo
 from spark_joiner.parse import RecordRouter, pack
 from spark_joiner.processor import DLQ, BucketJoinProcessor, committed_rows, unpack_emitted
 from spark_joiner.sink import batch_ends
+from spark_support import kafka_batch
 
 BUCKETS = 4
 
@@ -78,12 +79,7 @@ class Job:
         self.dead_letters: Counter[str] = Counter()
 
     def run(self, payloads: list[bytes], first_offset: int) -> None:
-        batch = pa.RecordBatch.from_pydict({
-            "value": pa.array(payloads, pa.binary()),
-            "partition": pa.array([0] * len(payloads), pa.int32()),
-            "offset": pa.array(range(first_offset, first_offset + len(payloads)), pa.int64()),
-        })
-        packed = pack(RecordRouter(None, BUCKETS).route(batch))
+        packed = pack(RecordRouter(None, BUCKETS).route(kafka_batch(payloads, first_offset)))
         for bucket, blob in zip(packed.column("bucket").to_pylist(), packed.column("rows").to_pylist()):
             if bucket not in self.processors:
                 self.processors[bucket] = BucketJoinProcessor(None, "machine.data", 10_000, self.committed)

@@ -27,28 +27,25 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from kafka_joiner.changelog import StateRecord
-from kafka_joiner.partition_join import FrameJoiner, PartitionJoin
+from kafka_joiner.partition_join import PartitionJoin
 from kafka_joiner.progress import JoinerStats
 from kafka_joiner.repartition import (FRAME_MAX_BYTES, Forwarder, FramedRecord, InputFrames, ThingRouter, decode_frame,
                                       encode_frame, frame_records, repartitioned_frame)
-from kafka_joiner.transaction import Transaction
 from db_connector.connector import Batch
 from db_connector.influx_sink import InfluxSink
 from db_connector.points import PowerLevels, body, deadletter_point, record_line
 from db_connector.settings import DbConnectorSettings
 from db_connector.sink import Source
 from local_stream_buffer.keyed import KeyedJoiner
-from local_stream_buffer.specs import SpecResolver, load_join_specs
 from pipeline_core.partitioning import thing_partition
 from pipeline_core.records import InvalidRecord, dead_letter, decode_record, record_key
 from pipeline_core.settings import load_settings
+from joiner_doubles import (DLQ_TOPIC, INPUT_TOPIC, OUTPUT_TOPIC, PARTITIONS, RESOLVER, STATE_TOPIC, KafkaRecord,
+                            ProducedRecords, consumed, frame_joiner, routed, spark_joiner_letters)
 from poison_corpus import SPEED_KEY, poison_records
-from spark_joiner.parse import RecordRouter, unpack
-from spark_joiner.processor import DLQ, join_bucket, unpack_emitted
 from pipeline_core.timestamps import EARLIEST_MS, LATEST_MS
 from stream_connector.rows import kafka_messages, split_row
 
-PARTITIONS = 5
 MAX_ROW_BYTES = 64 * 1024
 MAX_QUANTITIES = 20
 LEVELS = PowerLevels.parse("100,1000,5000")
@@ -278,47 +275,12 @@ def test_known_poison_inputs() -> None:
 
 # --- whole Kafka records through the joiners ------------------------------------------------------
 
-INPUT_TOPIC, OUTPUT_TOPIC, DLQ_TOPIC, STATE_TOPIC = "machine.data", "machine.out", "machine.dlq", "joiner.state"
-RESOLVER = SpecResolver(load_join_specs(None))
 HEADERS = st.none() | st.lists(st.tuples(STRANGE_TEXT, st.none() | st.binary(max_size=20)), max_size=3)
 KEYS = st.one_of(st.none(), st.binary(max_size=30), STRANGE_TEXT.map(lambda text: text.encode("utf-8", "surrogatepass")),
                  st.sampled_from([SPEED_KEY, b"R0815.actSpeed_C11", b"R0815.vaTorque_C11", b"M1.vaTorque_C11", b""]))
 VALUES = st.none() | payloads(RECORDS) | payloads(JSON)
 # (key, value, headers, partition) of each record of a batch, in the order they are read.
 KAFKA_RECORDS = st.lists(st.tuples(KEYS, VALUES, HEADERS, st.integers(0, PARTITIONS - 1)), min_size=1, max_size=25)
-
-
-class KafkaRecord:
-    """A consumed record as confluent-kafka hands it over (its Message cannot be made outside the client)."""
-
-    def __init__(self, topic: str, partition: int, offset: int, key: bytes | None, value: bytes | None,
-                 headers: list | None = None, timestamp_ms: int = 1_700_000_000_000) -> None:
-        self._fields = (topic, partition, offset, key, value, headers, timestamp_ms)
-
-    def topic(self): return self._fields[0]
-    def partition(self): return self._fields[1]
-    def offset(self): return self._fields[2]
-    def key(self): return self._fields[3]
-    def value(self): return self._fields[4]
-    def headers(self): return self._fields[5]
-    def timestamp(self): return 1, self._fields[6]
-    def error(self): return None
-
-
-class ProducedRecords:
-    """Stands in for the joiner's transactional producer: what it was handed, per topic."""
-
-    def __init__(self) -> None:
-        self.records: list[tuple[str, bytes | None, bytes | str | None]] = []
-
-    def produce(self, topic: str, value: bytes | None = None, key: bytes | str | None = None, **_options) -> None:
-        self.records.append((topic, value, key))
-
-    def poll(self, _timeout: float) -> int:
-        return 0
-
-    def on(self, topic: str) -> list[bytes | None]:
-        return [value for produced_topic, value, _key in self.records if produced_topic == topic]
 
 
 def is_record(value: bytes | None) -> bool:
@@ -347,27 +309,6 @@ def assert_letters_name_their_records(letters: list[bytes], bad: dict[tuple[int,
     assert sorted(origins) == sorted(bad), (origins, sorted(bad))
 
 
-def frame_joiner(producer: ProducedRecords, frame_of) -> tuple[FrameJoiner, dict[int, PartitionJoin], JoinerStats]:
-    stats = JoinerStats()
-    transaction = Transaction(lambda: producer, None, stats, interval_s=3600, max_records=10**9)
-    joins = {partition: PartitionJoin(INPUT_TOPIC, partition,
-                                      lambda on_release, on_evict: KeyedJoiner(
-                                          RESOLVER, max_pending_per_side=100, on_release=on_release,
-                                          on_evict=on_evict), None, None)
-             for partition in range(PARTITIONS)}
-    return (FrameJoiner(transaction, stats, INPUT_TOPIC, OUTPUT_TOPIC, DLQ_TOPIC, frame_of, PARTITIONS),
-            joins, stats)
-
-
-def consumed(records: list) -> list[KafkaRecord]:
-    return [KafkaRecord(INPUT_TOPIC, partition, offset, key, value, headers)
-            for offset, (key, value, headers, partition) in enumerate(records)]
-
-
-def routed(key: bytes | None) -> bool:
-    return ThingRouter(RESOLVER, PARTITIONS).partition(key) is not None
-
-
 @BATCHES
 @given(KAFKA_RECORDS)
 def test_any_input_record_is_joined_or_dead_lettered_by_the_standalone_joiner(records: list) -> None:
@@ -383,6 +324,11 @@ def test_any_input_record_is_joined_or_dead_lettered_by_the_standalone_joiner(re
     bad = {(m.partition(), m.offset()): m.value() for m in messages if routed(m.key()) and not lies_where_it_joins(m)}
     assert_letters_name_their_records(producer.on(DLQ_TOPIC), bad, "kafka_joiner")
     assert stats.records_in == len(messages)
+
+
+def has_own_key(message: KafkaRecord) -> bool:
+    record = decode_record(message.value())
+    return message.key() == record_key(record["thing"], record["quantity"]).encode()
 
 
 def lies_where_it_joins(message: KafkaRecord) -> bool:
@@ -449,31 +395,15 @@ def test_any_changelog_record_is_restored_or_dead_lettered(held: list) -> None:
         (2, record.offset) in bad or record.position not in held))
 
 
-def spark_joiner_letters(messages: list[KafkaRecord], buckets: int = 3) -> list[bytes]:
-    """The Spark joiner's dead letters of one micro-batch of `messages`: its router (as mapInArrow runs it),
-    then each bucket's join (as transformWithStateInPandas runs it)."""
-    batch = pa.RecordBatch.from_arrays([
-        pa.array([m.value() for m in messages], pa.binary()),
-        pa.array([m.partition() for m in messages], pa.int32()),
-        pa.array([m.offset() for m in messages], pa.int64())], names=["value", "partition", "offset"])
-    letters = []
-    for packed in RecordRouter(None, buckets)(iter([batch])):
-        for blob in packed.column("rows").to_pylist():
-            emitted = join_bucket(RESOLVER, unpack([blob]), {}, INPUT_TOPIC, 100)
-            if emitted:
-                rows = unpack_emitted(emitted.frame()["records"])
-                letters += [value for kind, value in zip(rows.column("kind").to_pylist(), rows.column("value").to_pylist())
-                            if kind == DLQ]
-    return letters
-
-
 @BATCHES
 @given(KAFKA_RECORDS)
 def test_any_input_record_is_joined_or_dead_lettered_by_the_spark_joiner(records: list) -> None:
-    """The Spark joiner reads values only: every value that is no valid record, a tombstone included, is
-    dead-lettered once by its router, whichever path (Arrow's JSON reader or decode_record) judged it."""
+    """The Spark joiner takes any partitioning: of the records whose key a join needs (or that name none), every
+    one that is no valid record under its own key, a tombstone included, is dead-lettered once by its router,
+    whichever path (Arrow's JSON reader or decode_record) judged it."""
     messages = consumed(records)
-    bad = {(m.partition(), m.offset()): m.value() for m in messages if not is_record(m.value())}
+    bad = {(m.partition(), m.offset()): m.value() for m in messages
+           if routed(m.key()) and not (is_record(m.value()) and has_own_key(m))}
     letters = [letter for letter in spark_joiner_letters(messages) if "partition" in json.loads(letter)]
     assert_letters_name_their_records(letters, bad, "spark_joiner")
 
