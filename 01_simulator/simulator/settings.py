@@ -22,10 +22,10 @@ class SimulatorSettings(MqttSettings):
 
     events_file: Path = setting(DEFAULT_EVENTS_FILE, "SIMULATOR_EVENTS_FILE",
                                 "events file to replay: one JSON row per line; .gz and .zip too")
-    mqtt_topic: str = setting(THING_TOPIC_TEMPLATE, "MQTT_TOPIC",
+    mqtt_topic: str = setting(THING_TOPIC_TEMPLATE, "SIMULATOR_MQTT_TOPIC",
                               "MQTT topic to publish the rows to; {thing} stands for the row's Thing, so each machine "
                               "has a topic of its own (a row without a Thing fit for a topic level goes to the part "
-                              "before /{thing})")
+                              "before /{thing})", formerly=(None, "MQTT_TOPIC"))
     mqtt_client_id: str | None = setting(None, "SIMULATOR_CLIENT_ID", "MQTT client id (default: simulator-<pid>)")
     rate: float = setting(0.0, "SIMULATOR_RATE", "rows per second; 0 = as fast as acknowledged delivery allows")
     speedup: float = setting(0.0, "SIMULATOR_SPEEDUP",
@@ -46,10 +46,10 @@ class SimulatorSettings(MqttSettings):
     order: str = setting("time", "SIMULATOR_ORDER", "time: each machine in time order; file: as the file "
                                                     "has them (exercises late data downstream)")
     synthetic: bool = setting(False, "SIMULATOR_SYNTHETIC", "generate rows instead of reading the events file")
-    machines: int = setting(3, "SIMULATOR_MACHINES", "synthetic: number of machines")
-    axes: int = setting(2, "SIMULATOR_AXES", "synthetic: drive axes per machine")
+    machines: int = setting(3, "SIMULATOR_MACHINES", "synthetic: number of machines", minimum=1)
+    axes: int = setting(2, "SIMULATOR_AXES", "synthetic: drive axes per machine", minimum=1)
     seed: int = setting(42, "SIMULATOR_SEED", "random seed of --synthetic rows and of --disorder-ms "
-                                              "(same seed, same rows in the same order)")
+                                              "(same seed, same rows in the same order)", minimum=None)
     disorder_ms: int = setting(0, "SIMULATOR_DISORDER_MS",
                                "bounded disorder: hold each row back by a random 0 to this many ms of event "
                                "time, so a row arrives at most this much behind the newest of its machine "
@@ -58,7 +58,7 @@ class SimulatorSettings(MqttSettings):
     interval_ms: int = setting(1000, "SIMULATOR_INTERVAL_MS", "synthetic: ms between a machine's rows")
     output: Path | None = setting(None, "SIMULATOR_OUTPUT",
                                   "write the rows to this file (.gz compresses) instead of publishing")
-    window: int = setting(1000, "SIMULATOR_WINDOW", "rows published but not yet acknowledged, at most")
+    window: int = setting(1000, "SIMULATOR_WINDOW", "rows published but not yet acknowledged, at most", minimum=1)
     inflight: int = setting(0, "SIMULATOR_INFLIGHT", "paho's own inflight limit; 0 = off, the window bounds "
                                                      "what is in flight (paho scans its in-flight set on "
                                                      "every PUBACK when a limit is set)")

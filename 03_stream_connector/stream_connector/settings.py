@@ -16,24 +16,33 @@ class ConnectorSettings(MqttSettings, KafkaSettings, ProgressSettings):
                                  "MQTT topic filters to subscribe to, comma-separated; several instances share the "
                                  "input by taking disjoint filters that together cover machine/states/# (README, "
                                  "\"Several instances\")")
-    mqtt_client_id: str = setting("stream-connector", "CONNECTOR_CLIENT_ID",
+    # The variables' former names (before every one started with the stage's name) are still read, with a warning.
+    mqtt_client_id: str = setting("stream-connector", "STREAM_CONNECTOR_CLIENT_ID",
                                   "MQTT client id; fixed, so the broker keeps the session across restarts; one of "
-                                  "its own per instance (stream-connector-<shard>)")
-    data_topic: str = setting(MACHINE_DATA.name, "DATA_TOPIC", "Kafka topic for the records")
-    dlq_topic: str = setting(MACHINE_DLQ.name, "DLQ_TOPIC", "Kafka topic for rejected input")
-    max_payload_bytes: int = setting(DEFAULT_MAX_ROW_BYTES, "CONNECTOR_MAX_PAYLOAD_BYTES",
-                                     "larger rows are dead-lettered unread")
-    max_quantities: int = setting(DEFAULT_MAX_QUANTITIES, "CONNECTOR_MAX_QUANTITIES",
-                                  "rows with more quantities are dead-lettered whole")
-    delivery_timeout_ms: int = setting(0, "CONNECTOR_DELIVERY_TIMEOUT_MS",
+                                  "its own per instance (stream-connector-<shard>)",
+                                  formerly=(None, "CONNECTOR_CLIENT_ID"))
+    data_topic: str = setting(MACHINE_DATA.name, "STREAM_CONNECTOR_DATA_TOPIC", "Kafka topic for the records",
+                              formerly=(None, "DATA_TOPIC"))
+    dlq_topic: str = setting(MACHINE_DLQ.name, "STREAM_CONNECTOR_DLQ_TOPIC", "Kafka topic for rejected input",
+                             formerly=(None, "DLQ_TOPIC"))
+    max_payload_bytes: int = setting(DEFAULT_MAX_ROW_BYTES, "STREAM_CONNECTOR_MAX_PAYLOAD_BYTES",
+                                     "larger rows are dead-lettered unread", minimum=1,
+                                     formerly=(None, "CONNECTOR_MAX_PAYLOAD_BYTES"))
+    max_quantities: int = setting(DEFAULT_MAX_QUANTITIES, "STREAM_CONNECTOR_MAX_QUANTITIES",
+                                  "rows with more quantities are dead-lettered whole", minimum=1,
+                                  formerly=(None, "CONNECTOR_MAX_QUANTITIES"))
+    delivery_timeout_ms: int = setting(0, "STREAM_CONNECTOR_DELIVERY_TIMEOUT_MS",
                                        "how long Kafka may take to confirm a record before the connector starts "
                                        "its Kafka client afresh and the broker sends the unacknowledged rows again; "
-                                       "0: wait without end, the client retrying in order and without duplicates")
+                                       "0: wait without end, the client retrying in order and without duplicates",
+                                       formerly=(None, "CONNECTOR_DELIVERY_TIMEOUT_MS"))
     redelivery_window_records: int = setting(
-        100_000, "CONNECTOR_REDELIVERY_WINDOW_RECORDS",
+        100_000, "STREAM_CONNECTOR_REDELIVERY_WINDOW_RECORDS",
         "records Kafka confirmed lately, per partition at start, that a row the broker sends again is checked "
         "against, so it is not written twice; above the broker's window of unacknowledged rows (100) times "
-        "a row's quantities")
-    linger_ms: int = setting(5, "CONNECTOR_LINGER_MS", "Kafka producer linger (batching delay)")
-    shutdown_timeout_s: float = setting(30.0, "CONNECTOR_SHUTDOWN_TIMEOUT_S",
-                                        "how long SIGTERM waits for Kafka to confirm what is in flight")
+        "a row's quantities", formerly=(None, "CONNECTOR_REDELIVERY_WINDOW_RECORDS"))
+    linger_ms: int = setting(5, "STREAM_CONNECTOR_LINGER_MS", "Kafka producer linger (batching delay)",
+                             formerly=(None, "CONNECTOR_LINGER_MS"))
+    shutdown_timeout_s: float = setting(30.0, "STREAM_CONNECTOR_SHUTDOWN_TIMEOUT_S",
+                                        "how long SIGTERM waits for Kafka to confirm what is in flight",
+                                        formerly=(None, "CONNECTOR_SHUTDOWN_TIMEOUT_S"))

@@ -43,7 +43,7 @@ class KafkaJoinerSettings(KafkaSettings, ProgressSettings):
     commit_interval_ms: int = setting(100, "KAFKA_JOINER_COMMIT_INTERVAL_MS",
                                       "a transaction commits at least this often while a backlog is read (at once when the input is drained)")
     max_transaction_records: int = setting(50_000, "KAFKA_JOINER_MAX_TRANSACTION_RECORDS",
-                                           "a transaction commits early once it consumed this many records")
+                                           "a transaction commits early once it consumed this many records", minimum=1)
     transaction_timeout_ms: int = setting(
         10_000, "KAFKA_JOINER_TRANSACTION_TIMEOUT_MS",
         "the broker aborts a crashed instance's open transaction after this (read_committed readers wait)")

@@ -8,14 +8,14 @@ from pathlib import Path
 from local_stream_buffer import DEFAULT_MAX_PENDING_PER_SIDE
 from local_stream_buffer.eviction import DEFAULT_MAX_JOIN_KEYS
 from pipeline_core.paths import STATE_DIR
-from pipeline_core.settings import ConnectionSettings, ProgressSettings, setting
+from pipeline_core.settings import KafkaSettings, ProgressSettings, setting
 from pipeline_core.topics import MACHINE_DATA, MACHINE_DLQ, MACHINE_OUT
 
 DEFAULT_CHECKPOINT_DIR = STATE_DIR / "spark_joiner" / "checkpoint"
 
 
 @dataclasses.dataclass(frozen=True)
-class SparkJoinerSettings(ConnectionSettings, ProgressSettings):
+class SparkJoinerSettings(KafkaSettings, ProgressSettings):
     """machine.data -> deterministic join in Spark's keyed state -> machine.out, exactly once."""
 
     input_topic: str = setting(MACHINE_DATA.name, "SPARK_JOINER_INPUT_TOPIC", "topic with the machine records")
@@ -33,10 +33,10 @@ class SparkJoinerSettings(ConnectionSettings, ProgressSettings):
                                            "most input records per micro-batch (0: no limit)")
     shuffle_partitions: int = setting(4, "SPARK_JOINER_SHUFFLE_PARTITIONS",
                                       "state partitions; a change starts a new checkpoint, which rebuilds the state "
-                                      "from the input (see the README)")
+                                      "from the input (see the README)", minimum=1)
     buckets: int = setting(64, "SPARK_JOINER_BUCKETS",
                            "hash buckets the join keys are grouped into (one Spark group each); a change starts "
-                           "a new checkpoint, which rebuilds the state from the input (see the README)")
+                           "a new checkpoint, which rebuilds the state from the input (see the README)", minimum=1)
     max_pending_per_side: int = setting(DEFAULT_MAX_PENDING_PER_SIDE, "SPARK_JOINER_MAX_PENDING_PER_SIDE",
                                         "pending records per side and key before the oldest are forced")
     max_join_keys: int = setting(DEFAULT_MAX_JOIN_KEYS, "SPARK_JOINER_MAX_JOIN_KEYS",

@@ -29,7 +29,7 @@ class DbConnectorSettings(KafkaSettings, ProgressSettings, RetentionSettings):
     joined_measurement: str = setting(JOINED_MEASUREMENT, "DB_CONNECTOR_JOINED_MEASUREMENT", "measurement of the join results")
     deadletter_measurement: str = setting(DEADLETTER_MEASUREMENT, "DB_CONNECTOR_DEADLETTER_MEASUREMENT",
                                           "measurement counting the records of the dead-letter topic")
-    batch_size: int = setting(5000, "DB_CONNECTOR_BATCH_SIZE", "points per InfluxDB write")
+    batch_size: int = setting(5000, "DB_CONNECTOR_BATCH_SIZE", "points per InfluxDB write", minimum=1)
     flush_interval_s: float = setting(1.0, "DB_CONNECTOR_FLUSH_INTERVAL_S",
                                       "write a partial batch after this many seconds")
     level_thresholds: str = setting("100,1000,5000", "DB_CONNECTOR_LEVEL_THRESHOLDS",

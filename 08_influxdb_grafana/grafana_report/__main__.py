@@ -26,7 +26,8 @@ class ReportSettings(InfluxSettings):
     """Render the Grafana dashboards' panels to PNG files with the same InfluxQL queries."""
 
     out: Path = setting(Path("reports"), "REPORT_DIR", "folder for the PNG files")
-    dashboards: Path = setting(DASHBOARDS_DIR, "DASHBOARDS_DIR", "folder of the dashboard JSON files")
+    dashboards: Path = setting(DASHBOARDS_DIR, "REPORT_DASHBOARDS_DIR", "folder of the dashboard JSON files",
+                               formerly=(None, "DASHBOARDS_DIR"))
     start: str | None = setting(None, "REPORT_START",
                                 "start of the time range, ISO 8601 (default: the first stored point)")
     end: str | None = setting(None, "REPORT_END", "end of the time range, ISO 8601 (default: the last stored point)")

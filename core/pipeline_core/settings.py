@@ -3,6 +3,13 @@
 Every entry point of the pipeline describes its settings as a frozen dataclass whose fields carry
 their environment variable and help text (`setting(...)`); `load_settings` turns that into a CLI.
 Precedence: command-line flag, then environment variable, then the field's default.
+
+Every value is checked at start, and a wrong one stops the stage with a message naming its flag and its
+environment variable: a number must be finite and at least its field's `minimum` (0 unless said: counts,
+sizes, durations); a port lies in 1-65535; a boolean in the environment is one of 1/0, true/false, yes/no,
+on/off (anything else is an error, never quietly false). Names follow one scheme: a stage's variables
+start with its name (`STREAM_CONNECTOR_`, `KAFKA_JOINER_`, ...), and a time value ends in its unit (`_s`,
+`_ms`).
 """
 from __future__ import annotations
 
@@ -21,12 +28,25 @@ log = logging.getLogger(__name__)
 
 
 def setting(default: Any, env: str | None, help: str, *, secret: bool = False,
-            formerly: tuple[str, str | None] | None = None) -> Any:
+            formerly: tuple[str | None, str | None] | None = None, minimum: float | None = 0) -> Any:
     """A dataclass field with a default, the environment variable that overrides it, and help. A `secret`'s
-    value is never shown (--help, repr). `formerly`: the flag and environment variable a renamed setting had,
-    still read (with a warning naming the new ones) so that scripts and deployments keep working."""
+    value is never shown (--help, repr). `formerly`: the flag and environment variable a renamed setting had
+    (either may be None), still read (with a warning naming the new ones) so that scripts and deployments keep
+    working. `minimum`: the least value a number may take (None: any)."""
     return dataclasses.field(default=default, metadata={"env": env, "help": help, "secret": secret,
-                                                        "formerly": formerly}, repr=not secret)
+                                                        "formerly": formerly, "minimum": minimum},
+                             repr=not secret)
+
+
+_TRUE = ("1", "true", "yes", "on")
+_FALSE = ("0", "false", "no", "off")
+
+
+def _boolean(text: str) -> bool:
+    word = text.strip().lower()
+    if word in _TRUE or word in _FALSE:
+        return word in _TRUE
+    raise ValueError(f"not a boolean: use one of {', '.join(_TRUE)} or {', '.join(_FALSE)}")
 
 
 class _DeprecatedFlag(argparse.Action):
@@ -45,7 +65,7 @@ def _converter(annotation: Any) -> Any:
         convert = _converter(inner[0])
         return lambda text: None if text in ("", "none", "None") else convert(text)
     if annotation is bool:
-        return lambda text: text.strip().lower() in ("1", "true", "yes", "on")
+        return _boolean
     if annotation in (int, float, str, Path):
         return annotation
     raise TypeError(f"unsupported settings type {annotation!r}")
@@ -66,8 +86,37 @@ def _env_default(field: dataclasses.Field, annotation: Any, environ: typing.Mapp
         try:
             return _converter(annotation)(environ[env])
         except ValueError as error:
-            raise SystemExit(f"environment variable {env}={environ[env]!r}: {error}") from None
+            raise SystemExit(f"environment variable {env}={environ[env]!r} ({_flag(field)}): {error}") from None
     return field.default
+
+
+def _flag(field: dataclasses.Field) -> str:
+    return "--" + field.name.replace("_", "-")
+
+
+def _problem(field: dataclasses.Field, value: Any) -> str | None:
+    """What is wrong with a setting's value, or None."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    if value != value or value in (float("inf"), float("-inf")):
+        return f"{value} is not a finite number"
+    if field.name.endswith("_port") and not 1 <= value <= 65535:
+        return f"{value} is not a port (1-65535)"
+    minimum = field.metadata.get("minimum", 0)
+    if minimum is not None and value < minimum:
+        return f"{value} is below {minimum:g}"
+    return None
+
+
+def check_settings(settings: Any) -> list[str]:
+    """Every problem of a settings object's values, each naming the flag and environment variable to change."""
+    problems = []
+    for field in dataclasses.fields(settings):
+        problem = _problem(field, getattr(settings, field.name))
+        if problem is not None:
+            env = field.metadata.get("env")
+            problems.append(f"{_flag(field)}{f' / {env}' if env else ''}: {problem}")
+    return problems
 
 
 def add_arguments(parser: argparse.ArgumentParser, cls: type,
@@ -75,7 +124,7 @@ def add_arguments(parser: argparse.ArgumentParser, cls: type,
     """Add one `--flag` per field of the settings dataclass `cls`, defaulting to env/defaults."""
     environ = os.environ if environ is None else environ
     for field, annotation in _fields(cls):
-        flag = "--" + field.name.replace("_", "-")
+        flag = _flag(field)
         default = _env_default(field, annotation, environ)
         env = field.metadata.get("env")
         help_text = field.metadata.get("help", "")
@@ -88,14 +137,19 @@ def add_arguments(parser: argparse.ArgumentParser, cls: type,
             shown = "%(default).0s" if field.metadata.get("secret") else " (default: %(default)s)"
             parser.add_argument(flag, dest=field.name, default=default, help=help_text + shown,
                                 type=_converter(annotation), metavar=field.name.upper())
-            if field.metadata.get("formerly"):
+            if field.metadata.get("formerly") and field.metadata["formerly"][0]:
                 parser.add_argument(field.metadata["formerly"][0], dest=field.name, default=default,
                                     type=_converter(annotation), action=_DeprecatedFlag, help=argparse.SUPPRESS)
 
 
 def from_namespace(cls: type[T], namespace: argparse.Namespace) -> T:
-    """Build the settings dataclass from parsed arguments, ignoring unrelated ones."""
-    return cls(**{f.name: getattr(namespace, f.name) for f in dataclasses.fields(cls)})
+    """Build the settings dataclass from parsed arguments, ignoring unrelated ones; a value out of its range
+    ends the process with every such problem named (`check_settings`)."""
+    settings = cls(**{f.name: getattr(namespace, f.name) for f in dataclasses.fields(cls)})
+    problems = check_settings(settings)
+    if problems:
+        raise SystemExit("invalid settings:\n  " + "\n  ".join(problems))
+    return settings
 
 
 def load_settings(cls: type[T], argv: Sequence[str] | None = None, *, prog: str | None = None,
@@ -104,7 +158,11 @@ def load_settings(cls: type[T], argv: Sequence[str] | None = None, *, prog: str 
     parser = argparse.ArgumentParser(prog=prog, description=description or cls.__doc__,
                                      formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     add_arguments(parser, cls, environ)
-    return from_namespace(cls, parser.parse_args(argv))
+    namespace = parser.parse_args(argv)
+    problems = check_settings(cls(**{f.name: getattr(namespace, f.name) for f in dataclasses.fields(cls)}))
+    if problems:
+        parser.error("invalid settings:\n  " + "\n  ".join(problems))
+    return from_namespace(cls, namespace)
 
 
 def _kafka_default() -> str:
