@@ -24,7 +24,7 @@ COMPOSE_UP = $(if $(filter cluster,$(TOPOLOGY)),\
 	docker compose --profile single --profile lsb up -d --build --wait --scale $(COMPOSE_UNUSED_JOINER)=0)
 # down and clean stop every profile's services, whichever topology runs.
 COMPOSE_ALL = docker compose --profile single --profile lsb --profile cluster
-# SECURITY=on: the native stack with authentication and least privilege (README, "Security"); it stays secure
+# SECURITY=on: the native stack with authentication and least privilege (docs/security.md); it stays secure
 # until `make clean`. STACK_TLS=on adds TLS to Kafka's listener. `python -m stack` reads both.
 export SECURITY STACK_TLS
 
@@ -118,7 +118,7 @@ bench: setup
 	done
 
 # TOPOLOGY=single against cluster on this host, in one run: each brought up on ports of its own (free ones, or
-# BENCH_PORTS=first-last), the same rows through each (README, "Scaling").
+# BENCH_PORTS=first-last), the same rows through each (docs/scaling.md).
 bench-topology: setup
 	@env -u TOPOLOGY PYTHONPATH=$(CURDIR) $(PY) -m benchmarks.topology $(BENCH_ARGS)
 

@@ -127,7 +127,7 @@ def shifted(rows: list[Row], delta_ms: int) -> list[Row]:
 
 def ending_at(rows: list[Row], end_ms: int) -> list[Row]:
     """The rows moved in time, their spacing kept, so that the newest is at `end_ms`: a replay of an old sample
-    then lands inside InfluxDB's retention policies (README, "Operations"), which refuse older points."""
+    then lands inside InfluxDB's retention policies (docs/operations.md), which refuse older points."""
     return shifted(rows, delta_to_end_at(rows, end_ms))
 
 

@@ -36,7 +36,7 @@ class Principal:
     influxdb_user: str | None = None
 
 
-# Least privilege: each stage is its own Kafka principal with its own ACLs (README, "Security").
+# Least privilege: each stage is its own Kafka principal with its own ACLs (docs/security.md).
 PRINCIPALS: dict[str, Principal] = {
     "admin": Principal(kafka_user="admin", influxdb_user="admin"),
     "monitor": Principal(kafka_user="monitor", influxdb_user="reader"),
@@ -133,7 +133,7 @@ def write_credentials(values: Mapping[str, str], path: Path | None = None) -> No
     handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=".credentials-")
     try:
         with os.fdopen(handle, "w") as file:  # mkstemp creates it 0600
-            file.write("# The pipeline's credentials: readable by its owner only; README, \"Security\".\n")
+            file.write("# The pipeline's credentials: readable by its owner only; docs/security.md.\n")
             file.writelines(f"{key}={value}\n" for key, value in sorted(values.items()))
         os.replace(temporary, path)
     except BaseException:

@@ -1,7 +1,7 @@
 """`python ops/compose/certificates.py [.certs]`: a private CA and the TLS certificates of the Compose servers.
 
 `make up STACK=docker` runs it before Compose; it keeps what exists, so a second run changes nothing and
-clients keep trusting the CA. Layout (README, "Security"):
+clients keep trusting the CA. Layout (docs/security.md):
 
   .certs/            0700, git-ignored: nobody else on the host reads into it
     ca.key           the CA's private key, 0600, never mounted into a container

@@ -56,7 +56,7 @@ def main(argv: list[str]) -> int:
         print(f"make up refused: {error}", file=sys.stderr)
         return 1
     if created:
-        print(f"generated {path} with a random secret for every server account (README, \"Security\")")
+        print(f"generated {path} with a random secret for every server account (docs/security.md)")
     return 0
 
 

@@ -47,7 +47,7 @@ def main(argv: list[str] | None = None) -> int:
                                        "secure, its Kafka users and ACLs (idempotent; `up` does it for the "
                                        "native stack)")
     rotate = commands.add_parser("rotate-credential",
-                                 help="a new random Kafka password for a principal (README, \"Security\"): set on "
+                                 help="a new random Kafka password for a principal (docs/security.md): set on "
                                       "Kafka, written to the credentials file, and the process using it restarted")
     rotate.add_argument("principal")
     commands.add_parser("influxdb", help="create the pipeline's InfluxDB database, retention policies and "
@@ -214,7 +214,7 @@ def status_document(services: list) -> dict:
 
 
 def health(entry: manager.ServiceStatus) -> str:
-    """A server's health check, or a ready stage's verdict by its heartbeat (README, "Operations")."""
+    """A server's health check, or a ready stage's verdict by its heartbeat (docs/operations.md)."""
     if entry.stage is not None:
         return "healthy" if entry.stage.healthy else entry.stage.state
     if entry.healthy:

@@ -2,7 +2,7 @@
 
 Generated once under the stack's state dir (`tls/`), private keys readable by their owner only. For real
 certificates, put your CA's PEM file and each server's PEM key + chain at the same paths before `make up`
-(README, "Security"): existing files are used as they are."""
+(docs/security.md): existing files are used as they are."""
 from __future__ import annotations
 
 import ipaddress

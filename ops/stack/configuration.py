@@ -24,7 +24,7 @@ SETTING_PREFIXES = ("MQTT_", "KAFKA_", "INFLUXDB_", "SPARK_", "PYSPARK_", "CONNE
                     "DB_CONNECTOR_", "PROGRESS_", "HEALTH_", "PIPELINE_", "STACK_")
 SETTING_NAMES = frozenset({"LOG_LEVEL", "DATA_TOPIC", "DLQ_TOPIC", "TLS_EXTRA_HOSTNAMES", "JAVA_HOME"})
 # Which stack this is, not how it runs (the state dir is the stack; the cache only holds downloads). SECURITY=on
-# makes the credentials file, which keeps the stack secure with or without it (README, "Security").
+# makes the credentials file, which keeps the stack secure with or without it (docs/security.md).
 NOT_SETTINGS = frozenset({"STACK_STATE_DIR", "STACK_CACHE_DIR", "SECURITY"})
 # What only `status` reads.
 NOT_SETTING_PREFIXES = ("STACK_DISK_WARN_",)

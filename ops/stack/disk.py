@@ -1,7 +1,7 @@
 """What `make status` says of the disk: the filesystem holding the stack's state dir, what the servers'
 data take of it, and a WARNING before it is full.
 
-Kafka and InfluxDB are bounded by their retention (README, "Operations"), but a disk shared with other
+Kafka and InfluxDB are bounded by their retention (docs/operations.md), but a disk shared with other
 things, or retention set larger than the disk, still fills: past STACK_DISK_WARN_USED_PERCENT (default 80)
 or under STACK_DISK_WARN_FREE_GIB free (default 2), `status` says so and what to do.
 """
@@ -78,7 +78,7 @@ def warning(usage: DiskUsage, used_percent: float, free_gib: float) -> str | Non
         return None
     return (f"WARNING: the disk holding {usage.path} is {usage.used_ratio:.0%} used, {size(usage.free_bytes)} free "
             f"(warning past {used_percent:g} % or under {free_gib:g} GiB): free space, or lower the retention of "
-            "Kafka and InfluxDB (README, 'Operations'), before the servers stop writing")
+            "Kafka and InfluxDB (docs/operations.md), before the servers stop writing")
 
 
 def size(count: int) -> str:

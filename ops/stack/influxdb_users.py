@@ -1,4 +1,4 @@
-"""InfluxDB's users when the stack runs secure (README, "Security"), made idempotently on every start.
+"""InfluxDB's users when the stack runs secure (docs/security.md), made idempotently on every start.
 
 With `auth-enabled = true` and no user yet, InfluxDB 1.x accepts exactly one statement without
 credentials: `CREATE USER ... WITH ALL PRIVILEGES`. `admin` is made that way; then, as `admin`, the

@@ -165,7 +165,7 @@ def start_together(services: list[Service]) -> list[str]:
             if not port_is_free(port):
                 raise StackError(f"port {port} ({service.name} {role}) is already in use by "
                                  f"{port_holder(port)}: stop that process or choose another port "
-                                 f"(see the README, 'Ports')")
+                                 f"(see docs/operations.md, 'Ports and settings')")
         service.state_dir.mkdir(parents=True, exist_ok=True)
         service.prepare()
         with open(service.log_file, "a") as log_file:

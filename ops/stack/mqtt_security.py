@@ -1,4 +1,4 @@
-"""Who may do what on Mosquitto when the stack runs secure (README, "Security").
+"""Who may do what on Mosquitto when the stack runs secure (docs/security.md).
 
 Mosquitto 2's dynamic security plugin (Debian ships `mosquitto_dynamic_security.so`) holds the users,
 their hashed passwords and their ACLs in one JSON file that this module renders from the credentials

@@ -63,7 +63,7 @@ def spark_joiner() -> Service:
     """The Spark joiner, submitted with spark-submit to the standalone master in client deploy mode (a standalone
     cluster runs no Python driver in cluster mode), so its driver runs here under supervisord, which restarts it;
     it resumes its checkpoint, which lies in the state dir: on several hosts, storage every host that may run the
-    driver, and every executor, reaches (README, "Scaling")."""
+    driver, and every executor, reaches (docs/scaling.md)."""
     return SparkSubmittedJoiner()
 
 

@@ -1,5 +1,5 @@
 """The Compose file for users with Docker: `docker-compose config` accepts both topologies, every service
-is runnable, health-checked and restarted, and it is secure as README "Security" says: no secret written
+is runnable, health-checked and restarted, and it is secure as docs/security.md says: no secret written
 into it or on a command line, non-root containers, no writable checkout mount, TLS wherever a listener
 crosses hosts, `make up` refusing placeholder secrets. The cluster profile replicates as production Kafka does."""
 from __future__ import annotations
