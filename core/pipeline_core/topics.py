@@ -4,7 +4,7 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, NewTopic, ResourceType
@@ -58,6 +58,40 @@ MACHINE_DLQ = TopicSpec("machine.dlq", 3, {**_TIME_SERIES, "max.message.bytes": 
 # The settings `ensure_topics` brings an existing topic to: a changed size bound applies on the next `up`.
 ALTERED_ON_START = ("retention.bytes",)
 PIPELINE_TOPICS = (MACHINE_DATA, MACHINE_OUT, MACHINE_DLQ)
+
+# The variables naming each stage's topics, per role: its settings' environment variables (a former name after
+# the current one). The stack creates every topic they name (`configured_topics`) and grants each stage's Kafka
+# user its own (ops/stack/kafka_acls.py), so a stage given other topic names finds them made and its own.
+STAGE_TOPIC_VARIABLES: dict[str, dict[str, tuple[str, ...]]] = {
+    "stream-connector": {"data": ("STREAM_CONNECTOR_DATA_TOPIC", "DATA_TOPIC"),
+                         "dlq": ("STREAM_CONNECTOR_DLQ_TOPIC", "DLQ_TOPIC")},
+    "lsb-joiner": {"data": ("KAFKA_JOINER_INPUT_TOPIC",), "out": ("KAFKA_JOINER_OUTPUT_TOPIC",),
+                   "dlq": ("KAFKA_JOINER_DLQ_TOPIC",)},
+    "spark-joiner": {"data": ("SPARK_JOINER_INPUT_TOPIC",), "out": ("SPARK_JOINER_OUTPUT_TOPIC",),
+                     "dlq": ("SPARK_JOINER_DLQ_TOPIC",)},
+    "db-connector": {"data": ("DB_CONNECTOR_DATA_TOPIC",), "out": ("DB_CONNECTOR_OUT_TOPIC",),
+                     "dlq": ("DB_CONNECTOR_DLQ_TOPIC",)},
+}
+ROLE_TOPICS = {"data": MACHINE_DATA, "out": MACHINE_OUT, "dlq": MACHINE_DLQ}
+
+
+def stage_topics(stage: str, environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The topic `stage` uses for each of its roles (data, out, dlq), as its settings read them from `environ`
+    (default: this process's): the first variable set and not empty, else the pipeline's topic."""
+    environ = os.environ if environ is None else environ
+    return {role: next((environ[name] for name in names if environ.get(name)), ROLE_TOPICS[role].name)
+            for role, names in STAGE_TOPIC_VARIABLES[stage].items()}
+
+
+def configured_topics(environ: Mapping[str, str] | None = None) -> tuple[TopicSpec, ...]:
+    """Every topic some stage is set to use, each with its role's partitions and configuration; the pipeline's
+    three when no variable names another."""
+    specs: dict[str, TopicSpec] = {}
+    for stage in STAGE_TOPIC_VARIABLES:
+        for role, name in stage_topics(stage, environ).items():
+            specs.setdefault(name, replace(ROLE_TOPICS[role], name=name))
+    return tuple(specs.values())
+
 
 # The broker's own default.replication.factor (and min.insync.replicas): 1 on the single broker, 3 (and 2) on
 # the three-node cluster (04_kafka/cluster-node.properties), so every topic a stage or tool creates is

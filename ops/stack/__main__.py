@@ -16,7 +16,7 @@ from pipeline_core.kafka_clients import admin_client, security_config, wait_for_
 from pipeline_core.logs import configure_logging
 from pipeline_core.settings import ConnectionSettings, load_settings
 from pipeline_core.stage_health import StageHealth, format_age
-from pipeline_core.topics import ensure_topics
+from pipeline_core.topics import configured_topics, ensure_topics
 from . import disk, joiners, kafka_cluster, losses, manager, security, supervision, topology
 from .kafka_acls import ensure_kafka_principals, kafka_users
 from .processes import StackError, follow, tail
@@ -97,7 +97,7 @@ def main(argv: list[str] | None = None) -> int:
             client_security = security_config(settings)
             wait_for_kafka(settings.kafka_bootstrap_servers, security=client_security)
             admin = admin_client(settings.kafka_bootstrap_servers, **client_security)
-            created = ensure_topics(admin)
+            created = ensure_topics(admin, configured_topics())
             print("created: " + (", ".join(created) if created else "none, all topics exist"))
             if client_security:
                 # The file, or (Compose's init job) the same keys in the environment.

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from pipeline_core import paths
-from pipeline_core.topics import MACHINE_DATA
+from pipeline_core.topics import stage_topics
 from .processes import StackError
 
 if TYPE_CHECKING:
@@ -92,7 +92,7 @@ def position_of(joiner: str, cluster: bool) -> JoinerPosition:
     `spark_joiner.settings` derive them."""
     if joiner == "lsb":
         group = os.environ.get("KAFKA_JOINER_GROUP_ID") or "kafka-joiner"
-        topic = os.environ.get("KAFKA_JOINER_INPUT_TOPIC") or MACHINE_DATA.name
+        topic = stage_topics("lsb-joiner")["data"]
         # Every instance the stack runs joins its input where it lies (--input-partitioned-by-thing).
         state_topic = os.environ.get("KAFKA_JOINER_STATE_TOPIC") or f"{group}.{topic}.state"
         return JoinerPosition(joiner, group, topic, state_topic=state_topic)
@@ -103,7 +103,7 @@ def position_of(joiner: str, cluster: bool) -> JoinerPosition:
                       Path(os.environ.get("SPARK_JOINER_CHECKPOINT_DIR") or default))
         digest = hashlib.sha1(str(checkpoint.resolve()).encode()).hexdigest()[:12]
         group = os.environ.get("SPARK_JOINER_TRANSACTIONAL_ID") or f"spark-joiner.{digest}"
-        topic = os.environ.get("SPARK_JOINER_INPUT_TOPIC") or MACHINE_DATA.name
+        topic = stage_topics("spark-joiner")["data"]
         return JoinerPosition(joiner, group, topic, checkpoint_dir=checkpoint)
     raise StackError(f"JOINER={joiner!r}: choose one of {', '.join(JOINER_NAMES)}")
 

@@ -14,7 +14,7 @@ from confluent_kafka.admin import (AclBinding, AclBindingFilter, AclOperation, A
                                    UserScramCredentialUpsertion)
 
 from pipeline_core import credentials
-from pipeline_core.topics import MACHINE_DATA, MACHINE_DLQ, MACHINE_OUT
+from pipeline_core.topics import stage_topics
 
 log = logging.getLogger(__name__)
 
@@ -22,8 +22,8 @@ log = logging.getLogger(__name__)
 SCRAM_ITERATIONS = 8192
 REQUEST_TIMEOUT_S = 30.0
 
-# The names the stages use by default (their settings; each stage's README). A stage run with other names needs
-# other grants.
+# The group and prefix names the stages use by default (their settings; each stage's README). A stage run with
+# other ones needs other grants; other topic names are granted (`kafka_grants`).
 LSB_JOINER_NAME = "kafka-joiner"  # group, transactional-id prefix and internal-topic prefix (kafka_joiner.settings)
 SPARK_JOINER_NAME = "spark-joiner"  # sink transactional ids and groups, Spark source groups (spark_joiner)
 DB_CONNECTOR_GROUP = "db-connector"
@@ -59,52 +59,57 @@ def _topic(name: str, *operations: AclOperation, pattern: ResourcePatternType = 
     return Grant(TOPIC, name, operations, pattern)
 
 
-# Writers of dead letters read machine.dlq's max.message.bytes, to size their letters (topics.dead_letter_limit).
-_DLQ_WRITER = _topic(MACHINE_DLQ.name, WRITE, DESCRIBE, DESCRIBE_CONFIGS)
 _IDEMPOTENT = Grant(CLUSTER, CLUSTER_NAME, (IDEMPOTENT_WRITE,))
 
-# The admin user is the brokers' super user (super.users) and needs no ACL.
-KAFKA_GRANTS: dict[str, tuple[Grant, ...]] = {
-    "stream-connector": (
-        # Writes the records and their dead letters; reads both topics' tails at start to skip redeliveries.
-        _topic(MACHINE_DATA.name, WRITE, READ, DESCRIBE),
-        _topic(MACHINE_DLQ.name, WRITE, READ, DESCRIBE, DESCRIBE_CONFIGS),
-        Grant(GROUP, STREAM_CONNECTOR_TAIL_GROUP, (READ, DESCRIBE)),
-        _IDEMPOTENT,
-    ),
-    "lsb-joiner": (
-        _topic(MACHINE_DATA.name, READ, DESCRIBE),
-        _topic(MACHINE_OUT.name, WRITE, DESCRIBE),
-        _DLQ_WRITER,
-        # Its internal topics (the input co-partitioned by thing, the state changelog): it creates them at start.
-        _topic(f"{LSB_JOINER_NAME}.", CREATE, READ, WRITE, DESCRIBE, DESCRIBE_CONFIGS, pattern=PREFIXED),
-        Grant(GROUP, LSB_JOINER_NAME, (READ, DESCRIBE), PREFIXED),  # its group and its changelog reader's
-        Grant(TRANSACTIONAL_ID, f"{LSB_JOINER_NAME}.", (WRITE, DESCRIBE), PREFIXED),
-        _IDEMPOTENT,
-    ),
-    "spark-joiner": (
-        _topic(MACHINE_DATA.name, READ, DESCRIBE),
-        _topic(MACHINE_OUT.name, WRITE, DESCRIBE),
-        _DLQ_WRITER,
-        # The Kafka source's groups (groupIdPrefix) and the sink's group named like its transactional id.
-        Grant(GROUP, SPARK_JOINER_NAME, (READ, DESCRIBE), PREFIXED),
-        Grant(TRANSACTIONAL_ID, f"{SPARK_JOINER_NAME}.", (WRITE, DESCRIBE), PREFIXED),
-        _IDEMPOTENT,
-    ),
-    "db-connector": (
-        _topic(MACHINE_DATA.name, READ, DESCRIBE),
-        _topic(MACHINE_OUT.name, READ, DESCRIBE),
-        # It reads the dead letters too (to count and store them), and writes its own.
-        _topic(MACHINE_DLQ.name, READ, WRITE, DESCRIBE, DESCRIBE_CONFIGS),
-        Grant(GROUP, DB_CONNECTOR_GROUP, (READ, DESCRIBE)),
-        _IDEMPOTENT,
-    ),
-    # `make status`: topics' offsets and groups' committed offsets (lag), nothing else.
-    "monitor": (
-        _topic(WILDCARD, DESCRIBE),
-        Grant(GROUP, WILDCARD, (DESCRIBE,)),
-    ),
-}
+
+def kafka_grants(environ: Mapping[str, str] | None = None) -> dict[str, tuple[Grant, ...]]:
+    """Each principal's grants, on the topics its stage is set to use (`pipeline_core.topics.stage_topics`, from
+    `environ`, default this process's: the pipeline's topics unless a stage's variables name others). The admin
+    user is the brokers' super user (super.users) and needs no ACL. Writers of dead letters read the DLQ's
+    max.message.bytes, to size their letters (topics.dead_letter_limit)."""
+    connector, lsb, spark, db = (stage_topics(stage, environ) for stage in
+                                 ("stream-connector", "lsb-joiner", "spark-joiner", "db-connector"))
+    return {
+        "stream-connector": (
+            # Writes the records and their dead letters; reads both topics' tails at start to skip redeliveries.
+            _topic(connector["data"], WRITE, READ, DESCRIBE),
+            _topic(connector["dlq"], WRITE, READ, DESCRIBE, DESCRIBE_CONFIGS),
+            Grant(GROUP, STREAM_CONNECTOR_TAIL_GROUP, (READ, DESCRIBE)),
+            _IDEMPOTENT,
+        ),
+        "lsb-joiner": (
+            _topic(lsb["data"], READ, DESCRIBE),
+            _topic(lsb["out"], WRITE, DESCRIBE),
+            _topic(lsb["dlq"], WRITE, DESCRIBE, DESCRIBE_CONFIGS),
+            # Its internal topics (the input co-partitioned by thing, the state changelog): it creates them at start.
+            _topic(f"{LSB_JOINER_NAME}.", CREATE, READ, WRITE, DESCRIBE, DESCRIBE_CONFIGS, pattern=PREFIXED),
+            Grant(GROUP, LSB_JOINER_NAME, (READ, DESCRIBE), PREFIXED),  # its group and its changelog reader's
+            Grant(TRANSACTIONAL_ID, f"{LSB_JOINER_NAME}.", (WRITE, DESCRIBE), PREFIXED),
+            _IDEMPOTENT,
+        ),
+        "spark-joiner": (
+            _topic(spark["data"], READ, DESCRIBE),
+            _topic(spark["out"], WRITE, DESCRIBE),
+            _topic(spark["dlq"], WRITE, DESCRIBE, DESCRIBE_CONFIGS),
+            # The Kafka source's groups (groupIdPrefix) and the sink's group named like its transactional id.
+            Grant(GROUP, SPARK_JOINER_NAME, (READ, DESCRIBE), PREFIXED),
+            Grant(TRANSACTIONAL_ID, f"{SPARK_JOINER_NAME}.", (WRITE, DESCRIBE), PREFIXED),
+            _IDEMPOTENT,
+        ),
+        "db-connector": (
+            _topic(db["data"], READ, DESCRIBE),
+            _topic(db["out"], READ, DESCRIBE),
+            # It reads the dead letters too (to count and store them), and writes its own.
+            _topic(db["dlq"], READ, WRITE, DESCRIBE, DESCRIBE_CONFIGS),
+            Grant(GROUP, DB_CONNECTOR_GROUP, (READ, DESCRIBE)),
+            _IDEMPOTENT,
+        ),
+        # `make status`: topics' offsets and groups' committed offsets (lag), nothing else.
+        "monitor": (
+            _topic(WILDCARD, DESCRIBE),
+            Grant(GROUP, WILDCARD, (DESCRIBE,)),
+        ),
+    }
 
 
 def kafka_users() -> list[str]:
@@ -113,17 +118,18 @@ def kafka_users() -> list[str]:
     return sorted(users, key=lambda user: (user != "admin", user))
 
 
-def acl_bindings(user: str) -> list[AclBinding]:
-    """The ALLOW bindings of `user`'s grants, from any host."""
+def acl_bindings(user: str, environ: Mapping[str, str] | None = None) -> list[AclBinding]:
+    """The ALLOW bindings of `user`'s grants (`kafka_grants(environ)`), from any host."""
     return [AclBinding(grant.resource, grant.name, grant.pattern, f"User:{user}", "*", operation,
                        AclPermissionType.ALLOW)
-            for grant in KAFKA_GRANTS.get(user, ()) for operation in grant.operations]
+            for grant in kafka_grants(environ).get(user, ()) for operation in grant.operations]
 
 
 def ensure_kafka_principals(admin: AdminClient, values: Mapping[str, str]) -> None:
     """Set every pipeline user's SCRAM credential to its password in `values` (the credentials file), create the
-    ACLs of `KAFKA_GRANTS` and remove ACLs of those users that the table no longer holds. Idempotent; `admin` must
-    be a client of the admin user. A credential set again to the same password is a no-op for running clients."""
+    ACLs of `kafka_grants()` and remove ACLs of those users that the table no longer holds. Idempotent; `admin`
+    must be a client of the admin user. A credential set again to the same password is a no-op for running
+    clients."""
     users = kafka_users()
     upsertions = [UserScramCredentialUpsertion(
         user, ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512, SCRAM_ITERATIONS),

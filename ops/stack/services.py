@@ -217,12 +217,12 @@ class Kafka(Service):
 
 
 def ensure_topics_and_principals(bootstrap_servers: str) -> None:
-    """As admin: the pipeline's topics, and when the stack is secure its Kafka users and their ACLs."""
+    """As admin: the topics the stages are set to use, and when the stack is secure its Kafka users and ACLs."""
     from pipeline_core.kafka_clients import admin_client
-    from pipeline_core.topics import ensure_topics
+    from pipeline_core.topics import configured_topics, ensure_topics
     from .kafka_acls import ensure_kafka_principals
     admin = admin_client(bootstrap_servers, **security.client_security())
-    ensure_topics(admin)
+    ensure_topics(admin, configured_topics())
     if credentials.is_secure():
         ensure_kafka_principals(admin, credentials.read_credentials())
 

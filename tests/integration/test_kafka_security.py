@@ -22,8 +22,8 @@ from pipeline_core.kafka_clients import (admin_client, consumer_config, kafka_re
                                          retry_transient, transactional_producer_config)
 from pipeline_core.topics import MACHINE_DATA, MACHINE_DLQ, MACHINE_OUT
 from stack import certificates, manager, security
-from stack.kafka_acls import (DB_CONNECTOR_GROUP, KAFKA_GRANTS, LSB_JOINER_NAME, SPARK_JOINER_NAME,
-                              STREAM_CONNECTOR_TAIL_GROUP, Grant, acl_bindings, existing_bindings, kafka_users)
+from stack.kafka_acls import (DB_CONNECTOR_GROUP, LSB_JOINER_NAME, SPARK_JOINER_NAME, STREAM_CONNECTOR_TAIL_GROUP,
+                              Grant, acl_bindings, existing_bindings, kafka_grants, kafka_users)
 from stack.services import Kafka
 from support import free_ports
 
@@ -269,7 +269,7 @@ IMPLIED_BY = {AclOperation.DESCRIBE: {AclOperation.READ, AclOperation.WRITE, Acl
 def rows_granting(principal: str, resource: ResourceType, name: str, operation: AclOperation) -> list[Grant]:
     """The rows of the table that let `principal` do `operation` on `name`."""
     wanted = {operation, AclOperation.ALL, *IMPLIED_BY.get(operation, ())}
-    return [grant for grant in KAFKA_GRANTS.get(principal, ())
+    return [grant for grant in kafka_grants().get(principal, ())
             if grant.resource == resource and set(grant.operations) & wanted
             and (name.startswith(grant.name) if grant.pattern == ResourcePatternType.PREFIXED
                  else grant.name in (name, "*"))]
@@ -471,6 +471,6 @@ def test_every_row_of_the_acl_table_holds_on_the_broker_grants_and_denials_for_e
                                     if op in implied)
     assert not wrong, "\n".join(wrong)
     # Every row and operation of the table was seen allowed on a resource it names: the probes cover the table.
-    rows = {(principal, grant, operation) for principal, grants in KAFKA_GRANTS.items() for grant in grants
+    rows = {(principal, grant, operation) for principal, grants in kafka_grants().items() for grant in grants
             for operation in grant.operations}
     assert rows - allowed_rows == set(), f"rows no probe exercised: {sorted(map(str, rows - allowed_rows))}"

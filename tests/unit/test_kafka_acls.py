@@ -2,6 +2,8 @@
 names the stages use by default are the names the table grants, and a secure node trusts only the admin."""
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 from confluent_kafka.admin import AclOperation, ResourcePatternType, ResourceType
 
@@ -10,11 +12,13 @@ from kafka_joiner.settings import KafkaJoinerSettings
 from pipeline_core import credentials
 from pipeline_core.kafka_clients import java_security_options, security_config
 from pipeline_core.settings import KafkaSettings
-from pipeline_core.topics import MACHINE_DATA, MACHINE_DLQ, MACHINE_OUT
+from pipeline_core.topics import (MACHINE_DATA, MACHINE_DLQ, MACHINE_OUT, ROLE_TOPICS, STAGE_TOPIC_VARIABLES,
+                                  configured_topics, stage_topics)
 from spark_joiner.job import SOURCE_GROUP_PREFIX
 from spark_joiner.settings import SparkJoinerSettings
+from stream_connector.settings import ConnectorSettings
 from stack import kafka_acls, security
-from stack.kafka_acls import KAFKA_GRANTS, acl_bindings, kafka_users
+from stack.kafka_acls import acl_bindings, kafka_grants, kafka_users
 from stack.processes import StackError
 
 
@@ -32,13 +36,13 @@ def allowed(user: str, resource: ResourceType, name: str, operation: AclOperatio
 
 def test_every_kafka_principal_but_the_super_user_has_grants_and_nobody_else_does() -> None:
     assert kafka_users()[0] == "admin"
-    assert set(KAFKA_GRANTS) == set(kafka_users()) - {"admin"}
+    assert set(kafka_grants()) == set(kafka_users()) - {"admin"}
 
 
 def test_nobody_but_admin_deletes_alters_or_creates_the_pipelines_topics() -> None:
     forbidden = {AclOperation.ALL, AclOperation.DELETE, AclOperation.ALTER, AclOperation.ALTER_CONFIGS,
                  AclOperation.CLUSTER_ACTION}
-    for user in KAFKA_GRANTS:
+    for user in kafka_grants():
         assert not {binding.operation for binding in acl_bindings(user)} & forbidden, user
         for topic in (MACHINE_DATA, MACHINE_OUT, MACHINE_DLQ):
             assert not allowed(user, ResourceType.TOPIC, topic.name, AclOperation.CREATE), (user, topic.name)
@@ -46,7 +50,7 @@ def test_nobody_but_admin_deletes_alters_or_creates_the_pipelines_topics() -> No
 
 
 def test_each_stage_writes_only_its_own_topics() -> None:
-    writers = {topic.name: {user for user in KAFKA_GRANTS if allowed(user, ResourceType.TOPIC, topic.name,
+    writers = {topic.name: {user for user in kafka_grants() if allowed(user, ResourceType.TOPIC, topic.name,
                                                                        AclOperation.WRITE)}
                for topic in (MACHINE_DATA, MACHINE_OUT, MACHINE_DLQ)}
     assert writers == {
@@ -54,7 +58,7 @@ def test_each_stage_writes_only_its_own_topics() -> None:
         MACHINE_OUT.name: {"lsb-joiner", "spark-joiner"},
         MACHINE_DLQ.name: {"stream-connector", "lsb-joiner", "spark-joiner", "db-connector"},
     }
-    readers = {topic.name: {user for user in KAFKA_GRANTS if allowed(user, ResourceType.TOPIC, topic.name,
+    readers = {topic.name: {user for user in kafka_grants() if allowed(user, ResourceType.TOPIC, topic.name,
                                                                        AclOperation.READ)}
                for topic in (MACHINE_DATA, MACHINE_OUT)}
     assert readers == {MACHINE_DATA.name: {"stream-connector", "lsb-joiner", "spark-joiner", "db-connector"},
@@ -85,7 +89,8 @@ def test_the_stages_default_names_are_the_granted_ones_and_nobody_shares_them() 
         for resource, name in resources:
             operation = AclOperation.WRITE if resource == ResourceType.TRANSACTIONAL_ID else AclOperation.READ
             assert allowed(user, resource, name, operation), (user, name)
-            others = [other for other in KAFKA_GRANTS if other != user and allowed(other, resource, name, operation)]
+            others = [other for other in kafka_grants()
+                      if other != user and allowed(other, resource, name, operation)]
             assert not others, (name, others)
     assert allowed("lsb-joiner", ResourceType.TOPIC, lsb.state_topic_name(), AclOperation.CREATE)
 
@@ -121,3 +126,38 @@ def test_security_is_not_switched_on_over_a_kafka_formatted_without_it(tmp_path,
     with pytest.raises(StackError, match="make clean"):
         security.ensure_credentials()
     assert not credentials.is_secure()
+
+
+def test_topic_names_given_to_the_stages_are_created_and_granted_to_them() -> None:
+    """A stage's topic variables (its settings) drive the topics the stack creates and the grants of its user:
+    a plant's own topics need no hand-made ACL, and no stage gains a topic it was not given."""
+    environ = {"STREAM_CONNECTOR_DATA_TOPIC": "plant1.data", "KAFKA_JOINER_INPUT_TOPIC": "plant1.data",
+               "KAFKA_JOINER_OUTPUT_TOPIC": "plant1.out", "DB_CONNECTOR_DATA_TOPIC": "plant1.data",
+               "DB_CONNECTOR_OUT_TOPIC": "plant1.out", "DLQ_TOPIC": "plant1.dlq"}
+    specs = {spec.name: spec for spec in configured_topics(environ)}
+    assert set(specs) == {"plant1.data", "plant1.out", "plant1.dlq", MACHINE_DATA.name, MACHINE_OUT.name,
+                          MACHINE_DLQ.name}  # the Spark joiner's and the other dead letters' are the defaults
+    assert specs["plant1.data"].partitions == MACHINE_DATA.partitions
+    assert specs["plant1.dlq"].config == MACHINE_DLQ.config
+
+    def may(user: str, topic: str, operation: AclOperation) -> bool:
+        return any(binding.name == topic and binding.operation == operation for binding in acl_bindings(user, environ))
+
+    assert may("stream-connector", "plant1.data", AclOperation.WRITE)
+    assert may("stream-connector", "plant1.dlq", AclOperation.WRITE)  # DLQ_TOPIC: its former variable
+    assert not may("stream-connector", MACHINE_DATA.name, AclOperation.WRITE)
+    assert may("lsb-joiner", "plant1.data", AclOperation.READ) and may("lsb-joiner", "plant1.out", AclOperation.WRITE)
+    assert may("db-connector", "plant1.out", AclOperation.READ)
+    assert not may("spark-joiner", "plant1.out", AclOperation.WRITE)
+    assert may("spark-joiner", MACHINE_OUT.name, AclOperation.WRITE)
+
+
+@pytest.mark.parametrize("stage, cls", [("stream-connector", ConnectorSettings), ("lsb-joiner", KafkaJoinerSettings),
+                                        ("spark-joiner", SparkJoinerSettings), ("db-connector", DbConnectorSettings)])
+def test_the_topic_variables_are_the_stages_own(stage: str, cls: type) -> None:
+    """The stack reads each stage's topic names by the variables the stage's settings read, former names too."""
+    for role, names in STAGE_TOPIC_VARIABLES[stage].items():
+        field = next(field for field in dataclasses.fields(cls) if field.metadata["env"] == names[0])
+        assert names[1:] == tuple(name for name in (field.metadata["formerly"] or (None, None))[1:] if name), role
+        assert field.default == ROLE_TOPICS[role].name
+        assert stage_topics(stage, {names[-1]: "elsewhere"})[role] == "elsewhere"
