@@ -22,8 +22,15 @@ COMPOSE_UP = $(if $(filter cluster,$(TOPOLOGY)),\
 	$(if $(filter lsb,$(JOINER)),$(error JOINER=lsb: the Compose cluster runs the Spark joiner only),\
 	docker compose --profile cluster up -d --build --wait),\
 	docker compose --profile single --profile lsb up -d --build --wait --scale $(COMPOSE_UNUSED_JOINER)=0)
-# down and clean stop every profile's services, whichever topology runs.
-COMPOSE_ALL = docker compose --profile single --profile lsb --profile cluster
+# down and clean stop every profile's services, whichever topology runs (clean: the simulator's replay log too).
+COMPOSE_ALL = docker compose --profile single --profile lsb --profile cluster --profile tools
+# With Docker the host needs Docker and make only: the pipeline's image runs every tool. Before Compose can read
+# its file (.env must exist), the image makes .env and the certificates in the checkout, as the host's user;
+# afterwards the tools are services of the profile tools, run once (`make data`, `make report`).
+DOCKER_TOOLS = docker run --rm --user "$$(id -u):$$(id -g)" -v "$(CURDIR):/repo" -w /repo machine-data-pipeline
+COMPOSE_TOOLS = docker compose --profile tools run --rm
+# What a target needs first: natively the virtualenv and the servers' packages (`make setup`); with Docker nothing.
+SETUP = $(if $(filter docker,$(STACK)),,setup)
 # SECURITY=on: the native stack with authentication and least privilege (docs/security.md); it stays secure
 # until `make clean`. STACK_TLS=on adds TLS to Kafka's listener. `python -m stack` reads both.
 export SECURITY STACK_TLS
@@ -46,11 +53,13 @@ $(INSTALLED): pyproject.toml $(wildcard core/*/__init__.py ops/*/__init__.py 0*/
 		|| { tail -30 $(VENV)/pip-install.log; exit 1; }
 	@touch $@
 
-up: setup
+up: $(SETUP)
 ifeq ($(STACK),docker)
-	@$(PY) ops/compose/env_file.py .env
-	@$(PY) ops/compose/certificates.py .certs
+	docker build --quiet --tag machine-data-pipeline . >/dev/null
+	@$(DOCKER_TOOLS) python ops/compose/env_file.py .env
+	@$(DOCKER_TOOLS) python ops/compose/certificates.py .certs
 	$(COMPOSE_UP)
+	@echo "Grafana: http://127.0.0.1:3000 (user admin; its password is GRAFANA_ADMIN_PASSWORD in .env)"
 else
 	@$(PY) -m stack up
 endif
@@ -69,25 +78,51 @@ else
 	@test ! -x $(PY) || $(PY) -m stack clean
 endif
 
-# JSON=1: the same facts as one JSON document (`python -m stack status --json`).
-status: setup
+# JSON=1: the same facts as one JSON document (`python -m stack status --json`; with Docker, Compose's).
+status: $(SETUP)
+ifeq ($(STACK),docker)
+	@$(COMPOSE_ALL) ps $(if $(filter 1 yes true on,$(JSON)),--format json)
+else
 	@$(PY) -m stack status $(if $(filter 1 yes true on,$(JSON)),--json)
+endif
 
 # SERVICE=<name> (or supervisord): its last LINES lines (40); FOLLOW=1 then every line written to it, until Ctrl-C.
-logs: setup
-	@$(PY) -m stack logs $(SERVICE) $(if $(LINES),--lines $(LINES)) $(if $(filter 1 yes true on,$(FOLLOW)),--follow)
+# LINES counts only from make's command line: shells keep the terminal's height in an environment variable LINES.
+LOG_LINES = $(if $(filter command line,$(origin LINES)),$(LINES))
+# With Docker, a service of the Compose file, or all of them without SERVICE.
+logs: $(SETUP)
+ifeq ($(STACK),docker)
+	@$(COMPOSE_ALL) logs --tail $(or $(LOG_LINES),40) $(if $(filter 1 yes true on,$(FOLLOW)),--follow) $(SERVICE)
+else
+	@$(PY) -m stack logs $(SERVICE) $(if $(LOG_LINES),--lines $(LOG_LINES)) $(if $(filter 1 yes true on,$(FOLLOW)),--follow)
+endif
 
 # SERVICE=<name>: stopped and started again, healthy (a service of the stack that runs).
-restart: setup
+restart: $(SETUP)
+ifeq ($(STACK),docker)
+	@$(COMPOSE_ALL) restart $(SERVICE)
+else
 	@$(PY) -m stack restart $(SERVICE)
+endif
 
 # Replays events into the running stack: RATE=rows/s (0 = as fast as lossless delivery allows),
 # N=rows (default: the whole file), DATA_ARGS for any other simulator flag (see --help).
-data: setup
-	@$(PY) -m simulator --ending-now $(if $(RATE),--rate $(RATE)) $(if $(N),--limit $(N)) $(DATA_ARGS)
+SIMULATOR_ARGS = --ending-now $(if $(RATE),--rate $(RATE)) $(if $(N),--limit $(N)) $(DATA_ARGS)
+data: $(SETUP)
+ifeq ($(STACK),docker)
+	@$(COMPOSE_TOOLS) simulator python -m simulator $(SIMULATOR_ARGS)
+else
+	@$(PY) -m simulator $(SIMULATOR_ARGS)
+endif
 
-report: setup
+# The dashboards' panels as PNG files in reports/ (with Docker as the host's user, who owns the folder).
+report: $(SETUP)
+ifeq ($(STACK),docker)
+	@mkdir -p reports
+	@$(COMPOSE_TOOLS) --user "$$(id -u):$$(id -g)" report
+else
 	@$(PY) -m grafana_report --out reports/
+endif
 
 test: setup
 	@$(PY) -m pytest $(PYTEST_ARGS)

@@ -25,6 +25,9 @@ SECRET_NAME = re.compile(r"PASSWORD|SECRET|TOKEN|API_KEY", re.IGNORECASE)
 FROM_ENV = re.compile(r"^\$\{[A-Z0-9_]+(:?[-?][^}]*)?\}$")
 # The profiles `make up` enables for each topology (Makefile, COMPOSE_UP).
 TOPOLOGIES = {"single": {"single", "lsb"}, "cluster": {"cluster"}}
+# Run once by make (`docker compose --profile tools run --rm`), never by `up`: no healthcheck, no restart.
+TOOLS = {name for name, service in SERVICES.items() if service.get("profiles") == ["tools"]}
+RUNNING = {name: service for name, service in SERVICES.items() if name not in TOOLS}
 # Services that run as root, and why.
 ROOT_JUSTIFIED = {"influxdb": "the influxdb:1.8 image keeps its data in a root-owned directory"}
 
@@ -54,16 +57,34 @@ def command_words(service: dict) -> str:
 
 def test_every_service_has_an_image_or_build_and_a_healthcheck() -> None:
     assert {"mosquitto", "influxdb", "grafana"} <= SERVICES.keys()
+    assert TOOLS == {"simulator", "report"}
     for name, service in SERVICES.items():
         assert "image" in service or "build" in service, name
+    for name, service in RUNNING.items():
         assert service.get("healthcheck", {}).get("test"), f"{name} has no healthcheck"
 
 
 def test_every_service_is_restarted_when_it_exits() -> None:
     """All services run for good (the setup jobs stay up as the stages' readiness gate): a crash
     restarts it, as supervisord restarts the native processes; `docker compose stop` still stops it."""
-    for name, service in SERVICES.items():
+    for name, service in RUNNING.items():
         assert service.get("restart") in ("unless-stopped", "always"), f"{name} has no restart policy"
+    for name in TOOLS:
+        assert SERVICES[name]["restart"] == "no", name
+
+
+def test_every_service_has_the_time_its_clean_stop_takes() -> None:
+    """`docker compose stop` waits a service's stop_grace_period before SIGKILL: a stage needs its 30 s of
+    --shutdown-timeout-s (what is in flight confirmed by Kafka), a Kafka node its controlled shutdown."""
+    def seconds(period: str) -> int:
+        return int(period.removesuffix("s"))
+
+    for name, service in RUNNING.items():
+        if service.get("build") or service.get("image") == "machine-data-pipeline":
+            assert seconds(service["stop_grace_period"]) > 30, name
+        if "kafka" in str(service.get("image")):
+            assert seconds(service["stop_grace_period"]) >= 60, name
+    assert seconds(SERVICES["influxdb"]["stop_grace_period"]) >= 30
 
 
 def test_dependencies_wait_for_health() -> None:
@@ -128,6 +149,8 @@ def test_nothing_mounts_the_checkout_or_env_writable() -> None:
             source, *_ = volume.split(":")
             if source.startswith("."):
                 assert source not in (".", "./", "./.env"), f"{name} mounts {source}"
+                if (name, source) == ("report", "./reports"):
+                    continue  # the one writable mount: where `make report` puts its PNG files, as the host's user
                 assert volume.endswith(":ro"), f"{name} mounts {source} writable"
                 assert (ROOT / source).exists() or source.startswith("./.certs"), source
 
@@ -306,7 +329,7 @@ STAGE_NAMES = {"stream_connector": "stream-connector", "spark_joiner": "spark-jo
 def test_each_stage_is_health_probed_by_its_progress() -> None:
     """A stage's healthcheck asks `stack.health_probe STAGE` whether the stage made progress (its heartbeat
     in $PROGRESS_FILE, in the container's writable /tmp) within its reporting interval."""
-    stages = {name: service for name, service in SERVICES.items() if pipeline_module(service)}
+    stages = {name: service for name, service in RUNNING.items() if pipeline_module(service)}
     assert {"stream-connector", "spark-joiner", "lsb-joiner", "db-connector", "cluster-stream-connector",
             "cluster-spark-joiner", "db-connector-1", "db-connector-2"} <= stages.keys()
     for name, service in stages.items():
@@ -321,7 +344,49 @@ def test_every_container_log_is_bounded() -> None:
         assert options.get("max-size") and options.get("max-file"), f"{name} keeps its whole log"
 
 
-@pytest.mark.parametrize("topology", TOPOLOGIES)
+@pytest.mark.parametrize("target, commands", [
+    ("up", ["docker build --quiet --tag machine-data-pipeline .",
+            'docker run --rm --user "$(id -u):$(id -g)" -v "{root}:/repo" -w /repo machine-data-pipeline '
+            "python ops/compose/env_file.py .env",
+            'docker run --rm --user "$(id -u):$(id -g)" -v "{root}:/repo" -w /repo machine-data-pipeline '
+            "python ops/compose/certificates.py .certs",
+            "docker compose --profile single --profile lsb up -d --build --wait --scale lsb-joiner=0",
+            'echo "Grafana: http://127.0.0.1:3000 (user admin; its password is GRAFANA_ADMIN_PASSWORD in .env)"']),
+    ("data", ["docker compose --profile tools run --rm simulator python -m simulator --ending-now --rate 100 "
+              "--limit 50"]),
+    ("status", ["docker compose --profile single --profile lsb --profile cluster --profile tools ps"]),
+    ("logs", ["docker compose --profile single --profile lsb --profile cluster --profile tools logs --tail 40 "
+              "--follow kafka"]),
+    ("restart", ["docker compose --profile single --profile lsb --profile cluster --profile tools restart kafka"]),
+    ("report", ["mkdir -p reports", 'docker compose --profile tools run --rm --user "$(id -u):$(id -g)" report']),
+    ("down", ["docker compose --profile single --profile lsb --profile cluster --profile tools down"]),
+    ("clean", ["docker compose --profile single --profile lsb --profile cluster --profile tools down -v"]),
+])
+def test_with_docker_every_target_needs_docker_and_make_only(target: str, commands: list[str]) -> None:
+    """What each target runs with STACK=docker (`make -n`): Docker's commands, never the host's Python (no
+    virtualenv, no `make setup`); `make up` says where Grafana is and where its password is."""
+    dry_run = subprocess.run(["make", "-n", target, "STACK=docker", "SERVICE=kafka", "FOLLOW=1", "RATE=100",
+                              "N=50"], cwd=ROOT, capture_output=True, text=True)
+    assert dry_run.returncode == 0, dry_run.stderr
+    # Output redirections aside (the image's id, which `docker build --quiet` prints, is no news to a user).
+    assert [" ".join(line.split()).replace(" >/dev/null", "") for line in dry_run.stdout.splitlines()] == \
+        [command.format(root=ROOT) for command in commands]
+    assert ".venv" not in dry_run.stdout and "python3" not in dry_run.stdout
+
+
+def test_the_tools_reach_the_servers_as_their_least_privileged_users() -> None:
+    simulator, report = SERVICES["simulator"], SERVICES["report"]
+    assert simulator["environment"]["MQTT_USERNAME"] == "device"  # may publish states, nothing else
+    assert simulator["environment"]["MQTT_PORT"] == "8883" and simulator["environment"]["MQTT_TLS_CA_FILE"]
+    assert "simulator-state:/var/lib/simulator" in simulator["volumes"]  # a second replay follows the first
+    assert report["environment"]["INFLUXDB_USERNAME"] == "reader"
+    dockerfile = (ROOT / "Dockerfile").read_text()
+    assert "/var/lib/simulator" in dockerfile and "fetch_spark_kafka_connector" in dockerfile
+    assert ".cache" in (ROOT / ".dockerignore").read_text().splitlines()  # nothing of the host's downloads
+    assert "!.cache/spark" not in (ROOT / ".dockerignore").read_text()
+
+
+@pytest.mark.parametrize("topology", [*TOPOLOGIES, "tools"])
 def test_docker_compose_config_accepts_the_topology(topology: str, tmp_path: Path) -> None:
     """The real `docker compose config` (Docker's plugin, or Debian's docker-compose, which `make setup`
     installs where Docker has none) with a generated .env: the file is valid Compose and resolves each
@@ -330,13 +395,16 @@ def test_docker_compose_config_accepts_the_topology(topology: str, tmp_path: Pat
     assert compose, "no Compose is installed: `make setup` installs docker-compose (ops/stack/provision.py)"
     dotenv = tmp_path / ".env"
     secrets = env_file.ensure_env_file(dotenv)
-    profiles = [word for profile in sorted(TOPOLOGIES[topology]) for word in ("--profile", profile)]
+    enabled = TOPOLOGIES.get(topology, {topology})
+    profiles = [word for profile in sorted(enabled) for word in ("--profile", profile)]
     result = subprocess.run([*compose, "-f", "docker-compose.yml", "--env-file", str(dotenv), *profiles, "config"],
                             cwd=ROOT, capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
     resolved = yaml.safe_load(result.stdout)["services"]
-    services = {name: resolved[name] for name in active(topology)}
-    assert services["grafana"]["environment"]["INFLUXDB_READER_PASSWORD"] == secrets["INFLUXDB_READER_PASSWORD"]
+    services = {name: resolved[name] for name in (active(topology) if topology in TOPOLOGIES else TOOLS)}
+    reader = services["report" if topology == "tools" else "grafana"]["environment"]
+    assert reader[("INFLUXDB_PASSWORD" if topology == "tools" else "INFLUXDB_READER_PASSWORD")] == \
+        secrets["INFLUXDB_READER_PASSWORD"]
     for name, service in services.items():
         words = command_words(service)
         assert not any(value in words for value in secrets.values()), f"{name} has a secret on a command line"
