@@ -373,6 +373,11 @@ def produce_steady(bootstrap: str, topic: str, machines: int, rate: int, duratio
     producer.flush(30)
 
 
+# The standalone joiner's output: waited for this long at first, then done once none came for STANDALONE_IDLE_S.
+STANDALONE_START_S = 120.0
+STANDALONE_IDLE_S = 15.0
+
+
 def run_standalone(bootstrap: str, topics: Topics, records: int, cleanup: list[str]) -> dict:
     """The standalone joiner on the same pre-loaded input: records/s from its first to its last output."""
     out = make_topics(bootstrap, "standalone")
@@ -385,16 +390,20 @@ def run_standalone(bootstrap: str, topics: Topics, records: int, cleanup: list[s
     consumer.subscribe([out.out])
     process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     count, first, last = 0, None, None
-    idle_since = time.monotonic()
+    # The joiner's start (imports, group join, the first transaction) may take longer than the idle time on a
+    # loaded machine: its first output is waited for longer, else the run ends before it and prints nan.
+    idle_since, idle_s = time.monotonic(), STANDALONE_START_S
     try:
-        while time.monotonic() - idle_since < 15:
+        while time.monotonic() - idle_since < idle_s:
             messages = [m for m in consumer.consume(10_000, 0.5) if not m.error()]
             if messages:
                 now = time.monotonic()
                 first = first or now
                 last = now
                 count += len(messages)
-                idle_since = now
+                idle_since, idle_s = now, STANDALONE_IDLE_S
+            elif process.poll() is not None:
+                raise RuntimeError(f"the standalone joiner exited with {process.returncode}")
     finally:
         process.send_signal(signal.SIGTERM)
         try:
@@ -404,6 +413,8 @@ def run_standalone(bootstrap: str, topics: Topics, records: int, cleanup: list[s
         consumer.close()
         cleanup.extend(name for name in admin_client(bootstrap).list_topics(timeout=10).topics
                        if name.startswith(f"{group}."))
+    if not count:
+        raise RuntimeError(f"the standalone joiner wrote no output within {STANDALONE_START_S:.0f} s")
     seconds = (last - first) if first and last and last > first else float("nan")
     return {"joins": count, "seconds": seconds, "records_per_s": records / seconds, "joins_per_s": count / seconds}
 
