@@ -482,7 +482,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.join_peers", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--kafka-bootstrap-servers",
-                        default=os.environ.get("KAFKA_BOOTSTRAP_SERVERS", "127.0.0.1:9092"))
+                        default=os.environ.get("KAFKA_BOOTSTRAP_SERVERS", KafkaSettings.kafka_bootstrap_servers))
     parser.add_argument("--copies", type=int, default=6, help="machines replaying each real machine's history")
     parser.add_argument("--interleaving", default="thing after thing",
                         choices=[name for name in workload.INTERLEAVINGS if name != "time order"],

@@ -48,6 +48,7 @@ from pipeline_core.logs import configure_logging
 from pipeline_core.partitioning import thing_partition
 from pipeline_core.records import encode_record, record_key
 from pipeline_core.runtime import tune_gc_for_streaming
+from pipeline_core.settings import KafkaSettings
 from pipeline_core.topics import MACHINE_DATA, MACHINE_DLQ, MACHINE_OUT, ensure_topics, partition_count
 
 from spark_joiner.job import CHECKPOINT_FILE_MANAGER, FILE_SYSTEM_CHECKPOINTS, is_local_path, kafka_source, start_query
@@ -460,7 +461,9 @@ def run_task(task: dict) -> dict:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.spark_joiner", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--kafka-bootstrap-servers", default=os.environ.get("KAFKA_BOOTSTRAP_SERVERS", "127.0.0.1:9092"))
+    # KafkaSettings' default: KAFKA_BOOTSTRAP_SERVERS, else this host's KAFKA_PORT, as every stage takes it.
+    parser.add_argument("--kafka-bootstrap-servers",
+                        default=os.environ.get("KAFKA_BOOTSTRAP_SERVERS", KafkaSettings.kafka_bootstrap_servers))
     parser.add_argument("--records", type=int, default=1_000_000, help="pre-loaded records per machine count")
     parser.add_argument("--machines", type=int, nargs="+", default=[100, 10_000],
                         help="machine counts of the throughput runs (the first one's job run is followed by the "
