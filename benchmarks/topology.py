@@ -65,10 +65,12 @@ def run(topology: str, joiner: str, rows_file: Path, rows: int, expected_joins: 
         subprocess.run([sys.executable, "-m", "stack", *args], env=env, cwd=REPO_ROOT, check=True,
                        stdout=subprocess.DEVNULL, timeout=1200)
 
-    began = time.monotonic()
-    stack("up")
-    up_s = time.monotonic() - began
     try:
+        began = time.monotonic()
+        # Inside the try: a stack whose `up` failed (a port taken meanwhile, a node exiting) is cleaned too,
+        # not left running under its supervisord.
+        stack("up")
+        up_s = time.monotonic() - began
         published_at = time.time()
         began = time.monotonic()
         subprocess.run([sys.executable, "-m", "simulator", "--events-file", str(rows_file), "--order", "file",
