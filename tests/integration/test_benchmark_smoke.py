@@ -7,8 +7,11 @@ server addresses in its environment. The helper modules run through the benchmar
 ``ceiling``, ``passthrough`` and ``joiner_costs`` through ``kafka_joiner``; ``spark_joiner_baseline`` through
 ``spark_joiner`` (its 'previous' row); ``peers`` through ``join_peers``. ``baseline`` runs the join engine's
 benchmark of HEAD beside the current code's.
-``join_peers`` runs the project's joiners and Spark's interval join (peers a, b, c): the other peers (Quix
+
+``join_peers`` runs the project's joiners and Spark's interval join (peers a, b, c) only: the other peers (Quix
 Streams, Flink, Pathway) need virtualenvs of their own, minutes of installs that `make test` never makes.
+Tiny as they are, ``spark_joiner`` (three cold JVMs by design), ``join_peers`` (fifteen Spark and joiner runs) and
+``topology`` (two whole stacks) take minutes each on two shared cores.
 """
 from __future__ import annotations
 
@@ -21,6 +24,8 @@ from pathlib import Path
 import pytest
 
 from pipeline_core.settings import ConnectionSettings
+
+from support import PORT_RANGE_ENV
 
 pytestmark = pytest.mark.integration
 
@@ -52,8 +57,10 @@ SMOKE_RUNS = [
      "as fast as acks allow:"),
     ("mosquitto_persistence", ["--settings", "autosave_interval 1", "--rows", "40", "--kill-after-s", "0.05",
                                "--kill-rate", "400", "--queue", "0"], "delivered after the restart"),
-    # Two whole stacks of their own, on free ports: the standalone joiner's, which starts far faster than Spark.
-    ("topology", ["--rows", "200", "--machines", "2", "--joiner", "lsb", "--settled-s", "3"],
+    # Two whole stacks of their own, with the standalone joiner, which starts far faster than Spark; on ports from
+    # CLUSTER_TEST_PORTS when set, as the tests' other private stacks, else on any free ones.
+    ("topology", ["--rows", "200", "--machines", "2", "--joiner", "lsb", "--settled-s", "3",
+                  *(["--ports", os.environ[PORT_RANGE_ENV]] if os.environ.get(PORT_RANGE_ENV) else [])],
      "cluster / single end to end:"),
 ]
 
@@ -74,7 +81,7 @@ def test_the_benchmark_runs_to_its_end_on_tiny_sizes(stack: ConnectionSettings, 
                                                       printed: str) -> None:
     began = time.monotonic()
     done = subprocess.run([sys.executable, "-m", f"benchmarks.{module}", *flags], cwd=REPO_ROOT,
-                          env=_environment(stack), capture_output=True, text=True, timeout=600)
+                          env=_environment(stack), capture_output=True, text=True, timeout=840)
     output = done.stdout + done.stderr
     # The time goes to the report (pytest -rA, or a failure's output): what a smoke run costs, never checked.
     print(f"benchmarks.{module} {' '.join(flags)}: {time.monotonic() - began:.1f} s")
