@@ -121,6 +121,9 @@ def batched(left: Series, right: Series, n_batches: int) -> Callable[[], tuple[i
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.join_engine", description=__doc__.split("\n")[0])
     parser.add_argument("--records", type=int, default=1_000_000, help="records of the random-walk workload")
+    # A smoke run (tests/integration/test_benchmark_smoke.py) takes both workloads through every path, small.
+    parser.add_argument("--five-five-records", type=int, default=100_000,
+                        help="records of the five_five_many workload")
     options = parser.parse_args(argv)
 
     print(f"Join engine benchmark: Python {platform.python_version()}, numpy {np.__version__}, {os.cpu_count()} CPUs, "
@@ -128,7 +131,8 @@ def main(argv: list[str] | None = None) -> None:
     # (name, inputs, runs per figure): the best of several runs, so that one busy moment of the shared machine
     # does not make the figure; short runs are repeated more, such a moment skews them most.
     workloads = [
-        ("five_five_many: 100k records in time order, runs of 5", alternating_runs(100_000, 5), 5),
+        (f"five_five_many: {options.five_five_records:,} records in time order, runs of 5",
+         alternating_runs(options.five_five_records, 5), 5),
         (f"random walks: {options.records:,} records, shuffled arrival",
          random_walks(options.records // 2, options.records - options.records // 2), 3),
     ]

@@ -482,8 +482,13 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.join_peers", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--kafka-bootstrap-servers",
-                        default=os.environ.get("KAFKA_BOOTSTRAP_SERVERS", "127.0.0.1:9092"))
+                        default=os.environ.get("KAFKA_BOOTSTRAP_SERVERS", KafkaSettings.kafka_bootstrap_servers))
     parser.add_argument("--copies", type=int, default=6, help="machines replaying each real machine's history")
+    # A smoke run's size (tests/integration/test_benchmark_smoke.py): Spark's interval join takes minutes a run on
+    # the whole file, even for one copy.
+    parser.add_argument("--records", type=int, default=0,
+                        help="only the fleet's first this many records in time order, each series cut at the same "
+                             "moment (0: all)")
     parser.add_argument("--interleaving", default="thing after thing",
                         choices=[name for name in workload.INTERLEAVINGS if name != "time order"],
                         help="the other interleaving the backlog is appended in")
@@ -515,6 +520,8 @@ def main(argv: list[str] | None = None) -> int:
 
     resolver = SpecResolver()
     records = workload.fleet(workload.joined_records(DEFAULT_EVENTS_FILE, resolver), args.copies)
+    if args.records:
+        records = records[:args.records]
     series = series_of(records, resolver)
     reference = neighbour_pairs(series)
     references = {"records": len(records), "neighbour": len(reference), "interval": len(interval_pairs(series)),

@@ -48,6 +48,7 @@ from pipeline_core.logs import configure_logging
 from pipeline_core.partitioning import thing_partition
 from pipeline_core.records import encode_record, record_key
 from pipeline_core.runtime import tune_gc_for_streaming
+from pipeline_core.settings import KafkaSettings
 from pipeline_core.topics import MACHINE_DATA, MACHINE_DLQ, MACHINE_OUT, ensure_topics, partition_count
 
 from spark_joiner.job import CHECKPOINT_FILE_MANAGER, FILE_SYSTEM_CHECKPOINTS, is_local_path, kafka_source, start_query
@@ -373,6 +374,11 @@ def produce_steady(bootstrap: str, topic: str, machines: int, rate: int, duratio
     producer.flush(30)
 
 
+# The standalone joiner's output: waited for this long at first, then done once none came for STANDALONE_IDLE_S.
+STANDALONE_START_S = 120.0
+STANDALONE_IDLE_S = 15.0
+
+
 def run_standalone(bootstrap: str, topics: Topics, records: int, cleanup: list[str]) -> dict:
     """The standalone joiner on the same pre-loaded input: records/s from its first to its last output."""
     out = make_topics(bootstrap, "standalone")
@@ -385,16 +391,20 @@ def run_standalone(bootstrap: str, topics: Topics, records: int, cleanup: list[s
     consumer.subscribe([out.out])
     process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     count, first, last = 0, None, None
-    idle_since = time.monotonic()
+    # The joiner's start (imports, group join, the first transaction) may take longer than the idle time on a
+    # loaded machine: its first output is waited for longer, else the run ends before it and prints nan.
+    idle_since, idle_s = time.monotonic(), STANDALONE_START_S
     try:
-        while time.monotonic() - idle_since < 15:
+        while time.monotonic() - idle_since < idle_s:
             messages = [m for m in consumer.consume(10_000, 0.5) if not m.error()]
             if messages:
                 now = time.monotonic()
                 first = first or now
                 last = now
                 count += len(messages)
-                idle_since = now
+                idle_since, idle_s = now, STANDALONE_IDLE_S
+            elif process.poll() is not None:
+                raise RuntimeError(f"the standalone joiner exited with {process.returncode}")
     finally:
         process.send_signal(signal.SIGTERM)
         try:
@@ -404,6 +414,8 @@ def run_standalone(bootstrap: str, topics: Topics, records: int, cleanup: list[s
         consumer.close()
         cleanup.extend(name for name in admin_client(bootstrap).list_topics(timeout=10).topics
                        if name.startswith(f"{group}."))
+    if not count:
+        raise RuntimeError(f"the standalone joiner wrote no output within {STANDALONE_START_S:.0f} s")
     seconds = (last - first) if first and last and last > first else float("nan")
     return {"joins": count, "seconds": seconds, "records_per_s": records / seconds, "joins_per_s": count / seconds}
 
@@ -449,7 +461,9 @@ def run_task(task: dict) -> dict:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.spark_joiner", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--kafka-bootstrap-servers", default=os.environ.get("KAFKA_BOOTSTRAP_SERVERS", "127.0.0.1:9092"))
+    # KafkaSettings' default: KAFKA_BOOTSTRAP_SERVERS, else this host's KAFKA_PORT, as every stage takes it.
+    parser.add_argument("--kafka-bootstrap-servers",
+                        default=os.environ.get("KAFKA_BOOTSTRAP_SERVERS", KafkaSettings.kafka_bootstrap_servers))
     parser.add_argument("--records", type=int, default=1_000_000, help="pre-loaded records per machine count")
     parser.add_argument("--machines", type=int, nargs="+", default=[100, 10_000],
                         help="machine counts of the throughput runs (the first one's job run is followed by the "

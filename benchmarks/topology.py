@@ -27,10 +27,11 @@ from pipeline_core import credentials
 from pipeline_core.kafka_clients import consumer_config, security_config
 from pipeline_core.settings import KafkaSettings, load_settings
 from pipeline_core.topics import MACHINE_OUT
-from stack.topology import CLUSTER, CLUSTER_PORTS, SINGLE, SINGLE_PORTS, private_ports
+from stack.choice import CLUSTER, SINGLE
+from stack.topology import CLUSTER_PORTS, SINGLE_PORTS, private_ports
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-# machine.out stops growing for this long once every row is in: the join count of the run.
+# machine.out stops growing for this long once every row is in: the join count of the run (--settled-s).
 SETTLED_S = 20.0
 
 
@@ -50,7 +51,7 @@ class TopologyResult:
 
 
 def run(topology: str, joiner: str, rows_file: Path, rows: int, expected_joins: int | None,
-        port_range: str | None) -> TopologyResult:
+        port_range: str | None, settled_s: float = SETTLED_S) -> TopologyResult:
     state_dir = Path(tempfile.mkdtemp(prefix=f"bench-{topology}-"))
     names = SINGLE_PORTS + (CLUSTER_PORTS if topology == CLUSTER else ())
     ports = private_ports(names, port_range)
@@ -64,10 +65,12 @@ def run(topology: str, joiner: str, rows_file: Path, rows: int, expected_joins: 
         subprocess.run([sys.executable, "-m", "stack", *args], env=env, cwd=REPO_ROOT, check=True,
                        stdout=subprocess.DEVNULL, timeout=1200)
 
-    began = time.monotonic()
-    stack("up")
-    up_s = time.monotonic() - began
     try:
+        began = time.monotonic()
+        # Inside the try: a stack whose `up` failed (a port taken meanwhile, a node exiting) is cleaned too,
+        # not left running under its supervisord.
+        stack("up")
+        up_s = time.monotonic() - began
         published_at = time.time()
         began = time.monotonic()
         subprocess.run([sys.executable, "-m", "simulator", "--events-file", str(rows_file), "--order", "file",
@@ -77,7 +80,7 @@ def run(topology: str, joiner: str, rows_file: Path, rows: int, expected_joins: 
         values = credentials.read_credentials(state_dir / "credentials.env")  # the cluster's: read as admin
         security = security_config(load_settings(KafkaSettings, [], environ={
             **env, **credentials.environment("admin", values)})) if values else {}
-        joins, last_join_ms = read_joins(bootstrap, expected_joins, security)
+        joins, last_join_ms = read_joins(bootstrap, expected_joins, security, settled_s=settled_s)
     finally:
         stack("clean")
         shutil.rmtree(state_dir, ignore_errors=True)
@@ -85,9 +88,9 @@ def run(topology: str, joiner: str, rows_file: Path, rows: int, expected_joins: 
 
 
 def read_joins(bootstrap: str, expected: int | None, security: dict[str, str],
-               deadline_s: float = 1800.0) -> tuple[int, int]:
+               deadline_s: float = 1800.0, settled_s: float = SETTLED_S) -> tuple[int, int]:
     """machine.out's committed joins and the timestamp (ms) of the last: once `expected` are in, or (None) once
-    it stopped growing for SETTLED_S."""
+    it stopped growing for `settled_s`."""
     consumer = Consumer(consumer_config(bootstrap, f"bench-topology-{os.getpid()}-{time.time_ns()}", **security))
     partitions = len(consumer.list_topics(MACHINE_OUT.name, timeout=30).topics[MACHINE_OUT.name].partitions)
     consumer.assign([TopicPartition(MACHINE_OUT.name, p, 0) for p in range(partitions)])
@@ -98,7 +101,7 @@ def read_joins(bootstrap: str, expected: int | None, security: dict[str, str],
         while time.monotonic() < end:
             if expected is not None and count >= expected:
                 break
-            if expected is None and count and time.monotonic() - last_arrival > SETTLED_S:
+            if expected is None and count and time.monotonic() - last_arrival > settled_s:
                 break
             for message in consumer.consume(10_000, timeout=1.0):
                 if message.error() is None:
@@ -117,6 +120,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rows", type=int, default=30_000)
     parser.add_argument("--machines", type=int, default=20)
     parser.add_argument("--joiner", choices=("spark", "lsb"), default=os.environ.get("JOINER", "spark"))
+    parser.add_argument("--settled-s", type=float, default=SETTLED_S,
+                        help="the single stack's machine.out unchanged this long: all its joins are in (the "
+                             "cluster's run waits for as many)")
     parser.add_argument("--ports", default=os.environ.get("BENCH_PORTS"),
                         help="first-last: the stacks' ports from this range (default: any free ones)")
     args = parser.parse_args(argv)
@@ -127,7 +133,7 @@ def main(argv: list[str] | None = None) -> int:
                        check=True, cwd=REPO_ROOT, capture_output=True)
         print(f"{args.rows:,} synthetic rows of {args.machines} machines, JOINER={args.joiner}, "
               f"{os.cpu_count()} cores")
-        single = run(SINGLE, args.joiner, rows_file, args.rows, None, args.ports)
+        single = run(SINGLE, args.joiner, rows_file, args.rows, None, args.ports, args.settled_s)
         print(single.line(), flush=True)
         cluster = run(CLUSTER, args.joiner, rows_file, args.rows, single.joins, args.ports)
         print(cluster.line())
