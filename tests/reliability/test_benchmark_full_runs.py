@@ -1,0 +1,33 @@
+"""The benchmarks `make test` smoke-runs only in part, whole and tiny (tests/integration/test_benchmark_smoke.py):
+the Spark joiner's benchmark with the previous code, the floor, the latency run and the standalone joiner's figures
+(three cold JVMs by design), the peers' benchmark with Spark's peers (fifteen Spark and joiner runs), and the
+topology benchmark (two whole stacks of its own). Minutes each on two shared cores."""
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from benchmark_support import Run, assert_runs_to_its_end, run_ids
+from pipeline_core.settings import ConnectionSettings
+from support import PORT_RANGE_ENV
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+FULL_RUNS: list[Run] = [
+    ("spark_joiner", ["--records", "2000", "--machines", "10", "--batch", "1000", "--rate", "200",
+                      "--latency-s", "2"], "job / pass-through:"),
+    ("join_peers", ["--peers", "a", "b", "c", "--copies", "1", "--records", "1000", "--rounds", "2", "--rate", "500",
+                    "--live-s", "1", "--settle-s", "0.5"], "each run against the engine"),
+    # Two whole stacks of their own, with the standalone joiner, which starts far faster than Spark; on ports from
+    # CLUSTER_TEST_PORTS when set, as the tests' other private stacks, else on any free ones.
+    ("topology", ["--rows", "200", "--machines", "2", "--joiner", "lsb", "--settled-s", "3",
+                  *(["--ports", os.environ[PORT_RANGE_ENV]] if os.environ.get(PORT_RANGE_ENV) else [])],
+     "cluster / single end to end:"),
+]
+
+
+@pytest.mark.parametrize(("module", "flags", "printed"), FULL_RUNS, ids=run_ids(FULL_RUNS))
+def test_the_benchmark_runs_whole_to_its_end(stack: ConnectionSettings, module: str, flags: list[str],
+                                             printed: str) -> None:
+    assert_runs_to_its_end(stack, module, flags, printed)
