@@ -40,7 +40,7 @@ export SECURITY STACK_TLS
 BENCHMARKS ?= benchmarks.join_engine benchmarks.mqtt_publish benchmarks.stream_connector \
 	benchmarks.kafka_joiner benchmarks.spark_joiner benchmarks.join_peers benchmarks.db_connector
 
-.PHONY: setup up down clean status logs restart data report test bench bench-topology reliability chaos spark-package
+.PHONY: setup up down clean status logs restart data report dashboards test bench bench-topology reliability chaos spark-package
 
 setup: $(INSTALLED)
 	@$(PY) -m stack.provision
@@ -122,6 +122,16 @@ ifeq ($(STACK),docker)
 	@$(COMPOSE_TOOLS) --user "$$(id -u):$$(id -g)" report
 else
 	@$(PY) -m grafana_report --out reports/
+endif
+
+# The two dashboards as live web pages (Bokeh), natively: http://127.0.0.1:5006/machine-power and /pipeline-health,
+# refreshed every 5 s, until Ctrl-C. DASHBOARDS_ARGS for any other flag (--port, --refresh-s, --window-s; see --help).
+# Not part of `make up`: the stack's processes stay the pipeline's. With Docker, Grafana shows the same dashboards.
+dashboards: $(SETUP)
+ifeq ($(STACK),docker)
+	@echo "With Docker, Grafana serves the dashboards: http://127.0.0.1:3000 (user admin; its password is GRAFANA_ADMIN_PASSWORD in .env)"
+else
+	@$(PY) -m live_dashboards $(DASHBOARDS_ARGS)
 endif
 
 test: setup

@@ -2,12 +2,9 @@
 from __future__ import annotations
 
 import logging
-import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
 
 import matplotlib
 
@@ -19,61 +16,15 @@ from matplotlib.ticker import FuncFormatter, PercentFormatter  # noqa: E402
 from influxdb import InfluxDBClient  # noqa: E402
 
 from .dashboards import Dashboard, Panel  # noqa: E402
-from .macros import TimeRange, alias, duration_ms, interval_ms, substitute  # noqa: E402
+from .macros import TimeRange  # noqa: E402
+from .panels import (GAP_MS, Series, byte_size, cell_text, panel_interval_ms, panel_range, run_panel,  # noqa: E402
+                     short, threshold_color, unit_label, with_gaps)
 
 log = logging.getLogger(__name__)
 
 GRID_COLUMNS = 24
 ROW_HEIGHT_IN = 0.32  # one Grafana grid row (30 px) on the page
 PAGE_WIDTH_IN = 16.0
-GAP_MS = 60_000  # the dashboards' spanNulls: longer gaps break the line
-_UNIT_LABELS = {"watt": "W", "rotrpm": "rpm", "torque": "Nm", "percent": "%", "percentunit": "", "short": "",
-                "bytes": "bytes", "s": "s"}
-
-
-@dataclass
-class Series:
-    label: str
-    times_ms: list[int] = field(default_factory=list)
-    values: list[float] = field(default_factory=list)
-    columns: list[str] = field(default_factory=list)
-    rows: list[list[Any]] = field(default_factory=list)
-
-
-def run_panel(client: InfluxDBClient, panel: Panel, time_range: TimeRange,
-              variables: Mapping[str, Sequence[str]]) -> list[Series]:
-    """Every series the panel's targets return (time in ms, first value column)."""
-    series = []
-    for target in panel.targets:
-        result = client.query(substitute(target.query, time_range, variables, min_interval=panel.min_interval),
-                              epoch="ms")
-        for raw in result.raw.get("series", []):
-            entry = Series(alias(target.alias, raw["name"], raw.get("tags") or {}), columns=raw["columns"],
-                           rows=raw["values"])
-            for row in raw["values"]:
-                if row[1] is not None and isinstance(row[1], (int, float)):
-                    entry.times_ms.append(row[0])
-                    entry.values.append(float(row[1]))
-            series.append(entry)
-    return series
-
-
-def panel_interval_ms(panel: Panel, time_range: TimeRange) -> int:
-    """The GROUP BY interval Grafana picks for this panel over `time_range`."""
-    return interval_ms(time_range, min_interval_ms=duration_ms(panel.min_interval) if panel.min_interval else 0)
-
-
-def _threshold_color(panel: Panel, value: float) -> str:
-    color = "tab:blue"
-    for step in panel.config.get("thresholds", {}).get("steps", []):
-        if step.get("value") is None or value >= step["value"]:
-            color = {"green": "tab:green", "orange": "tab:orange", "red": "tab:red", "blue": "tab:blue"}.get(
-                step["color"], step["color"])
-    return color
-
-
-def _unit(panel: Panel) -> str:
-    return _UNIT_LABELS.get(panel.config.get("unit", ""), panel.config.get("unit", ""))
 
 
 def draw_panel(ax: plt.Axes, panel: Panel, series: list[Series], time_range: TimeRange) -> None:
@@ -84,7 +35,8 @@ def draw_panel(ax: plt.Axes, panel: Panel, series: list[Series], time_range: Tim
         return
     if panel.type == "timeseries":
         for entry in series:
-            times, values = _with_gaps(entry, max(GAP_MS, 3 * panel_interval_ms(panel, time_range)))
+            times_ms, values = with_gaps(entry, max(GAP_MS, 3 * panel_interval_ms(panel, time_range)))
+            times = [datetime.fromtimestamp(time_ms / 1000, tz=timezone.utc) for time_ms in times_ms]
             ax.plot(times, values, linewidth=0.8, label=entry.label,
                     marker="o" if len(entry.values) < 20 else None, markersize=3)
         start_ms = time_range.start_ms
@@ -103,14 +55,14 @@ def draw_panel(ax: plt.Axes, panel: Panel, series: list[Series], time_range: Tim
         locator.intervald[mdates.MINUTELY] = [1, 2, 5, 10, 15, 30]  # a narrow panel over minutes: every 2
         ax.xaxis.set_major_locator(locator)
         ax.tick_params(labelsize=7)
-        ax.set_ylabel(_unit(panel), fontsize=8)
+        ax.set_ylabel(unit_label(panel), fontsize=8)
         if panel.config.get("min") is not None:
             ax.set_ylim(bottom=panel.config["min"])
         if panel.config.get("unit") == "bytes":
-            ax.yaxis.set_major_formatter(FuncFormatter(lambda value, _position: _bytes(value)))
+            ax.yaxis.set_major_formatter(FuncFormatter(lambda value, _position: byte_size(value)))
             ax.set_ylabel("")
         elif panel.config.get("unit") == "short":
-            ax.yaxis.set_major_formatter(FuncFormatter(lambda value, _position: _short(value)))
+            ax.yaxis.set_major_formatter(FuncFormatter(lambda value, _position: short(value)))
         elif panel.config.get("unit") == "percentunit":  # a share of 1, shown as Grafana does: 17.5%
             ax.yaxis.set_major_formatter(PercentFormatter(xmax=1, decimals=0))
         ax.grid(alpha=0.3)
@@ -122,13 +74,13 @@ def draw_panel(ax: plt.Axes, panel: Panel, series: list[Series], time_range: Tim
     elif panel.type == "gauge":
         labels = [entry.label for entry in series]
         values = [entry.values[-1] if entry.values else 0.0 for entry in series]
-        ax.barh(labels, values, color=[_threshold_color(panel, v) for v in values])
+        ax.barh(labels, values, color=[threshold_color(panel, v) for v in values])
         ax.set_xlim(panel.config.get("min", 0), panel.config.get("max", max(values) * 1.1 or 1))
         for step in panel.config.get("thresholds", {}).get("steps", []):
             if step.get("value") is not None:
                 ax.axvline(step["value"], color="grey", linestyle="--", linewidth=0.8)
         for index, value in enumerate(values):
-            ax.text(value, index, f" {value:.1f} {_unit(panel)}", va="center", fontsize=8)
+            ax.text(value, index, f" {value:.1f} {unit_label(panel)}", va="center", fontsize=8)
         ax.tick_params(labelsize=8)
     elif panel.type == "bargauge":
         # As Grafana draws a horizontal bar gauge: one bar per series, top down, its name above it.
@@ -137,10 +89,10 @@ def draw_panel(ax: plt.Axes, panel: Panel, series: list[Series], time_range: Tim
         decimals = panel.config.get("decimals", 1)
         for index, (entry, value) in enumerate(zip(series, values)):
             ax.barh(index, top, height=0.45, color="0.93")
-            ax.barh(index, min(value, top), height=0.45, color=_threshold_color(panel, value))
+            ax.barh(index, min(value, top), height=0.45, color=threshold_color(panel, value))
             ax.text(0, index - 0.3, entry.label, va="bottom", ha="left", fontsize=8)
-            ax.text(top, index - 0.3, f"{value:,.{decimals}f} {_unit(panel)}".strip(), va="bottom", ha="right",
-                    fontsize=9, color=_threshold_color(panel, value))
+            ax.text(top, index - 0.3, f"{value:,.{decimals}f} {unit_label(panel)}".strip(), va="bottom",
+                    ha="right", fontsize=9, color=threshold_color(panel, value))
         ax.set_xlim(panel.config.get("min", 0), top)
         ax.set_ylim(len(values) - 0.5, -0.9)
         ax.set_axis_off()
@@ -153,11 +105,11 @@ def draw_panel(ax: plt.Axes, panel: Panel, series: list[Series], time_range: Tim
     elif panel.type == "stat":
         value = sum(entry.values[-1] for entry in series if entry.values)
         ax.text(0.5, 0.45, f"{value:,.0f}", ha="center", va="center", fontsize=22,
-                color=_threshold_color(panel, value), transform=ax.transAxes)
+                color=threshold_color(panel, value), transform=ax.transAxes)
         ax.set_axis_off()
     elif panel.type == "table":
         entry = series[0]
-        rows = [[_cell(value) for value in row] for row in entry.rows[:8]]
+        rows = [[cell_text(value) for value in row] for row in entry.rows[:8]]
         widths = [0.2 if column in ("time", "stage") else 0.6 for column in entry.columns]
         table = ax.table(cellText=rows, colLabels=entry.columns, loc="upper center", cellLoc="left",
                          colWidths=widths)
@@ -168,47 +120,6 @@ def draw_panel(ax: plt.Axes, panel: Panel, series: list[Series], time_range: Tim
         ax.text(0.5, 0.5, f"panel type {panel.type!r} is not rendered", ha="center", va="center",
                 transform=ax.transAxes)
         ax.set_axis_off()
-
-
-def _short(value: float) -> str:
-    """A count as Grafana's `short` unit shows it: 250k, 1.5M."""
-    for size, suffix in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
-        if abs(value) >= size:
-            return f"{value / size:g}{suffix}"
-    return f"{value:g}"
-
-
-def _bytes(value: float) -> str:
-    """A byte count as Grafana's `bytes` unit shows it (SI prefixes)."""
-    if abs(value) < 1000:
-        return f"{value:,.0f} B"
-    for unit in ("kB", "MB"):
-        value /= 1000
-        if abs(value) < 1000:
-            return f"{value:,.1f} {unit}"
-    return f"{value / 1000:,.1f} GB"
-
-
-def _with_gaps(entry: Series, gap_ms: int) -> tuple[list[datetime], list[float]]:
-    """Points as datetimes, with a break wherever data is missing for longer than `gap_ms`
-    (Grafana's spanNulls): a line across a weekend without data would invent values."""
-    times: list[datetime] = []
-    values: list[float] = []
-    previous = None
-    for time_ms, value in zip(entry.times_ms, entry.values):
-        if previous is not None and time_ms - previous > gap_ms:
-            times.append(datetime.fromtimestamp((previous + 1) / 1000, tz=timezone.utc))
-            values.append(math.nan)
-        times.append(datetime.fromtimestamp(time_ms / 1000, tz=timezone.utc))
-        values.append(value)
-        previous = time_ms
-    return times, values
-
-
-def _cell(value: Any) -> str:
-    if isinstance(value, int) and value > 10**11:  # epoch ms
-        return datetime.fromtimestamp(value / 1000, tz=timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
-    return str(value)[:70]
 
 
 def render_dashboard(client: InfluxDBClient, dashboard: Dashboard, time_range: TimeRange,
@@ -224,14 +135,14 @@ def render_dashboard(client: InfluxDBClient, dashboard: Dashboard, time_range: T
     top = 1 - 0.6 / height
     for panel in dashboard.panels:
         grid = panel.grid
-        panel_range = TimeRange.last(panel.time_from) if panel.time_from else time_range
+        shown = panel_range(panel, time_range)
         # Margins inside each cell for titles, tick labels and legends.
         left = grid["x"] / GRID_COLUMNS + 0.045
         width = grid["w"] / GRID_COLUMNS - 0.07
         bottom = top - (grid["y"] + grid["h"]) * ROW_HEIGHT_IN / height + 0.45 / height
         cell_height = grid["h"] * ROW_HEIGHT_IN / height - 0.85 / height
         ax = figure.add_axes((left, bottom, width, cell_height))
-        draw_panel(ax, panel, run_panel(client, panel, panel_range, variables), panel_range)
+        draw_panel(ax, panel, run_panel(client, panel, shown, variables), shown)
     out_dir.mkdir(parents=True, exist_ok=True)
     target = out_dir / f"{dashboard.uid}.png"
     figure.savefig(target)

@@ -100,7 +100,7 @@ def _problem(field: dataclasses.Field, value: Any) -> str | None:
         return None
     if value != value or value in (float("inf"), float("-inf")):
         return f"{value} is not a finite number"
-    if field.name.endswith("_port") and not 1 <= value <= 65535:
+    if (field.name == "port" or field.name.endswith("_port")) and not 1 <= value <= 65535:
         return f"{value} is not a port (1-65535)"
     minimum = field.metadata.get("minimum", 0)
     if minimum is not None and value < minimum:

@@ -3,6 +3,8 @@
 Debian's mosquitto and influxdb packages (and Java/Maven if missing, and docker-compose to validate
 the Compose file), Apache Kafka's jars and
 Spark's Kafka connector from Maven Central into the git-ignored cache. Fast when all is there.
+Debian's Chromium, for the tests that load a page in a real browser, is installed on demand by
+`install_chromium`, not here.
 """
 from __future__ import annotations
 
@@ -57,6 +59,29 @@ def install_debian_packages() -> None:
     env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
     subprocess.run(["apt-get", "update", "-q"], check=True, env=env, stdout=subprocess.DEVNULL)
     subprocess.run(command, check=True, env=env, stdout=subprocess.DEVNULL)
+
+
+CHROMIUM_BINARIES = ("chromium", "chromium-browser")
+
+
+def install_chromium() -> str:
+    """The path of a headless-capable Chromium, Debian's package installed first where none is. Only the tests
+    that load a page in a real browser need it (`tests/browser_support.py`): it is no part of what `make setup`
+    installs for the stack, and the first such test on a fresh machine installs it."""
+    found = next((path for path in map(shutil.which, CHROMIUM_BINARIES) if path), None)
+    if found:
+        return found
+    command = ["apt-get", "install", "-y", "-q", "--no-install-recommends", "chromium"]
+    if os.geteuid() != 0:
+        raise ProvisionError(f"Chromium is missing; install it once: sudo apt-get update && sudo {' '.join(command)}")
+    print("installing Debian's chromium for the browser tests ...", flush=True)
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    subprocess.run(["apt-get", "update", "-q"], check=True, env=env, stdout=subprocess.DEVNULL)
+    subprocess.run(command, check=True, env=env, stdout=subprocess.DEVNULL)
+    installed = shutil.which("chromium")
+    if installed is None:
+        raise ProvisionError("apt-get installed chromium, yet no chromium command is on the PATH")
+    return installed
 
 
 def _maven_copy(output: Path, stamp_value: str, *maven_args: str) -> None:

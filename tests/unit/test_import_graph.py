@@ -24,6 +24,7 @@ PACKAGES = {
     "spark_joiner": "06_spark_joiner/spark_joiner",
     "db_connector": "07_db_connector/db_connector",
     "grafana_report": "08_influxdb_grafana/grafana_report",
+    "live_dashboards": "08_influxdb_grafana/live_dashboards",
 }
 
 # What each package may import of the project besides itself.
@@ -38,6 +39,8 @@ ALLOWED = {
     "spark_joiner": {"pipeline_core", "local_stream_buffer"},
     "db_connector": {"pipeline_core"},
     "grafana_report": {"pipeline_core"},
+    # The live pages draw the report's panels: its dashboard model, macros and queries, one source for both.
+    "live_dashboards": {"pipeline_core", "grafana_report"},
 }
 
 

@@ -28,7 +28,7 @@ PACKAGES: dict[str, tuple[str, ...]] = {
                                          "05_local_stream_buffer/kafka_joiner"),
     "06_spark_joiner/README.md": ("06_spark_joiner/spark_joiner",),
     "07_db_connector/README.md": ("07_db_connector/db_connector",),
-    "08_influxdb_grafana/README.md": ("08_influxdb_grafana/grafana_report",),
+    "08_influxdb_grafana/README.md": ("08_influxdb_grafana/grafana_report", "08_influxdb_grafana/live_dashboards"),
     "core/README.md": ("core/pipeline_core",),
     "ops/README.md": ("ops/stack", "ops/compose"),
 }

@@ -15,6 +15,7 @@ import pytest
 from db_connector.settings import DbConnectorSettings
 from grafana_report.__main__ import ReportSettings
 from kafka_joiner.settings import KafkaJoinerSettings
+from live_dashboards.settings import LiveDashboardsSettings
 from pipeline_core.influx_retention import RetentionSettings
 from pipeline_core.settings import (ConnectionSettings, InfluxSettings, KafkaSettings, MqttSettings, ProgressSettings,
                                     check_settings, load_settings)
@@ -31,6 +32,7 @@ STAGES = [
     (SparkJoinerSettings, "SPARK_JOINER_", "06_spark_joiner/spark_joiner"),
     (DbConnectorSettings, "DB_CONNECTOR_", "07_db_connector/db_connector"),
     (ReportSettings, "REPORT_", "08_influxdb_grafana/grafana_report"),
+    (LiveDashboardsSettings, "LIVE_DASHBOARDS_", "08_influxdb_grafana/live_dashboards"),
 ]
 SHARED = (MqttSettings, KafkaSettings, InfluxSettings, ProgressSettings, RetentionSettings)
 # Words that make a setting a time value, which must then end in its unit.
