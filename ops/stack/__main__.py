@@ -82,6 +82,9 @@ def main(argv: list[str] | None = None) -> int:
         elif args.command == "logs":
             log_file = manager.log_file_of(required_service(args.service, "logs"))
             if args.follow:
+                # Ctrl-C ends the following even when the shell that started it ignored SIGINT (a command run in
+                # the background of a script inherits that): Python then never turns SIGINT into KeyboardInterrupt.
+                signal.signal(signal.SIGINT, signal.default_int_handler)
                 try:
                     follow(log_file, args.lines, sys.stdout)
                 except KeyboardInterrupt:

@@ -16,7 +16,7 @@ from simulator.placement import REPLAY_GAP_MS as GAP_MS
 from startup_support import PrivateStack
 from support import read_topic
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 EVENTS_FILE_JOINS = 2_748
 EVENTS_FILE_RECORDS = 19_825

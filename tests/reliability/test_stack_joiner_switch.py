@@ -24,7 +24,7 @@ from pipeline_core.topics import MACHINE_DATA, MACHINE_DLQ, MACHINE_OUT
 from startup_support import PrivateStack, healthy_states
 from support import processes_under, read_topic
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 EVENTS_FILE_JOINS = 2_748
 ROW_FIELDS = ("Thing", "Timestamp", "id")
