@@ -65,7 +65,8 @@ def raise_partition_errors(partitions: Iterable[TopicPartition]) -> list[TopicPa
 def retry_transient(call: Callable[[], T], *, what: str, deadline_s: float = DEFAULT_STARTUP_DEADLINE_S,
                     max_pause_s: float = 1.0, while_waiting: Callable[[], object] | None = None) -> T:
     """`call()`, asked again with growing pauses while it raises a transient `KafkaException`;
-    `while_waiting()` runs before each pause (a progress report: the stage's heartbeat stays fresh).
+    `while_waiting()` runs after each transient answer, the last included (a progress report: the stage's
+    heartbeat stays fresh, and says what it waits for).
 
     Any other error is raised at once. Past `deadline_s` a transient one ends the start-up with a
     `KafkaStartupError` naming `what` was being done, the broker's last answer and what to check. It is
@@ -82,6 +83,9 @@ def retry_transient(call: Callable[[], T], *, what: str, deadline_s: float = DEF
             error = exception.args[0]
             if not isinstance(error, KafkaError) or not is_transient(error):
                 raise
+            if while_waiting is not None:
+                # Also when this answer ends the wait: one attempt may block as long as the whole deadline.
+                while_waiting()
             if time.monotonic() + pause > end:
                 raise KafkaStartupError(
                     f"{what}: Kafka still answered {error.name()} ({error.str()}) after {deadline_s:.0f} s. "
@@ -92,8 +96,6 @@ def retry_transient(call: Callable[[], T], *, what: str, deadline_s: float = DEF
                 log.info("%s: Kafka answered %s, asking again for up to %.0f s", what, error.name(),
                          end - time.monotonic())
                 last_logged = error.code()
-        if while_waiting is not None:
-            while_waiting()
         time.sleep(pause)
         pause = next(pauses_s)
 

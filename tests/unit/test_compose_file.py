@@ -5,6 +5,7 @@ crosses hosts, `make up` refusing placeholder secrets. The cluster profile repli
 from __future__ import annotations
 
 import importlib.util
+import os
 import re
 import shutil
 import stat
@@ -47,6 +48,12 @@ def active(topology: str) -> dict[str, dict]:
     """The services Compose starts for a topology: those of no profile and those of its profiles."""
     return {name: service for name, service in SERVICES.items()
             if not service.get("profiles") or set(service["profiles"]) & TOPOLOGIES[topology]}
+
+
+def outside_make() -> dict[str, str]:
+    """This environment without what a calling make (`make test`) passes down: a sub-make would otherwise take
+    its flags and variables."""
+    return {name: value for name, value in os.environ.items() if name not in ("MAKEFLAGS", "MAKELEVEL", "MFLAGS")}
 
 
 def command_words(service: dict) -> str:
@@ -265,7 +272,8 @@ def test_the_spark_joiner_runs_by_default_and_the_standalone_joiner_only_with_it
 ])
 def test_make_up_checks_the_secrets_and_makes_the_certificates_before_compose(arguments: list[str], compose_up: str) -> None:
     """`make up` and `make up JOINER=lsb` each scale the other joiner to zero, so switching stops it."""
-    dry_run = subprocess.run(["make", "-n", "up", "STACK=docker", *arguments], cwd=ROOT, capture_output=True, text=True)
+    dry_run = subprocess.run(["make", "--no-print-directory", "-n", "up", "STACK=docker", *arguments], cwd=ROOT,
+                             capture_output=True, text=True, env=outside_make())
     assert dry_run.returncode == 0, dry_run.stderr
     lines = dry_run.stdout.splitlines()
     steps = [next(i for i, line in enumerate(lines) if marker in line)
@@ -365,8 +373,9 @@ def test_every_container_log_is_bounded() -> None:
 def test_with_docker_every_target_needs_docker_and_make_only(target: str, commands: list[str]) -> None:
     """What each target runs with STACK=docker (`make -n`): Docker's commands, never the host's Python (no
     virtualenv, no `make setup`); `make up` says where Grafana is and where its password is."""
-    dry_run = subprocess.run(["make", "-n", target, "STACK=docker", "SERVICE=kafka", "FOLLOW=1", "RATE=100",
-                              "N=50"], cwd=ROOT, capture_output=True, text=True)
+    dry_run = subprocess.run(["make", "--no-print-directory", "-n", target, "STACK=docker", "SERVICE=kafka",
+                              "FOLLOW=1", "RATE=100", "N=50"], cwd=ROOT, capture_output=True, text=True,
+                             env=outside_make())
     assert dry_run.returncode == 0, dry_run.stderr
     # Output redirections aside (the image's id, which `docker build --quiet` prints, is no news to a user).
     assert [" ".join(line.split()).replace(" >/dev/null", "") for line in dry_run.stdout.splitlines()] == \
