@@ -7,7 +7,7 @@ import pyarrow as pa
 
 from kafka_joiner.partition_join import FrameJoiner, PartitionJoin
 from kafka_joiner.progress import JoinerStats
-from kafka_joiner.repartition import ThingRouter
+from kafka_joiner.repartition import Forwarder, InputFrames, ThingRouter, repartitioned_frame
 from kafka_joiner.transaction import Transaction
 from local_stream_buffer.keyed import KeyedJoiner
 from local_stream_buffer.specs import SpecResolver, load_join_specs
@@ -74,6 +74,32 @@ def consumed(records: list) -> list[KafkaRecord]:
 def routed(key: bytes | None) -> bool:
     """Whether the joiners read a record under `key` (the admission rule's step 1)."""
     return ThingRouter(RESOLVER, PARTITIONS).partition(key) is not None
+
+
+def standalone_joiner_where_it_lies(messages: list[KafkaRecord]) -> ProducedRecords:
+    """What the standalone joiner writes joining input partitioned by thing where it lies."""
+    producer = ProducedRecords()
+    joiner, joins, _ = frame_joiner(producer, InputFrames(ThingRouter(RESOLVER, PARTITIONS), JoinerStats()).frame)
+    handled = 0
+    while handled < len(messages):
+        handled += joiner.join(messages[handled:], joins)
+    return producer
+
+
+def standalone_joiner_repartitioned(messages: list[KafkaRecord]) -> ProducedRecords:
+    """What the standalone joiner writes forwarding its input to the repartition topic first, then joining the
+    frames read back."""
+    forwarder = Forwarder(INPUT_TOPIC, ThingRouter(RESOLVER, PARTITIONS), JoinerStats())
+    assert forwarder.forward(messages) == []
+    frames: list[KafkaRecord] = []
+    forwarder.flush(lambda partition, frame: frames.append(
+        KafkaRecord("by-thing", partition, len(frames), None, frame)))
+    producer = ProducedRecords()
+    joiner, joins, _ = frame_joiner(producer, repartitioned_frame)
+    handled = 0
+    while handled < len(frames):
+        handled += joiner.join(frames[handled:], joins)
+    return producer
 
 
 def spark_joiner_records(messages: list[KafkaRecord], buckets: int = 3) -> tuple[list[bytes], list[bytes]]:

@@ -10,10 +10,8 @@ import json
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from joiner_doubles import (DLQ_TOPIC, OUTPUT_TOPIC, PARTITIONS, RESOLVER, KafkaRecord, ProducedRecords, consumed,
-                            frame_joiner, spark_joiner_records)
-from kafka_joiner.progress import JoinerStats
-from kafka_joiner.repartition import Forwarder, InputFrames, ThingRouter, repartitioned_frame
+from joiner_doubles import (DLQ_TOPIC, OUTPUT_TOPIC, PARTITIONS, RESOLVER, consumed, spark_joiner_records,
+                            standalone_joiner_repartitioned, standalone_joiner_where_it_lies)
 from pipeline_core.admission import skips
 from pipeline_core.partitioning import thing_partition
 from pipeline_core.records import encode_record, record_key
@@ -21,8 +19,9 @@ from test_strange_input import HEADERS, KEYS, VALUES
 
 EXAMPLES = settings(max_examples=80, deadline=None, derandomize=True,
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
-THINGS = ["R0815", "M1", "Säge 4"]
-QUANTITIES = ["actSpeed_C11", "vaTorque_C11", "actSpeed_C12", "vaTorque_C12", "temperature"]
+# Weighted towards one thing's one axis, so that most examples hold pairs, not only lone records.
+THINGS = ["R0815", "R0815", "M1", "Säge 4"]
+QUANTITIES = ["actSpeed_C11", "vaTorque_C11"] * 3 + ["actSpeed_C12", "vaTorque_C12", "temperature"]
 BASE_MS = 1_554_096_460_000
 
 
@@ -59,31 +58,8 @@ def as_set(letters: list[bytes]) -> list[dict]:
     return sorted(envelopes, key=lambda envelope: json.dumps(envelope, sort_keys=True))
 
 
-def standalone_joiner_where_it_lies(messages: list[KafkaRecord]) -> ProducedRecords:
-    producer = ProducedRecords()
-    joiner, joins, _ = frame_joiner(producer, InputFrames(ThingRouter(RESOLVER, PARTITIONS), JoinerStats()).frame)
-    handled = 0
-    while handled < len(messages):
-        handled += joiner.join(messages[handled:], joins)
-    return producer
-
-
-def standalone_joiner_repartitioned(messages: list[KafkaRecord]) -> ProducedRecords:
-    forwarder = Forwarder("machine.data", ThingRouter(RESOLVER, PARTITIONS), JoinerStats())
-    assert forwarder.forward(messages) == []
-    frames: list[KafkaRecord] = []
-    forwarder.flush(lambda partition, frame: frames.append(
-        KafkaRecord("by-thing", partition, len(frames), None, frame)))
-    producer = ProducedRecords()
-    joiner, joins, _ = frame_joiner(producer, repartitioned_frame)
-    handled = 0
-    while handled < len(frames):
-        handled += joiner.join(frames[handled:], joins)
-    return producer
-
-
 @EXAMPLES
-@given(st.lists(kafka_records(), min_size=1, max_size=60))
+@given(st.lists(kafka_records(), min_size=4, max_size=60))
 def test_both_joiners_write_the_same_records_and_dead_letters(records: list) -> None:
     messages = consumed(records)
     spark_outputs, spark_letters = spark_joiner_records(messages)
@@ -98,7 +74,7 @@ def test_the_examples_reach_every_step_of_the_rule() -> None:
 
     @settings(max_examples=80, deadline=None, derandomize=True, database=None,
               suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
-    @given(st.lists(kafka_records(), min_size=1, max_size=60))
+    @given(st.lists(kafka_records(), min_size=4, max_size=60))
     def collect(records: list) -> None:
         outputs, letters = spark_joiner_records(consumed(records))
         seen.update({"joined"} if outputs else set())

@@ -30,7 +30,7 @@ from kafka_joiner.changelog import StateRecord
 from kafka_joiner.partition_join import PartitionJoin
 from kafka_joiner.progress import JoinerStats
 from kafka_joiner.repartition import (FRAME_MAX_BYTES, Forwarder, FramedRecord, InputFrames, ThingRouter, decode_frame,
-                                      encode_frame, frame_records, repartitioned_frame)
+                                      encode_frame, frame_records)
 from db_connector.connector import Batch
 from db_connector.influx_sink import InfluxSink
 from db_connector.points import PowerLevels, body, deadletter_point, record_line
@@ -41,7 +41,8 @@ from pipeline_core.partitioning import thing_partition
 from pipeline_core.records import InvalidRecord, dead_letter, decode_record, record_key
 from pipeline_core.settings import load_settings
 from joiner_doubles import (DLQ_TOPIC, INPUT_TOPIC, OUTPUT_TOPIC, PARTITIONS, RESOLVER, STATE_TOPIC, KafkaRecord,
-                            ProducedRecords, consumed, frame_joiner, routed, spark_joiner_letters)
+                            ProducedRecords, consumed, frame_joiner, routed, spark_joiner_letters,
+                            standalone_joiner_repartitioned)
 from poison_corpus import SPEED_KEY, poison_records
 from pipeline_core.timestamps import EARLIEST_MS, LATEST_MS
 from stream_connector.rows import kafka_messages, split_row
@@ -346,18 +347,8 @@ def lies_where_it_joins(message: KafkaRecord) -> bool:
 def test_any_input_record_passes_the_repartition_topic_or_is_dead_lettered(records: list) -> None:
     """Input partitioned by key: records are framed for their thing's partition, the frames read back from the
     repartition topic and joined. Whatever the key and value, what is no valid record is dead-lettered once."""
-    stats = JoinerStats()
-    forwarder = Forwarder(INPUT_TOPIC, ThingRouter(RESOLVER, PARTITIONS), stats)
     messages = consumed(records)
-    assert forwarder.forward(messages) == []
-    frames: list[KafkaRecord] = []
-    forwarder.flush(lambda partition, frame: frames.append(
-        KafkaRecord("by-thing", partition, len(frames), None, frame)))
-    producer = ProducedRecords()
-    joiner, joins, _ = frame_joiner(producer, repartitioned_frame)
-    handled = 0
-    while handled < len(frames):
-        handled += joiner.join(frames[handled:], joins)
+    producer = standalone_joiner_repartitioned(messages)
     bad = {}
     for message in messages:
         if not routed(message.key()):
