@@ -142,13 +142,18 @@ def add_arguments(parser: argparse.ArgumentParser, cls: type,
                                     type=_converter(annotation), action=_DeprecatedFlag, help=argparse.SUPPRESS)
 
 
-def from_namespace(cls: type[T], namespace: argparse.Namespace) -> T:
+def from_namespace(cls: type[T], namespace: argparse.Namespace,
+                   parser: argparse.ArgumentParser | None = None) -> T:
     """Build the settings dataclass from parsed arguments, ignoring unrelated ones; a value out of its range
-    ends the process with every such problem named (`check_settings`)."""
+    ends the process with every such problem named (`check_settings`): through `parser`'s usage error when
+    given."""
     settings = cls(**{f.name: getattr(namespace, f.name) for f in dataclasses.fields(cls)})
     problems = check_settings(settings)
     if problems:
-        raise SystemExit("invalid settings:\n  " + "\n  ".join(problems))
+        message = "invalid settings:\n  " + "\n  ".join(problems)
+        if parser is not None:
+            parser.error(message)
+        raise SystemExit(message)
     return settings
 
 
@@ -158,11 +163,7 @@ def load_settings(cls: type[T], argv: Sequence[str] | None = None, *, prog: str 
     parser = argparse.ArgumentParser(prog=prog, description=description or cls.__doc__,
                                      formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     add_arguments(parser, cls, environ)
-    namespace = parser.parse_args(argv)
-    problems = check_settings(cls(**{f.name: getattr(namespace, f.name) for f in dataclasses.fields(cls)}))
-    if problems:
-        parser.error("invalid settings:\n  " + "\n  ".join(problems))
-    return from_namespace(cls, namespace)
+    return from_namespace(cls, parser.parse_args(argv), parser)
 
 
 def _kafka_default() -> str:

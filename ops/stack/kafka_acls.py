@@ -120,9 +120,13 @@ def kafka_users() -> list[str]:
 
 def acl_bindings(user: str, environ: Mapping[str, str] | None = None) -> list[AclBinding]:
     """The ALLOW bindings of `user`'s grants (`kafka_grants(environ)`), from any host."""
+    return _bindings(user, kafka_grants(environ))
+
+
+def _bindings(user: str, grants: Mapping[str, tuple[Grant, ...]]) -> list[AclBinding]:
     return [AclBinding(grant.resource, grant.name, grant.pattern, f"User:{user}", "*", operation,
                        AclPermissionType.ALLOW)
-            for grant in kafka_grants(environ).get(user, ()) for operation in grant.operations]
+            for grant in grants.get(user, ()) for operation in grant.operations]
 
 
 def ensure_kafka_principals(admin: AdminClient, values: Mapping[str, str]) -> None:
@@ -137,7 +141,8 @@ def ensure_kafka_principals(admin: AdminClient, values: Mapping[str, str]) -> No
         for user in users if user != "admin"]  # admin's was set at storage format; rotation sets it on purpose
     for user, future in admin.alter_user_scram_credentials(upsertions, request_timeout=REQUEST_TIMEOUT_S).items():
         future.result()
-    wanted = [binding for user in users for binding in acl_bindings(user)]
+    grants = kafka_grants()
+    wanted = [binding for user in users for binding in _bindings(user, grants)]
     wanted_set = set(wanted)
     stale = [binding for binding in existing_bindings(admin, users) if binding not in wanted_set]
     if stale:
