@@ -10,7 +10,7 @@ from __future__ import annotations
 import functools
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TypeVar
 
@@ -79,29 +79,40 @@ class Batch:
     def is_empty(self) -> bool:
         return not self.next_offsets
 
-    def add(self, message: Message, source: Source, sink: Sink) -> None:
-        """`message`'s item, or its dead letter when the sink cannot convert it. A record of machine.dlq the sink
-        cannot convert is logged and left: dead-lettering a dead letter could loop."""
+    def add(self, messages: Sequence[Message], sources: Mapping[str, Source], sink: Sink) -> None:
+        """Each of `messages` (none an error) as its item, or its dead letter when the sink cannot convert it; `sources`
+        tells each topic's records apart. A record of machine.dlq the sink cannot convert is logged and left:
+        dead-lettering a dead letter could loop.
+
+        One call per consumed chunk, its names bound once: this loop is the connector's per-record cost."""
+        if messages and self.is_empty():
+            self.started = time.monotonic()
+        convert, next_offsets = sink.convert, self.next_offsets
+        append_item, append_source = self.items.append, self.sources.append
+        for message in messages:
+            topic, partition, offset = message.topic(), message.partition(), message.offset()
+            next_offsets[(topic, partition)] = offset + 1
+            source = sources[topic]
+            try:
+                item = convert(_consumed(Consumed, (source, message.value(), message.timestamp()[1], partition,
+                                                    offset)))
+            except InvalidRecord as error:
+                self._refuse(message, source, str(error), sink)
+                continue
+            except Exception as error:  # noqa: BLE001 - a defect this record shows: dead-letter it, never stop on it
+                log.exception("could not convert %s[%d]@%d; dead-lettering it", topic, partition, offset)
+                self._refuse(message, source, f"the DB connector could not convert the record: {error!r}"[:1000], sink)
+                continue
+            append_item(item)
+            append_source(message)
+
+    def _refuse(self, message: Message, source: Source, reason: str, sink: Sink) -> None:
         topic, partition, offset = message.topic(), message.partition(), message.offset()
-        self.next_offsets[(topic, partition)] = offset + 1
-        payload = message.value()
-        try:
-            item = sink.convert(_consumed(Consumed, (source, payload, message.timestamp()[1], partition, offset)))
-        except InvalidRecord as error:
-            if source is Source.DEAD_LETTER:
-                log.error("%s cannot store dead letter %s[%d]@%d: %s", sink.name, topic, partition, offset, error)
-                return
-            self.dead_letters.append(dead_letter(str(error), payload, STAGE, topic=topic, partition=partition,
-                                                 offset=offset))
+        if source is Source.DEAD_LETTER:
+            log.error("%s cannot store dead letter %s[%d]@%d: %s", sink.name, topic, partition, offset, reason)
             return
-        except Exception as error:  # noqa: BLE001 - a defect this record shows: dead-letter it, never stop on it
-            log.exception("could not convert %s[%d]@%d; dead-lettering it", topic, partition, offset)
-            if source is not Source.DEAD_LETTER:
-                self.dead_letters.append(dead_letter(f"the DB connector could not convert the record: {error!r}"[:1000],
-                                                     payload, STAGE, topic=topic, partition=partition, offset=offset))
-            return
-        self.items.append(item)
-        self.sources.append(message)
+        self.dead_letters.append(dead_letter(reason, message.value(), STAGE, topic=topic, partition=partition,
+                                             offset=offset))
 
 
 class DbConnector:
@@ -186,21 +197,16 @@ class DbConnector:
                 timeout = max(0.0, self._batch.started + self.settings.flush_interval_s - time.monotonic())
             wanted = max(1, min(_CONSUME_CHUNK, self.settings.batch_size - len(self._batch)))
             messages = self._consumer.consume(wanted, min(timeout, 0.5))
-        self._watch.consumed([message for message in messages if message.error() is None])
-        for message in messages:
-            self._add(message)
-
-    def _add(self, message: Message) -> None:
-        error = message.error()
-        if error is not None:
-            if error.code() != KafkaError._PARTITION_EOF and not self._watch.consumer_error(error, message.topic()):
-                log.warning("consumer error: %s", error)
-            return
-        batch = self._batch
-        if batch.is_empty():
-            batch.started = time.monotonic()
-        self.counters.records_in += 1
-        batch.add(message, self._sources[message.topic()], self._sink)
+        records = [message for message in messages if message.error() is None]
+        self._watch.consumed(records)
+        if len(records) < len(messages):
+            for message in messages:
+                error = message.error()
+                if error is not None and error.code() != KafkaError._PARTITION_EOF and not self._watch.consumer_error(
+                        error, message.topic()):
+                    log.warning("consumer error: %s", error)
+        self.counters.records_in += len(records)
+        self._batch.add(records, self._sources, self._sink)
 
     # -- writing and committing -------------------------------------------------------------------
 

@@ -3,6 +3,7 @@ request per retention policy (`writer.InfluxWriter`)."""
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from operator import itemgetter
 
 from pipeline_core.influx import influx_client
 from pipeline_core.influx_retention import JOINED_POLICY, RAW_POLICY
@@ -16,6 +17,7 @@ from .writer import InfluxWriter
 Point = tuple[str, str]
 # Module globals: an enum member looked up on its class per record cost as much as a tenth of the conversion.
 _DATA, _JOINED = Source.DATA, Source.JOINED
+_line_of, _policy_of = itemgetter(0), itemgetter(1)
 
 
 class InfluxSink(Sink[Point]):
@@ -52,6 +54,9 @@ class InfluxSink(Sink[Point]):
 
     def write(self, items: Sequence[Point]) -> list[Refused]:
         """One request per retention policy (split further only where InfluxDB refuses points)."""
+        policies = set(map(_policy_of, items))
+        if len(policies) == 1:  # the common batch, taken apart without a Python loop per item
+            return self._writer.write(list(map(_line_of, items)), policies.pop())
         indices_by_policy: dict[str, list[int]] = {}
         for index, (_line, policy) in enumerate(items):
             indices_by_policy.setdefault(policy, []).append(index)

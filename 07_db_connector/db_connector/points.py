@@ -113,9 +113,12 @@ def _joined_series(measurement: str, case: str, level: str, quantity: str, thing
 
 
 def data_point(measurement: str, record: MachineRecord) -> str:
-    """The line of one validated machine.data record."""
+    """The line of one machine.data record `decode_record` accepted: its result is a finite number and its time
+    inside the valid range, so neither is checked again (this runs once per record)."""
+    time_ms = record["phenomenonTime"]
+    time_ns = time_ms * NS_PER_MS if type(time_ms) is int else epoch_ms_to_ns(time_ms)
     return (f"{_data_series(measurement, record['quantity'], record['thing'])} "
-            f"result={float_field(record['result'])} {epoch_ms_to_ns(record['phenomenonTime'])}")
+            f"result={float(record['result'])!r} {time_ns}")
 
 
 def _input_time(record: dict[str, Any], side: str) -> float | int:
@@ -175,17 +178,9 @@ def record_line(payload: bytes | None, measurement: str, levels: PowerLevels | N
     levels), or `InvalidRecord` with the reason it has none."""
     if payload is None:
         raise InvalidRecord("record without a value (a tombstone)")
-    record = decode_record(_as_text(payload))
+    # The bytes as they came: orjson checks UTF-8 itself, faster than a decode to text first.
+    record = decode_record(payload)
     return data_point(measurement, record) if levels is None else joined_point(measurement, record, levels)
-
-
-def _as_text(payload: bytes) -> str | bytes:
-    """UTF-8 text when it is, so json.loads skips guessing the encoding of every record (a tenth of the
-    time per record); anything else is passed on unchanged for decode_record to reject with its reason."""
-    try:
-        return payload.decode("utf-8")
-    except UnicodeDecodeError:
-        return payload
 
 
 def body(lines: Sequence[str]) -> bytes:

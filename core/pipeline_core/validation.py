@@ -89,6 +89,11 @@ def is_finite_number(value: Any) -> bool:
     """True for int/float values that are finite as a float (bool is not a number here)."""
     if type(value) is float:
         return math.isfinite(value)
+    if type(value) is int:  # epoch milliseconds mostly: the second common case, before the slower checks
+        try:
+            return math.isfinite(value)
+        except OverflowError:  # beyond the float range
+            return False
     if not isinstance(value, (int, float)) or isinstance(value, bool):
         return False
     try:

@@ -1,6 +1,7 @@
 """The DB connector's line protocol: floats always, safe escaping, and one point per distinct record."""
 from __future__ import annotations
 
+import json
 import math
 
 import pytest
@@ -8,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from db_connector.points import (NS_PER_MS, PowerLevels, data_point, deadletter_point, epoch_ms_to_ns,
-                                 joined_point)
+                                 joined_point, record_line)
 from local_stream_buffer.keyed import KeyedJoiner
 from pipeline_core.records import InvalidRecord
 
@@ -25,6 +26,11 @@ def joined(left_ms: float, right_ms: float, result: float = 50.0, case: str = "l
             "result": result, "case": case,
             "left": {"quantity": "actSpeed_C11", "phenomenonTime": left_ms, "result": 1.0},
             "right": {"quantity": "vaTorque_C11", "phenomenonTime": right_ms, "result": 2.0}}
+
+
+def data_line(record: dict) -> str:
+    """The line of `record` as the connector makes it from a machine.data payload (decoded and checked first)."""
+    return record_line(json.dumps(record).encode(), "m")
 
 
 def series_and_time(line: str) -> tuple[str, int]:
@@ -45,7 +51,7 @@ def test_float_results_round_trip(value: float) -> None:
 @pytest.mark.parametrize("value", ["12", None, True, math.nan, math.inf, [1.0]])
 def test_non_numeric_results_are_refused(value: object) -> None:
     with pytest.raises(InvalidRecord, match="result"):
-        data_point("m", raw(value))
+        data_line(raw(value))
 
 
 def test_tag_values_are_escaped() -> None:
@@ -56,12 +62,12 @@ def test_tag_values_are_escaped() -> None:
 @pytest.mark.parametrize("thing", ["R08\n15", "R0815\\"])
 def test_tag_values_line_protocol_cannot_carry_are_refused(thing: str) -> None:
     with pytest.raises(InvalidRecord):
-        data_point("m", raw(thing=thing))
+        data_line(raw(thing=thing))
 
 
 def test_times_outside_influxdbs_range_are_refused() -> None:
     with pytest.raises(InvalidRecord, match="time range"):
-        data_point("m", raw(time_ms=1e20))
+        data_line(raw(time_ms=1e20))
 
 
 def test_fractional_milliseconds_are_exact() -> None:

@@ -433,8 +433,7 @@ def test_any_record_of_any_topic_becomes_a_point_or_a_dead_letter_of_the_db_conn
     batch = Batch()
     messages = [KafkaRecord(topic, 0, offset, key, value, headers)
                 for offset, (topic, key, value, headers) in enumerate(records)]
-    for message in messages:
-        batch.add(message, sources[message.topic()], sink)
+    batch.add(messages, sources, sink)
     lines = [line for line, _policy in batch.items]
     for topic, levels in ((INPUT_TOPIC, None), (OUTPUT_TOPIC, LEVELS)):
         bad = {(0, m.offset()): m.value() for m in messages if m.topic() == topic and not makes_a_line(m.value(), levels)}
