@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import logging
 import os
+import shlex
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -107,12 +109,17 @@ def job_options(shuffle_partitions: int) -> dict[str, str]:
     }
 
 
-def deployment_defaults(app_name: str, executor_java_options: str) -> dict[str, str]:
+# An executor's temporary files (RocksDB's and LZ4's unpacked native libraries) in its working dir, which every
+# cluster manager gives it and removes with the application's (a killed executor leaves them in /tmp otherwise).
+EXECUTOR_TEMP_DIR = "-Djava.io.tmpdir=."
+
+
+def deployment_defaults(app_name: str, java_options: str) -> dict[str, str]:
     """Where and how the job runs, as this project runs it: under spark-submit only where spark-submit (its flags,
     `--conf`, spark-defaults.conf) left them unset."""
     return {
         "spark.app.name": app_name,
-        "spark.executor.extraJavaOptions": executor_java_options,
+        "spark.executor.extraJavaOptions": f"{java_options} {EXECUTOR_TEMP_DIR}",
         "spark.ui.enabled": "false",
         "spark.ui.showConsoleProgress": "false",
     }
@@ -143,7 +150,10 @@ def spark_session(master: str = "local[*]", app_name: str = "spark-joiner", shuf
             "spark.driver.memory": driver_memory,
             "spark.driver.host": os.environ["SPARK_LOCAL_IP"],
             "spark.driver.bindAddress": os.environ["SPARK_LOCAL_IP"],
-            "spark.driver.extraJavaOptions": java_options(quick_jit),
+            # The driver's temporary files (and in local mode its executor's) where this process keeps its own:
+            # the stack gives each program a TMPDIR under its state dir.
+            "spark.driver.extraJavaOptions": f"{java_options(quick_jit)} "
+                                             f"{shlex.quote(f'-Djava.io.tmpdir={tempfile.gettempdir()}')}",
             # Python workers without Spark's zip archives on their path (see worker_daemon).
             "spark.python.daemon.module": "spark_joiner.worker_daemon",
             **deployment_defaults(app_name, java_options(quick_jit)),

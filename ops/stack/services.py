@@ -69,6 +69,13 @@ class Service(ABC):
     def log_file(self) -> Path:
         return self.state_dir / f"{self.name}.log"
 
+    @property
+    def temp_dir(self) -> Path:
+        """The process's temporary files (its TMPDIR, a JVM's java.io.tmpdir): under the state dir, so that what a
+        killed process leaves (a JVM's unpacked native libraries, Spark's block manager dirs) goes with `make
+        clean` instead of piling up in /tmp."""
+        return self.state_dir / "tmp"
+
     @abstractmethod
     def ports(self) -> dict[str, int]:
         """Ports the service listens on, by role; checked free before start."""
@@ -171,6 +178,7 @@ class Kafka(Service):
 
     def prepare(self) -> None:
         data_dir = self.state_dir / "data"
+        self.temp_dir.mkdir(parents=True, exist_ok=True)  # the format command's JVM uses it too
         values = credentials.read_credentials()
         # Owner-only: with security on it holds the admin's passwords.
         security.write_private(self.config_file, self.server_properties(values))
@@ -201,7 +209,7 @@ class Kafka(Service):
         heap = os.environ.get("KAFKA_HEAP_OPTS", self.default_heap).split()
         return [*heap, "-XX:+UseG1GC", "-Djava.awt.headless=true",
                 f"-Dlog4j2.configurationFile={paths.KAFKA_DIR / 'log4j2.properties'}",
-                f"-Dkafka.logs.dir={self.state_dir}"]
+                f"-Dkafka.logs.dir={self.state_dir}", f"-Djava.io.tmpdir={self.temp_dir}"]
 
     def command(self) -> list[str]:
         return [*self._java(), *self._jvm_flags(), "kafka.Kafka", str(self.config_file)]

@@ -128,7 +128,9 @@ class SparkDaemon(Service):
         write_defaults(self.conf_dir, self.defaults(), f"Rendered by `python -m stack up` for the {self.name}.")
 
     def environment(self) -> dict[str, str]:
-        return {**spark_environment(), "SPARK_CONF_DIR": str(self.conf_dir)}
+        # The daemon's own temporary files, and a worker's scratch space for its executors, under the state dir.
+        return {**spark_environment(), "SPARK_CONF_DIR": str(self.conf_dir),
+                "SPARK_DAEMON_JAVA_OPTS": f"-Djava.io.tmpdir={self.temp_dir}", "SPARK_LOCAL_DIRS": str(self.temp_dir)}
 
 
 class SparkMaster(SparkDaemon):

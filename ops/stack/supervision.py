@@ -120,6 +120,7 @@ def render_config(services: Iterable[Service]) -> Path:
     ]
     for service in services:
         service.log_file.parent.mkdir(parents=True, exist_ok=True)
+        service.temp_dir.mkdir(parents=True, exist_ok=True)
         sections.append(
             f"[program:{service.name}]\n"
             f"command={_value(shlex.join(service.command()))}\n"
@@ -135,7 +136,7 @@ def render_config(services: Iterable[Service]) -> Path:
             "redirect_stderr=true\n"
             f"stdout_logfile={_value(service.log_file)}\n"
             f"stdout_logfile_maxbytes={max_bytes}\nstdout_logfile_backups={backups}"
-            + _environment_line(service.environment()))
+            + _environment_line({**service.environment(), "TMPDIR": str(service.temp_dir)}))
     text = "\n\n".join(sections) + "\n"
     if not config_file().exists() or config_file().read_text() != text:
         config_file().write_text(text)

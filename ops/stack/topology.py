@@ -95,6 +95,8 @@ class SparkSubmittedJoiner(PipelineProcess):
                 "--name", "spark-joiner", "--jars", str(self.package_dir / "jars" / "*.jar"),
                 "--py-files", str(self.package_dir / "spark-joiner.zip"),
                 "--conf", f"spark.pyspark.python={sys.executable}",
+                # The driver JVM's temporary files in the state dir, as every program's (Service.temp_dir).
+                "--driver-java-options", f"-Djava.io.tmpdir={self.temp_dir}",
                 str(self.package_dir / "spark_joiner_job.py"),
                 "--progress-file", str(self.progress_file), "--checkpoint-dir", str(self.state_dir / "checkpoint")]
 
