@@ -1,11 +1,15 @@
 """A private certificate authority and the servers' TLS certificates, made with the `openssl` command.
 
-Generated once under the stack's state dir (`tls/`), private keys readable by their owner only. For real
-certificates, put your CA's PEM file and each server's PEM key + chain at the same paths before `make up`
-(docs/security.md): existing files are used as they are."""
+Generated under the stack's state dir (`tls/`), private keys readable by their owner only. A server certificate is
+valid for its server's names and for the names and addresses other hosts reach the servers by
+(`TLS_EXTRA_HOSTNAMES`, comma-separated, as in the Compose stack); one the stack made is made again at `up` when a
+name it should hold is missing (the names it holds are kept beside it, `<name>.hosts`). For real certificates, put
+your CA's PEM file and each server's PEM key + chain at the same paths before `make up` (docs/security.md):
+existing files the stack did not make are used as they are."""
 from __future__ import annotations
 
 import ipaddress
+import logging
 import os
 import subprocess
 import tempfile
@@ -14,6 +18,8 @@ from pathlib import Path
 
 from pipeline_core import paths
 from .processes import StackError
+
+log = logging.getLogger(__name__)
 
 CA_DAYS = 3650
 SERVER_DAYS = 825  # the longest validity clients accept for a server certificate
@@ -51,13 +57,28 @@ def ensure_ca(directory: Path | None = None) -> Path:
     return certificate
 
 
+def extra_hostnames() -> list[str]:
+    """TLS_EXTRA_HOSTNAMES: the names and addresses by which other hosts reach the servers."""
+    return [host.strip() for host in os.environ.get("TLS_EXTRA_HOSTNAMES", "").split(",") if host.strip()]
+
+
 def ensure_server_certificate(name: str, hosts: list[str], directory: Path | None = None) -> ServerCertificate:
-    """`name`'s key and certificate, signed by the CA, valid for `hosts` (names or IP addresses)."""
+    """`name`'s key and certificate, signed by the CA, valid for `hosts` (names or IP addresses) and
+    `extra_hostnames()`."""
     directory = directory or tls_dir()
     files = ServerCertificate(directory / f"{name}-keystore.pem", directory / f"{name}.pem",
                               directory / f"{name}-key.pem")
+    hosts = list(dict.fromkeys([*hosts, *extra_hostnames()]))
+    made_for = directory / f"{name}.hosts"
     if files.keystore.exists():
-        return files
+        if not made_for.exists():  # a certificate given to the stack: used as it is, a missing name said
+            missing = [host for host in hosts if host not in certificate_names(files.certificate)]
+            if missing:
+                log.warning("%s is not valid for %s: clients reaching %s by these names will refuse it",
+                            files.certificate, ", ".join(missing), name)
+            return files
+        if set(hosts) <= set(made_for.read_text().split()):
+            return files
     ca = ensure_ca(directory)
     names = ",".join(f"IP:{host}" if _is_ip(host) else f"DNS:{host}" for host in hosts)
     with tempfile.TemporaryDirectory(dir=directory) as scratch:
@@ -72,7 +93,18 @@ def ensure_server_certificate(name: str, hosts: list[str], directory: Path | Non
     descriptor = os.open(files.keystore, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(descriptor, "w") as keystore:
         keystore.write(files.key.read_text() + files.certificate.read_text())
+    made_for.write_text("\n".join(hosts) + "\n")
     return files
+
+
+def certificate_names(certificate: Path) -> list[str]:
+    """The DNS names and IP addresses a certificate is valid for (its subjectAltName); none when it cannot be read."""
+    done = subprocess.run(["openssl", "x509", "-noout", "-ext", "subjectAltName", "-in", str(certificate)],
+                          capture_output=True, text=True, timeout=30)
+    if done.returncode != 0:
+        return []
+    entries = [entry.strip() for line in done.stdout.splitlines()[1:] for entry in line.split(",")]
+    return [entry.split(":", 1)[1] for entry in entries if entry.startswith(("DNS:", "IP Address:"))]
 
 
 def _private_dir(directory: Path) -> None:
