@@ -6,7 +6,15 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 INSTALLED := $(VENV)/.installed
-STACK ?= $(shell docker info >/dev/null 2>&1 && echo docker || echo native)
+# Compose v2 (`docker compose`, or a docker-compose binary of version 2): the Compose file uses its profiles and
+# `up --wait`. Version 1 (Debian bookworm's docker-compose) cannot run it, so a host with only that runs natively.
+COMPOSE_V2_FOUND = $(shell docker compose version >/dev/null 2>&1 && echo "docker compose" \
+	|| { docker-compose version --short 2>/dev/null | grep -q '^v\?2' && echo docker-compose; })
+STACK ?= $(shell docker info >/dev/null 2>&1 && [ -n "$(COMPOSE_V2_FOUND)" ] && echo docker || echo native)
+# Expanded only by the targets that run Compose (STACK=docker); COMPOSE="docker compose" on the command line skips
+# the search.
+COMPOSE = $(or $(COMPOSE_V2_FOUND),$(error STACK=docker needs Docker Compose v2 (`docker compose version` fails \
+	here, and docker-compose is not version 2): install Docker's compose plugin, or run natively with STACK=native))
 # JOINER=spark (the default) or lsb, the standalone joiner. Natively `up` without JOINER keeps the joiner the state
 # dir runs, and with the other one stops it and hands its input position over (ops/README.md). Compose runs the Spark joiner unless told
 # otherwise and the standalone one with the profile lsb: `up` enables the profile and scales the joiner not
@@ -20,15 +28,15 @@ COMPOSE_UNUSED_JOINER = $(if $(filter lsb,$(JOINER)),spark-joiner,lsb-joiner)
 # cluster with the Spark joiner submitted to it, two DB connectors). The cluster runs the Spark joiner only.
 COMPOSE_UP = $(if $(filter cluster,$(TOPOLOGY)),\
 	$(if $(filter lsb,$(JOINER)),$(error JOINER=lsb: the Compose cluster runs the Spark joiner only),\
-	docker compose --profile cluster up -d --build --wait),\
-	docker compose --profile single --profile lsb up -d --build --wait --scale $(COMPOSE_UNUSED_JOINER)=0)
+	$(COMPOSE) --profile cluster up -d --build --wait),\
+	$(COMPOSE) --profile single --profile lsb up -d --build --wait --scale $(COMPOSE_UNUSED_JOINER)=0)
 # down and clean stop every profile's services, whichever topology runs (clean: the simulator's replay log too).
-COMPOSE_ALL = docker compose --profile single --profile lsb --profile cluster --profile tools
+COMPOSE_ALL = $(COMPOSE) --profile single --profile lsb --profile cluster --profile tools
 # With Docker the host needs Docker and make only: the pipeline's image runs every tool. Before Compose can read
 # its file (.env must exist), the image makes .env and the certificates in the checkout, as the host's user;
 # afterwards the tools are services of the profile tools, run once (`make data`, `make report`).
 DOCKER_TOOLS = docker run --rm --user "$$(id -u):$$(id -g)" -v "$(CURDIR):/repo" -w /repo machine-data-pipeline
-COMPOSE_TOOLS = docker compose --profile tools run --rm
+COMPOSE_TOOLS = $(COMPOSE) --profile tools run --rm
 # What a target needs first: natively the virtualenv and the servers' packages (`make setup`); with Docker nothing.
 SETUP = $(if $(filter docker,$(STACK)),,setup)
 # SECURITY=on: the native stack with authentication and least privilege (docs/security.md); it stays secure

@@ -50,6 +50,11 @@ def active(topology: str) -> dict[str, dict]:
             if not service.get("profiles") or set(service["profiles"]) & TOPOLOGIES[topology]}
 
 
+# Compose v2 as the Makefile runs it where Docker's plugin is installed (this host may have none: the commands are
+# only printed).
+COMPOSE_V2 = "COMPOSE=docker compose"
+
+
 def outside_make() -> dict[str, str]:
     """This environment without what a calling make (`make test`) passes down: a sub-make would otherwise take
     its flags and variables."""
@@ -272,7 +277,7 @@ def test_the_spark_joiner_runs_by_default_and_the_standalone_joiner_only_with_it
 ])
 def test_make_up_checks_the_secrets_and_makes_the_certificates_before_compose(arguments: list[str], compose_up: str) -> None:
     """`make up` and `make up JOINER=lsb` each scale the other joiner to zero, so switching stops it."""
-    dry_run = subprocess.run(["make", "--no-print-directory", "-n", "up", "STACK=docker", *arguments], cwd=ROOT,
+    dry_run = subprocess.run(["make", "--no-print-directory", "-n", "up", "STACK=docker", COMPOSE_V2, *arguments], cwd=ROOT,
                              capture_output=True, text=True, env=outside_make())
     assert dry_run.returncode == 0, dry_run.stderr
     lines = dry_run.stdout.splitlines()
@@ -373,7 +378,7 @@ def test_every_container_log_is_bounded() -> None:
 def test_with_docker_every_target_needs_docker_and_make_only(target: str, commands: list[str]) -> None:
     """What each target runs with STACK=docker (`make -n`): Docker's commands, never the host's Python (no
     virtualenv, no `make setup`); `make up` says where Grafana is and where its password is."""
-    dry_run = subprocess.run(["make", "--no-print-directory", "-n", target, "STACK=docker", "SERVICE=kafka",
+    dry_run = subprocess.run(["make", "--no-print-directory", "-n", target, "STACK=docker", COMPOSE_V2, "SERVICE=kafka",
                               "FOLLOW=1", "RATE=100", "N=50"], cwd=ROOT, capture_output=True, text=True,
                              env=outside_make())
     assert dry_run.returncode == 0, dry_run.stderr
@@ -381,6 +386,19 @@ def test_with_docker_every_target_needs_docker_and_make_only(target: str, comman
     assert [" ".join(line.split()).replace(" >/dev/null", "") for line in dry_run.stdout.splitlines()] == \
         [command.format(root=ROOT) for command in commands]
     assert ".venv" not in dry_run.stdout and "python3" not in dry_run.stdout
+
+
+def test_without_compose_v2_a_docker_target_stops_and_says_what_to_install() -> None:
+    """Compose v1 cannot run the file (profiles with `up --wait`): STACK=docker then stops before running anything,
+    and the automatic choice takes the native stack."""
+    dry_run = subprocess.run(["make", "--no-print-directory", "-n", "status", "STACK=docker", "COMPOSE_V2_FOUND="],
+                             cwd=ROOT, capture_output=True, text=True, env=outside_make())
+    assert dry_run.returncode != 0 and not dry_run.stdout
+    assert "needs Docker Compose v2" in dry_run.stderr and "STACK=native" in dry_run.stderr
+    chosen = subprocess.run(["make", "--no-print-directory", "-n", "status", "COMPOSE_V2_FOUND="], cwd=ROOT,
+                            capture_output=True, text=True,
+                            env={name: value for name, value in outside_make().items() if name != "STACK"})
+    assert "stack status" in chosen.stdout and "docker" not in chosen.stdout
 
 
 def test_the_tools_reach_the_servers_as_their_least_privileged_users() -> None:
