@@ -164,10 +164,12 @@ class KafkaJoiner:
                 else:
                     self._abort_after_failure()
         finally:
-            self._consumer.close()
-            if self._restorer is not None:
-                self._restorer.close()
-        self._progress.close()
+            try:
+                self._progress.close()  # its last report measures the lag with the consumer: before that closes
+            finally:
+                self._consumer.close()
+                if self._restorer is not None:
+                    self._restorer.close()
         log.info("stopped")
 
     def _abort_after_failure(self) -> None:
