@@ -17,7 +17,7 @@ from pipeline_core.logs import configure_logging
 from pipeline_core.settings import ConnectionSettings, load_settings
 from pipeline_core.stage_health import StageHealth, format_age
 from pipeline_core.topics import configured_topics, ensure_topics
-from . import disk, joiners, kafka_cluster, losses, manager, security, supervision, topology
+from . import configuration, disk, joiners, kafka_cluster, losses, manager, security, supervision, topology
 from .kafka_acls import ensure_kafka_principals, kafka_users
 from .processes import StackError, follow, tail
 
@@ -60,6 +60,11 @@ def main(argv: list[str] | None = None) -> int:
         signal.signal(signal.SIGPIPE, signal.SIG_DFL)
 
     try:
+        if args.command in ("status", "logs", "restart", "down", "clean"):
+            ignored = configuration.take_noted()
+            if ignored:
+                print(f"{args.command}: the running stack's settings, not this shell's: " + "; ".join(ignored),
+                      file=sys.stderr)
         if topology.is_cluster():  # every tool run from here bootstraps from all three nodes
             os.environ["KAFKA_BOOTSTRAP_SERVERS"] = kafka_cluster.bootstrap_servers()
         if args.command == "up":

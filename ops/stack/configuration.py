@@ -14,7 +14,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, MutableMapping
 from pathlib import Path
 
 from pipeline_core import paths
@@ -64,6 +64,25 @@ def noted() -> dict[str, str] | None:
         return json.loads(_record().read_text())
     except (FileNotFoundError, ValueError):
         return None
+
+
+def take_noted(environ: MutableMapping[str, str] | None = None) -> list[str]:
+    """Acting on the running stack (`status`, `logs`, `restart`, `down`, `clean`): its settings in `environ`
+    (default: this process's) in place of the shell's, so that a shell without them (a cluster's
+    `KAFKA_NODE<n>_HOST`, a port) still probes what runs; secrets, noted as digests only, are left as they are.
+    Returns what the shell set otherwise, one phrase per setting: `NAME='running' (this shell: 'other')`."""
+    environ = os.environ if environ is None else environ
+    before = noted()
+    if before is None:
+        return []
+    shell = {name: value for name, value in current(environ).items() if not _secret(name)}
+    running = {name: value for name, value in before.items() if not _secret(name)}
+    for name in shell.keys() - running.keys():
+        del environ[name]
+    environ.update(running)
+    return [f"{name}={repr(running[name]) if name in running else 'unset'} (this shell: "
+            f"{repr(shell[name]) if name in shell else 'unset'})"
+            for name in sorted(running.keys() | shell.keys()) if running.get(name) != shell.get(name)]
 
 
 def differences(before: Mapping[str, str], now: Mapping[str, str]) -> list[str]:
