@@ -70,7 +70,8 @@ def take_noted(environ: MutableMapping[str, str] | None = None) -> list[str]:
     """Acting on the running stack (`status`, `logs`, `restart`, `down`, `clean`): its settings in `environ`
     (default: this process's) in place of the shell's, so that a shell without them (a cluster's
     `KAFKA_NODE<n>_HOST`, a port) still probes what runs; secrets, noted as digests only, are left as they are.
-    Returns what the shell set otherwise, one phrase per setting: `NAME='running' (this shell: 'other')`."""
+    Returns the settings the shell sets otherwise, one phrase each: `NAME='running' (this shell: 'other')`; one the
+    shell leaves unset is taken without a word (the cluster's `up` sets KAFKA_BOOTSTRAP_SERVERS itself)."""
     environ = os.environ if environ is None else environ
     before = noted()
     if before is None:
@@ -82,7 +83,7 @@ def take_noted(environ: MutableMapping[str, str] | None = None) -> list[str]:
     environ.update(running)
     return [f"{name}={repr(running[name]) if name in running else 'unset'} (this shell: "
             f"{repr(shell[name]) if name in shell else 'unset'})"
-            for name in sorted(running.keys() | shell.keys()) if running.get(name) != shell.get(name)]
+            for name in sorted(shell) if running.get(name) != shell[name]]
 
 
 def differences(before: Mapping[str, str], now: Mapping[str, str]) -> list[str]:

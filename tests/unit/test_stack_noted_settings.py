@@ -21,8 +21,7 @@ def test_the_running_stacks_settings_replace_the_shells_and_the_differences_are_
 
     assert shell == {"KAFKA_NODE1_HOST": "kafka-1.plant.example", "MQTT_PORT": "18830",
                      "INFLUXDB_ADMIN_PASSWORD": "other", "HOME": "/root"}  # a secret is never replaced by its digest
-    assert ignored == ["KAFKA_NODE1_HOST='kafka-1.plant.example' (this shell: unset)",
-                       "MQTT_PORT='18830' (this shell: '1883')", "SPARK_WORKER_CORES=unset (this shell: '4')"]
+    assert ignored == ["MQTT_PORT='18830' (this shell: '1883')", "SPARK_WORKER_CORES=unset (this shell: '4')"]
 
 
 def test_without_a_running_stack_the_shell_decides(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
