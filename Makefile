@@ -8,9 +8,12 @@ PY := $(VENV)/bin/python
 INSTALLED := $(VENV)/.installed
 # Compose v2 (`docker compose`, or a docker-compose binary of version 2): the Compose file uses its profiles and
 # `up --wait`. Version 1 (Debian bookworm's docker-compose) cannot run it, so a host with only that runs natively.
-COMPOSE_V2_FOUND = $(shell docker compose version >/dev/null 2>&1 && echo "docker compose" \
-	|| { docker-compose version --short 2>/dev/null | grep -q '^v\?2' && echo docker-compose; })
-STACK ?= $(shell docker info >/dev/null 2>&1 && [ -n "$(COMPOSE_V2_FOUND)" ] && echo docker || echo native)
+# Both searches run at most once per make (the first use keeps the answer), and Compose's only where Docker answers.
+COMPOSE_V2_FOUND = $(eval COMPOSE_V2_FOUND := $(shell docker compose version >/dev/null 2>&1 && echo "docker compose" \
+	|| { docker-compose version --short 2>/dev/null | grep -q '^v\?2' && echo docker-compose; }))$(COMPOSE_V2_FOUND)
+ifeq ($(origin STACK),undefined)
+STACK := $(if $(shell docker info >/dev/null 2>&1 && echo answers),$(if $(COMPOSE_V2_FOUND),docker,native),native)
+endif
 # Expanded only by the targets that run Compose (STACK=docker); COMPOSE="docker compose" on the command line skips
 # the search.
 COMPOSE = $(or $(COMPOSE_V2_FOUND),$(error STACK=docker needs Docker Compose v2 (`docker compose version` fails \
