@@ -10,6 +10,7 @@ from kafka_joiner.progress import JoinerStats
 from kafka_joiner.repartition import Forwarder, InputFrames, ThingRouter, repartitioned_frame
 from kafka_joiner.transaction import Transaction
 from local_stream_buffer.keyed import KeyedJoiner
+from local_stream_buffer.keyed_batch import StateDict
 from local_stream_buffer.specs import SpecResolver, load_join_specs
 from spark_joiner.parse import RecordRouter, unpack
 from spark_joiner.processor import DLQ, join_bucket, unpack_emitted
@@ -113,7 +114,7 @@ def spark_joiner_records(messages: list[KafkaRecord], buckets: int = 3) -> tuple
     letters: list[bytes] = []
     for packed in RecordRouter(None, buckets)(iter([batch])):
         for blob in packed.column("rows").to_pylist():
-            emitted = join_bucket(RESOLVER, unpack([blob]), {}, INPUT_TOPIC, MAX_PENDING_PER_SIDE)
+            emitted = join_bucket(RESOLVER, unpack([blob]), StateDict(), INPUT_TOPIC, MAX_PENDING_PER_SIDE)
             if emitted:
                 rows = unpack_emitted(emitted.frame()["records"])
                 for kind, value in zip(rows.column("kind").to_pylist(), rows.column("value").to_pylist()):

@@ -17,6 +17,7 @@ import pytest
 from conftest import EVENTS_FILE
 from kafka_joiner_support import as_multiset, offline_join, rows_as_records
 from local_stream_buffer.batch import join_batch
+from local_stream_buffer.keyed_batch import StateDict
 from local_stream_buffer.order import order_verdicts
 from local_stream_buffer.specs import SpecResolver
 from spark_joiner.parse import pack, unpack
@@ -30,7 +31,7 @@ def run_batches(records, raw=(), batches=3, seed=0):
     rows = routed_rows(records, raw=list(raw))
     rng = random.Random(seed)
     bounds = sorted(rng.sample(range(1, rows.num_rows), batches - 1))
-    states: dict = {}
+    states = StateDict()
     outputs, dead_letters = [], []
     for start, end in zip([0, *bounds], [*bounds, rows.num_rows]):
         shuffled = list(range(start, end))

@@ -11,7 +11,7 @@ import pytest
 from kafka_joiner_support import as_multiset, rows_as_records
 from conftest import EVENTS_FILE
 from local_stream_buffer.keyed import KeyedJoiner
-from local_stream_buffer.keyed_batch import KeyedRows, join_keyed_batch
+from local_stream_buffer.keyed_batch import KeyedRows, StateDict, join_keyed_batch
 from local_stream_buffer.output import output_records
 from local_stream_buffer.status import IngestStatus
 from local_stream_buffer.specs import SpecResolver
@@ -33,7 +33,7 @@ def join_in_batches(records: list[dict], batches: int, seed: int) -> tuple[list[
     keys, rows = routed(records, resolver)
     rng = random.Random(seed)
     bounds = sorted(rng.sample(range(1, len(rows)), batches - 1))
-    states: dict = {}
+    states = StateDict()
     outputs, rejected = [], []
     for start, end in zip([0, *bounds], [*bounds, len(rows)]):
         batch = rows[start:end]
@@ -70,5 +70,5 @@ def test_shuffled_batches_of_the_file_order_give_the_keyed_joiner_result(seed) -
 
 def test_no_rows_no_pairs() -> None:
     empty = np.empty(0, dtype=np.int64)
-    joined = join_keyed_batch({}, KeyedRows([], empty, empty, empty, empty, empty.astype(float), empty.astype(float)))
+    joined = join_keyed_batch(StateDict(), KeyedRows([], empty, empty, empty, empty, empty.astype(float), empty.astype(float)))
     assert joined.count == 0 and not len(joined.rejected) and joined.reasons == []

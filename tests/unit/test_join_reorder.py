@@ -23,7 +23,7 @@ from kafka_joiner_support import as_multiset
 from local_stream_buffer import LEFT, RIGHT, IngestStatus, JoinCase, TwoStreamJoin
 from local_stream_buffer.batch import BatchJoinState
 from local_stream_buffer.keyed import KeyedJoiner
-from local_stream_buffer.keyed_batch import KeyedRows, join_keyed_batch, state_key
+from local_stream_buffer.keyed_batch import KeyedRows, StateDict, join_keyed_batch, state_key
 from local_stream_buffer.output import output_records
 from local_stream_buffer.reference import reference_pairs
 from local_stream_buffer.reorder import ReorderedJoin, is_reordered, load_key_state
@@ -130,7 +130,7 @@ def keyed_batch_outputs(arrivals: list[tuple[int, int]], bound: int, delta: int 
     per_record_outputs: list[dict] = []
     resolver = SpecResolver([spec(bound, delta)])
     keys = [(THING, resolver.routes(QUANTITIES[LEFT])[0].binding)]
-    states: dict = {}
+    states = StateDict()
     outputs, rejected = [], []
     for start, end in zip([0, *cuts], [*cuts, len(arrivals)]):
         numbers = list(range(start, end))
@@ -312,7 +312,7 @@ def test_state_written_without_a_bound_goes_on_with_one() -> None:
                          np.zeros(n, dtype=np.int64), np.arange(first, first + n, dtype=np.int64),
                          np.array([float(t) for _, t in arrivals]), np.ones(n))
 
-    states: dict = {}
+    states = StateDict()
     join_keyed_batch(states, rows(keys_plain, [(LEFT, 10), (RIGHT, 11)], 0))
     stored = states[state_key(THING, binding)]
     assert not is_reordered(stored) and BatchJoinState.from_bytes(stored).last_time == [10.0, 11.0]
