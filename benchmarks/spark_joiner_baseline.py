@@ -32,7 +32,7 @@ from pipeline_core.records import InvalidRecord, dead_letter, decode_record, enc
 from spark_joiner.encode import STAGE, EncodedOutputs
 from spark_joiner.job import CHECKPOINT_FILE_MANAGER, FILE_SYSTEM_CHECKPOINTS, QUERY_NAME, is_local_path, kafka_source
 from spark_joiner.parse import PACKED_SCHEMA, RecordRouter, routed_rows, unpack
-from spark_joiner.processor import OUTPUT_SCHEMA, BucketJoinProcessor, join_bucket
+from spark_joiner.processor import OUTPUT_SCHEMA, BucketJoinProcessor, ChunkedStates, join_bucket
 from spark_joiner.settings import SparkJoinerSettings
 from spark_joiner.sink import TransactionalBatchSink
 
@@ -130,12 +130,10 @@ class PerRecordProcessor(BucketJoinProcessor):
 
     def handleInputRows(self, key: Any, rows: Iterator[pd.DataFrame], timerValues: Any) -> Iterator[pd.DataFrame]:
         data = unpack(blob for frame in rows for blob in frame["rows"])
-        has_data = data.column("reason").null_count > 0
-        states = self._load_states() if has_data else {}
+        states = ChunkedStates(self.chunks)
         emitted = join_bucket(self.resolver, data, states, self.input_topic, self.max_pending_per_side,
                               encode=encode_per_record)
-        if has_data:
-            self._store_states(states, emitted)
+        self._store_states(states, emitted)
         if emitted:
             yield emitted.frame()
 

@@ -19,6 +19,7 @@ from pipeline_core.settings import load_settings
 from pipeline_core.topics import partition_count
 
 from .checkpoint import prepare_checkpoint
+from .processor import STATE_LAYOUT
 from .job import has_started, start_query
 from .progress import LABELS, LATEST_OFFSETS_TIMEOUT_S, QueryProgress, SparkJoinerCounters
 from .session import spark_session, under_spark_submit
@@ -35,7 +36,7 @@ def main(argv: Sequence[str] | None = None, prog: str = "python -m spark_joiner"
                              environ=credentials.environ_for("spark-joiner"))
     stop = process_stop_signal()
     exit_on_thread_failure()
-    prepare_checkpoint(settings.checkpoint_dir, settings.buckets, settings.shuffle_partitions)
+    prepare_checkpoint(settings.checkpoint_dir, settings.buckets, settings.shuffle_partitions, STATE_LAYOUT)
     # Before the JVM starts: a missing topic, or a broker that does not come up, ends the start with a clear
     # message instead of a query that waits on its own.
     security = security_config(settings)

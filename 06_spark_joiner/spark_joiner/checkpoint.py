@@ -1,10 +1,11 @@
-"""The checkpoint's layout: the bucket and state partition counts its join state was made with.
+"""The checkpoint's layout: the bucket and state partition counts its join state was made with, and how the
+processor lays its state out.
 
-A checkpoint's state is partitioned by both: resumed with other counts, Spark would keep the old state
-partitions (it takes ``spark.sql.shuffle.partitions`` from the checkpoint) and the keys would meet their
-state in other buckets. The counts are recorded beside the state; a start with other counts sets the
-checkpoint aside and begins a new one, which rebuilds the state from the input and writes only what the
-old one had not committed (see `sink`).
+A checkpoint's state is partitioned by both counts: resumed with other counts, Spark would keep the old
+state partitions (it takes ``spark.sql.shuffle.partitions`` from the checkpoint) and the keys would meet
+their state in other buckets; and state of another layout cannot be read. The layout is recorded beside the
+state; a start with another sets the checkpoint aside and begins a new one, which rebuilds the state from
+the input and writes only what the old one had not committed (see `sink`).
 """
 from __future__ import annotations
 
@@ -21,25 +22,25 @@ LAYOUT_FILE = "joiner-layout.json"
 _URI = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*:/")
 
 
-def prepare_checkpoint(directory: Path, buckets: int, shuffle_partitions: int) -> Path | None:
-    """Make ``directory`` ready for a query with these counts; returns where a checkpoint made with other
-    counts was moved to (None when there was none)."""
+def prepare_checkpoint(directory: Path, buckets: int, shuffle_partitions: int, state_layout: str) -> Path | None:
+    """Make ``directory`` ready for a query with these counts and state layout; returns where a checkpoint made
+    with another layout was moved to (None when there was none)."""
     if _URI.match(str(directory)):
         # The layout file and the move aside are local file operations, done before Spark starts.
         raise SystemExit(f"--checkpoint-dir {directory}: the checkpoint must be a filesystem path; for storage every "
                          "driver restart reaches, mount it there (a Kubernetes PersistentVolumeClaim, NFS, a "
                          "FUSE/CSI mount of S3 or HDFS): a URI such as hdfs:// or s3a:// is not supported")
-    layout = {"buckets": buckets, "shuffle_partitions": shuffle_partitions}
+    layout = {"buckets": buckets, "shuffle_partitions": shuffle_partitions, "state": state_layout}
     recorded = directory / LAYOUT_FILE
     moved = None
-    if has_checkpoint(directory) and recorded.is_file():
-        previous = json.loads(recorded.read_text())
+    if has_checkpoint(directory):
+        # None: a checkpoint from before layouts were recorded, whose state has another layout too.
+        previous = json.loads(recorded.read_text()) if recorded.is_file() else None
         if previous != layout:
             moved = directory.with_name(f"{directory.name}.replaced-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}")
             directory.rename(moved)
             log.warning("the checkpoint was made with %s, this start asks for %s: it is moved to %s (delete it at will) "
                         "and a new one rebuilds the join state from the input", previous, layout, moved)
-    # A checkpoint from before layouts were recorded keeps its counts: they were fixed, so they are these.
     directory.mkdir(parents=True, exist_ok=True)
     recorded.write_text(json.dumps(layout))
     return moved

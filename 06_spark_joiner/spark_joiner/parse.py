@@ -16,6 +16,7 @@ per-record cost, and the processor unpacks the columns straight into numpy (:fun
 """
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
@@ -61,6 +62,21 @@ def resolver_for(join_specs: Path | None) -> SpecResolver:
     return SpecResolver(load_join_specs(join_specs))
 
 
+# Spark hands every task a new router, and a Python worker runs many tasks: what the router looks up per
+# distinct spec file, key and thing is kept per worker, so a plant's 100,000 machines are judged once, not
+# once per batch.
+@functools.lru_cache(maxsize=8)
+def worker_resolver(join_specs: Path | None) -> SpecResolver:
+    """The spec file's resolver, one per Python worker."""
+    return resolver_for(join_specs)
+
+
+@functools.lru_cache(maxsize=1 << 18)  # 100,000 machines of two quantities fit
+def worker_skips(join_specs: Path | None, key: bytes | None) -> bool:
+    """The admission rule's step 1 for a record key under the spec file (`pipeline_core.admission.skips`)."""
+    return skips(key, worker_resolver(join_specs).joinable_thing)
+
+
 def pack(routed: pa.RecordBatch) -> pa.RecordBatch:
     """Routed rows -> one (bucket, Arrow IPC bytes) row per bucket present."""
     buckets = routed.column("bucket").to_numpy()
@@ -92,7 +108,6 @@ class RecordRouter:
         self.join_specs = join_specs
         self.buckets = buckets
         self.reject_bucket = buckets  # one extra bucket, never holding join state
-        self._resolver: SpecResolver | None = None
 
     def __getstate__(self) -> dict:
         return {"join_specs": self.join_specs, "buckets": self.buckets}
@@ -107,16 +122,14 @@ class RecordRouter:
 
     @property
     def resolver(self) -> SpecResolver:
-        if self._resolver is None:
-            self._resolver = resolver_for(self.join_specs)
-        return self._resolver
+        return worker_resolver(self.join_specs)
 
     def _read(self, batch: pa.RecordBatch) -> pa.RecordBatch:
         """The rows of `batch` a join needs to read: those whose key the admission rule skips go (step 1), judged
         once per distinct key."""
         keys = batch.column("key").dictionary_encode()
-        joinable_thing = self.resolver.joinable_thing
-        skipped = np.array([skips(key, joinable_thing) for key in keys.dictionary.to_pylist()] + [False], dtype=bool)
+        skipped = np.array([worker_skips(self.join_specs, key) for key in keys.dictionary.to_pylist()] + [False],
+                           dtype=bool)
         codes = keys.indices.fill_null(len(keys.dictionary)).to_numpy(zero_copy_only=False)
         read = ~skipped[codes]
         return batch if read.all() else batch.filter(pa.array(read))

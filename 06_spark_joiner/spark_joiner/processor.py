@@ -1,10 +1,10 @@
 """The join inside Spark's keyed state: one group per bucket, the engine's keyed batch join within it.
 
 Spark calls the processor once per bucket that has input in a micro-batch (``transformWithStateInPandas``
-keyed by bucket). The bucket's state is a map from join key to that key's engine state as bytes (and when
-it last had a record): a micro-batch reads and writes only the keys it has rows for. Grouping many machines
-into one bucket is what keeps 10,000 machines fast: Spark's per-group cost is paid per bucket, not per
-machine. A bucket holds at most ``max_join_keys`` keys; beyond, the least recently used are evicted and what
+keyed by bucket). The bucket's state holds each join key's engine state as bytes (and when it last had a
+record), in chunks of keys by thing: a micro-batch reads and writes only the chunks it has rows for.
+Grouping many machines into one bucket, and many keys into one chunk, is what keeps 100,000 machines fast:
+Spark's per-group cost is paid per bucket, and its per-call state cost per chunk, not per machine. A bucket holds at most ``max_join_keys`` keys; beyond, the least recently used are evicted and what
 they held is dead-lettered (``local_stream_buffer.eviction``, the standalone joiner's rule).
 
 The join itself is the engine's (``local_stream_buffer.keyed_batch``): it puts each stream back into Kafka
@@ -22,9 +22,11 @@ those the committed ones lacked.
 """
 from __future__ import annotations
 
+import functools
 import logging
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping, MutableMapping, Sequence
+import zlib
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -33,11 +35,11 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql.streaming import StatefulProcessor, StatefulProcessorHandle
-from pyspark.sql.types import BinaryType, LongType, StringType, StructField, StructType
+from pyspark.sql.types import BinaryType, IntegerType, LongType, StructField, StructType
 
 from local_stream_buffer.eviction import (DEFAULT_MAX_JOIN_KEYS, eviction_reason, evicted_payload, evicted_records,
                                           keys_to_evict)
-from local_stream_buffer.keyed_batch import JoinKey, KeyedPairs, KeyedRows, StateKey, join_keyed_batch
+from local_stream_buffer.keyed_batch import JoinKey, KeyedPairs, KeyedRows, KeyStates, StateKey, join_keyed_batch
 from local_stream_buffer.reorder import load_key_state
 from local_stream_buffer.two_stream_join import LEFT, RIGHT
 from local_stream_buffer.specs import SpecResolver
@@ -62,11 +64,21 @@ EMITTED_ARROW_SCHEMA = pa.schema([
     pa.field("key", pa.string()),
     pa.field("value", pa.binary(), nullable=False),
 ])
-# The bucket's state: per join key (its StateKey) the engine state and the processing time (ms) of its last
-# rows; and how many keys the bucket holds, so the bound is checked without reading them all.
-JOIN_KEY_SCHEMA = StructType([StructField("thing", StringType(), False), StructField("spec", StringType(), False),
-                              StructField("axis", StringType(), False)])
-JOIN_STATE_SCHEMA = StructType([StructField("state", BinaryType(), False), StructField("used_ms", LongType(), False)])
+# The bucket's state: its join keys in chunks (by thing), each chunk one map entry holding per key the engine
+# state and the processing time (ms) of its last rows; and how many keys the bucket holds, so the bound is
+# checked without reading them all. A micro-batch costs one state read and write per chunk it touches, not
+# per key: with many machines, per-key state calls were most of the job's cost.
+STATE_CHUNKS_PER_BUCKET = 64
+STATE_LAYOUT = f"join keys in {STATE_CHUNKS_PER_BUCKET} chunks per bucket"  # recorded with the checkpoint
+CHUNK_KEY_SCHEMA = StructType([StructField("chunk", IntegerType(), False)])
+CHUNK_SCHEMA = StructType([StructField("keys", BinaryType(), False)])  # CHUNK_ARROW_SCHEMA's IPC bytes
+CHUNK_ARROW_SCHEMA = pa.schema([
+    pa.field("thing", pa.string(), nullable=False),
+    pa.field("spec", pa.string(), nullable=False),
+    pa.field("axis", pa.string(), nullable=False),
+    pa.field("state", pa.binary(), nullable=False),
+    pa.field("used_ms", pa.int64(), nullable=False),
+])
 KEY_COUNT_SCHEMA = StructType([StructField("keys", LongType(), False)])
 
 
@@ -84,94 +96,144 @@ class BucketJoinProcessor(StatefulProcessor):
         self.max_join_keys = max_join_keys
 
     def init(self, handle: StatefulProcessorHandle) -> None:
-        self.joins = handle.getMapState("join_keys", JOIN_KEY_SCHEMA, JOIN_STATE_SCHEMA)
+        self.chunks = handle.getMapState("join_chunks", CHUNK_KEY_SCHEMA, CHUNK_SCHEMA)
         self.key_count = handle.getValueState("key_count", KEY_COUNT_SCHEMA)
         self.resolver: SpecResolver = resolver_for(self.join_specs)
 
     def handleInputRows(self, key: Any, rows: Iterator[pd.DataFrame], timerValues: Any) -> Iterator[pd.DataFrame]:
         data = unpack(blob for frame in rows for blob in frame["rows"])
-        has_data = data.column("reason").null_count > 0
-        states = self._load_states() if has_data else {}
+        states = ChunkedStates(self.chunks)  # reads nothing until the join asks
         committed = committed_rows(data, self.committed)
         if committed is not None:
             # Their outputs are in Kafka: joined only to rebuild the state, before the rows that follow them.
             join_bucket(self.resolver, data.filter(committed), states, self.input_topic, self.max_pending_per_side)
             data = data.filter(np.logical_not(committed))
         emitted = join_bucket(self.resolver, data, states, self.input_topic, self.max_pending_per_side)
-        if has_data:
-            self._store_states(states, emitted)
+        self._store_states(states, emitted)
         if emitted:
             yield emitted.frame()
 
     def close(self) -> None:
         pass
 
-    def _load_states(self) -> StoredStates:
-        return StoredStates(self.joins)
-
-    def _store_states(self, states: StoredStates, emitted: Emitted) -> None:
+    def _store_states(self, states: ChunkedStates, emitted: Emitted) -> None:
         """Write the keys the batch joined; evict the least recently used beyond the bound (their held records
         become dead letters in ``emitted``)."""
-        used_ms = int(time.time() * 1000)
-        for stored in states.written:
-            self.joins.updateValue(stored, (states[stored], used_ms))
+        states.store(int(time.time() * 1000))
         if not states.created:
             return
         counted = self.key_count.get()
         count = (counted[0] if counted is not None else 0) + states.created
         if self.max_join_keys is not None and count > self.max_join_keys:
-            held = {tuple(stored): (state, used) for stored, (state, used) in self.joins.iterator()}
+            chunks = decode_chunks({int(chunk[0]): blob[0] for chunk, blob in self.chunks.iterator()})
+            held = {stored: (chunk, used) for chunk, entries in chunks.items()
+                    for stored, (_, used) in entries.items()}
             evicted = keys_to_evict(((stored, used) for stored, (_, used) in held.items()), len(held),
                                     self.max_join_keys)
+            changed: dict[int, Entries] = {}
             for stored in evicted:
-                letters = evicted_dead_letters(self.resolver, stored, held[stored][0], self.input_topic,
+                chunk = held.pop(stored)[0]
+                entries = changed[chunk] = chunks[chunk]
+                letters = evicted_dead_letters(self.resolver, stored, entries.pop(stored)[0], self.input_topic,
                                                self.max_join_keys)
                 emitted.dead_letters.extend(letters)
-                self.joins.removeKey(stored)
-            count = len(held) - len(evicted)
+            kept = encode_chunks(changed)
+            for chunk in changed:
+                if chunk in kept:
+                    self.chunks.updateValue((chunk,), (kept[chunk],))
+                else:
+                    self.chunks.removeKey((chunk,))
+            count = len(held)
         self.key_count.update((count,))
 
 
-class StoredStates(MutableMapping):
-    """The engine states of a bucket's join keys, read from the map state as the join asks for them (one
-    call per key it has rows for), and what it wrote."""
+class ChunkedStates:
+    """A bucket's key states (:class:`KeyStates`) in its map state, a chunk of keys per entry: the chunks a
+    join call needs are read with one state call each and decoded together; :meth:`store` writes back the
+    chunks whose keys it changed."""
 
-    def __init__(self, joins: Any) -> None:
-        self._joins = joins
-        self._read: dict[StateKey, bytes | None] = {}
-        self.written: dict[StateKey, bytes] = {}
+    def __init__(self, chunks: Any) -> None:
+        self._chunks = chunks
+        self._entries: dict[int, Entries] = {}  # per chunk read: its keys' states and last use
+        self._chunk_of: dict[StateKey, int] = {}
+        self._written: dict[StateKey, bytes] = {}
         self.created = 0  # keys written that the map state did not hold
 
-    def _stored(self, stored: StateKey) -> bytes | None:
-        if stored in self.written:
-            return self.written[stored]
-        if stored not in self._read:
-            value = self._joins.getValue(stored)
-            self._read[stored] = value[0] if value is not None else None
-        return self._read[stored]
+    def read_many(self, keys: Sequence[StateKey]) -> list[bytes | None]:
+        chunks = [chunk_of(stored) for stored in keys]
+        self._chunk_of.update(zip(keys, chunks))
+        blobs = {}
+        for chunk in set(chunks).difference(self._entries):
+            value = self._chunks.getValue((chunk,))
+            blobs[chunk] = value[0] if value is not None else None
+        self._entries.update(decode_chunks(blobs))
+        written, entries = self._written, self._entries
+        return [written[stored] if stored in written else entry[0]
+                if (entry := entries[chunk].get(stored)) is not None else None
+                for stored, chunk in zip(keys, chunks)]
 
-    def __contains__(self, stored: object) -> bool:
-        return self._stored(stored) is not None
+    def write_many(self, states: Mapping[StateKey, bytes]) -> None:
+        """Keep the states of keys :meth:`read_many` read."""
+        for stored in states:
+            if stored not in self._written and stored not in self._entries[self._chunk_of[stored]]:
+                self.created += 1
+        self._written.update(states)
 
-    def __getitem__(self, stored: StateKey) -> bytes:
-        value = self._stored(stored)
-        if value is None:
-            raise KeyError(stored)
-        return value
+    def store(self, used_ms: int) -> None:
+        """Write the chunks of the keys written, each of those keys marked used at ``used_ms``."""
+        changed: dict[int, Entries] = {}
+        for stored, state in self._written.items():
+            chunk = self._chunk_of[stored]
+            entries = changed[chunk] = self._entries[chunk]
+            entries[stored] = (state, used_ms)
+        for chunk, blob in encode_chunks(changed).items():
+            self._chunks.updateValue((chunk,), (blob,))
+        self._written.clear()
 
-    def __setitem__(self, stored: StateKey, value: bytes) -> None:
-        if stored not in self.written and self._stored(stored) is None:
-            self.created += 1
-        self.written[stored] = value
 
-    def __delitem__(self, stored: StateKey) -> None:
-        raise NotImplementedError("the join never deletes a key's state; eviction removes it from the map state")
+Entries = dict[StateKey, tuple[bytes, int]]  # a chunk's keys: engine state and processing time (ms) of last use
 
-    def __iter__(self) -> Iterator[StateKey]:
-        return iter(self.written)
 
-    def __len__(self) -> int:
-        return len(self.written)
+@functools.lru_cache(maxsize=1 << 17)  # 100,000 machines fit
+def chunk_of(stored: StateKey) -> int:
+    """The state chunk of a join key within its bucket: by its thing, so a machine's keys share one."""
+    return zlib.crc32(stored[0].encode("utf-8", "surrogatepass")) % STATE_CHUNKS_PER_BUCKET
+
+
+def encode_chunks(chunks: Mapping[int, Entries]) -> dict[int, bytes]:
+    """Each non-empty chunk's keys, engine states and last use as one Arrow IPC record batch (built together)."""
+    stored = [key for entries in chunks.values() for key in entries]
+    if not stored:
+        return {}
+    things, specs, axes = zip(*stored)
+    states, used = zip(*(entry for entries in chunks.values() for entry in entries.values()))
+    columns = [pa.array(things, pa.string()), pa.array(specs, pa.string()), pa.array(axes, pa.string()),
+               pa.array(states, pa.binary()), pa.array(used, pa.int64())]
+    batch = pa.RecordBatch.from_arrays(columns, schema=CHUNK_ARROW_SCHEMA)
+    encoded, start = {}, 0
+    for chunk, entries in chunks.items():
+        if entries:
+            encoded[chunk] = batch.slice(start, len(entries)).serialize().to_pybytes()
+            start += len(entries)
+    return encoded
+
+
+def decode_chunks(blobs: Mapping[int, bytes | None]) -> dict[int, Entries]:
+    """The entries of chunks :func:`encode_chunks` wrote (None: a chunk not written yet)."""
+    batches = {chunk: pa.ipc.read_record_batch(pa.py_buffer(blob), CHUNK_ARROW_SCHEMA)
+               for chunk, blob in blobs.items() if blob is not None}
+    decoded: dict[int, Entries] = {chunk: {} for chunk in blobs}
+    if not batches:
+        return decoded
+    table = pa.Table.from_batches(batches.values(), schema=CHUNK_ARROW_SCHEMA)
+    thing, spec, axis, state, used = (table.column(index).to_pylist() for index in range(5))
+    stored, entries = list(zip(thing, spec, axis)), list(zip(state, used))
+    start = 0
+    for chunk, batch in batches.items():
+        end = start + batch.num_rows
+        decoded[chunk] = dict(zip(stored[start:end], entries[start:end]))
+        start = end
+    return decoded
 
 
 def evicted_dead_letters(resolver: SpecResolver, stored: StateKey, state: bytes, input_topic: str,
@@ -234,7 +296,7 @@ def keyed_rows(resolver: SpecResolver, data: pa.Table) -> KeyedRows:
 Encoder = Callable[[Sequence[JoinKey], KeyedPairs, str], EncodedOutputs]
 
 
-def join_bucket(resolver: SpecResolver, data: pa.Table, states: dict[StateKey, bytes], input_topic: str,
+def join_bucket(resolver: SpecResolver, data: pa.Table, states: KeyStates, input_topic: str,
                 max_pending_per_side: int, encode: Encoder = encode_outputs) -> Emitted:
     """Join a bucket's routed rows (in any row order) into ``states`` with the engine; the records to emit.
 

@@ -50,7 +50,7 @@ def name_problem(name: str) -> str | None:
     return _short_name_problem(name)
 
 
-@functools.lru_cache(maxsize=65_536)
+@functools.lru_cache(maxsize=1 << 17)  # a plant of 100,000 machines' names fits (thing_partition's reason)
 def _short_name_problem(name: str) -> str | None:
     """`name_problem` of a name of at most MAX_NAME_LENGTH characters (cached: a pipeline sees few
     names, many times)."""

@@ -19,7 +19,7 @@ from kafka_joiner_support import rows_as_records
 from pipeline_core.records import encode_record
 from spark_joiner.checkpoint import LAYOUT_FILE, has_checkpoint, prepare_checkpoint
 from spark_joiner.parse import RecordRouter, pack
-from spark_joiner.processor import DLQ, BucketJoinProcessor, committed_rows, unpack_emitted
+from spark_joiner.processor import DLQ, STATE_LAYOUT, BucketJoinProcessor, committed_rows, unpack_emitted
 from spark_joiner.sink import batch_ends
 from spark_support import kafka_batch
 
@@ -134,30 +134,38 @@ def test_committed_rows_are_those_before_their_partitions_offset() -> None:
     assert committed_rows(table, {}) is None
 
 
-def test_a_checkpoint_made_with_other_counts_is_set_aside_and_a_new_one_begins(tmp_path) -> None:
+@pytest.mark.parametrize("changed", [(64, 8, STATE_LAYOUT), (32, 4, STATE_LAYOUT), (64, 4, "another layout")])
+def test_a_checkpoint_made_with_another_layout_is_set_aside_and_a_new_one_begins(tmp_path, changed) -> None:
     checkpoint = tmp_path / "checkpoint"
-    assert prepare_checkpoint(checkpoint, 64, 4) is None  # nothing there yet
+    assert prepare_checkpoint(checkpoint, 64, 4, STATE_LAYOUT) is None  # nothing there yet
     (checkpoint / "offsets").mkdir()
     (checkpoint / "offsets" / "0").write_text("v1\n{}\n{}\n")
-    assert prepare_checkpoint(checkpoint, 64, 4) is None  # the same counts: resumed
+    assert prepare_checkpoint(checkpoint, 64, 4, STATE_LAYOUT) is None  # the same layout: resumed
     assert has_checkpoint(checkpoint)
 
-    moved = prepare_checkpoint(checkpoint, 64, 8)
+    moved = prepare_checkpoint(checkpoint, *changed)
     assert moved is not None and has_checkpoint(moved) and not has_checkpoint(checkpoint)
-    assert json.loads((checkpoint / LAYOUT_FILE).read_text()) == {"buckets": 64, "shuffle_partitions": 8}
+    buckets, shuffle_partitions, state = changed
+    assert json.loads((checkpoint / LAYOUT_FILE).read_text()) == {
+        "buckets": buckets, "shuffle_partitions": shuffle_partitions, "state": state}
 
 
-def test_a_checkpoint_from_before_layouts_were_recorded_is_resumed(tmp_path) -> None:
+@pytest.mark.parametrize("recorded", [None, {"buckets": 64, "shuffle_partitions": 4}])
+def test_a_checkpoint_from_before_the_state_layout_was_recorded_is_set_aside(tmp_path, recorded) -> None:
+    """Checkpoints without a recorded layout, or without its state entry, hold one map entry per join key."""
     checkpoint = tmp_path / "checkpoint"
     (checkpoint / "offsets").mkdir(parents=True)
     (checkpoint / "offsets" / "0").write_text("v1\n{}\n{}\n")
-    assert prepare_checkpoint(checkpoint, 32, 2) is None and has_checkpoint(checkpoint)
+    if recorded is not None:
+        (checkpoint / LAYOUT_FILE).write_text(json.dumps(recorded))
+    moved = prepare_checkpoint(checkpoint, 64, 4, STATE_LAYOUT)
+    assert moved is not None and has_checkpoint(moved) and not has_checkpoint(checkpoint)
 
 
 @pytest.mark.parametrize("uri", ["hdfs:///checkpoints/spark-joiner", "s3a://bucket/spark-joiner"])
 def test_a_checkpoint_uri_is_refused_with_the_way_to_shared_storage(uri: str) -> None:
     with pytest.raises(SystemExit, match="PersistentVolumeClaim"):
-        prepare_checkpoint(Path(uri), 64, 4)
+        prepare_checkpoint(Path(uri), 64, 4, STATE_LAYOUT)
 
 
 def test_the_batch_ends_are_read_from_an_offset_log_entry() -> None:
