@@ -129,6 +129,9 @@ def keys_of(machines: int, count: int) -> list[bytes]:
 
 
 CPU_KINDS = ("driver", "JVM", "Python workers")
+# The job's records/s after the first batch at the most machines, as a share of its rate at the fewest: a plant
+# of many machines, each sending a few records per batch, should cost about what a few busy machines cost.
+SCALING_TARGET = 0.6
 
 
 def cpu_seconds_by_kind(root: int | None = None) -> dict[str, float]:
@@ -209,7 +212,9 @@ def run_throughput(spark, bootstrap: str, topics: Topics, records: int, workdir:
     finally:
         stop_between_batches(query)
         sink.close()
-    figures.update(joins=sink.counters.joins, joins_per_s=sink.counters.joins / figures["seconds"],
+    state = settings.checkpoint_dir / "state"
+    figures.update(state_bytes=sum(path.stat().st_size for path in state.rglob("*") if path.is_file()),
+                   joins=sink.counters.joins, joins_per_s=sink.counters.joins / figures["seconds"],
                    sink_compute_s=round(sink.counters.compute_seconds, 2),
                    sink_produce_s=round(sink.counters.produce_seconds, 2), topics=dataclasses.astuple(out))
     return figures
@@ -465,7 +470,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--kafka-bootstrap-servers",
                         default=os.environ.get("KAFKA_BOOTSTRAP_SERVERS", KafkaSettings.kafka_bootstrap_servers))
     parser.add_argument("--records", type=int, default=1_000_000, help="pre-loaded records per machine count")
-    parser.add_argument("--machines", type=int, nargs="+", default=[100, 10_000],
+    parser.add_argument("--machines", type=int, nargs="+", default=[100, 100_000],
                         help="machine counts of the throughput runs (the first one's job run is followed by the "
                              "source-only runs and the latency run)")
     parser.add_argument("--batch", type=int, default=250_000,
@@ -543,6 +548,25 @@ def ceiling_line(job: dict, pass_through: dict) -> str:
               f"CPU per record {job_cpu:.1f} µs against {ceiling_cpu:.1f} µs ({ceiling_cpu / job_cpu:.2f})")
 
 
+def print_scaling(results: list[tuple[int, dict[str, dict], dict | None]]) -> None:
+    """The job's cost in machines: its records/s after the first batch at the most machines against the fewest
+    (target SCALING_TARGET) and against the standalone joiner there; its checkpoint's state per machine."""
+    runs = [(machines, runs["job"], standalone) for machines, runs, standalone in results if "job" in runs]
+    for machines, job, _ in runs:
+        print(f"{machines:9,d}  checkpoint state on disk after the run: {job['state_bytes'] / machines:,.0f} bytes "
+              f"per machine ({job['state_bytes'] / 1e6:,.1f} MB)")
+    if len(runs) < 2:
+        return
+    (fewest, small, _), (most, large, standalone) = min(runs, key=lambda run: run[0]), max(runs, key=lambda run: run[0])
+    flat = large["steady_records_per_s"] / small["steady_records_per_s"]
+    line = (f"{most:9,d}  job after the first batch: {flat:.2f} of its records/s at {fewest:,} machines "
+            f"({verdict(flat, SCALING_TARGET)})")
+    if standalone:
+        against = large["steady_records_per_s"] / standalone["records_per_s"]
+        line += f", {against:.2f}x the standalone joiner's at {most:,} ({verdict(against, 1.0)})"
+    print(line)
+
+
 def print_figures(args: argparse.Namespace, results: list[tuple[int, dict[str, dict], dict | None]],
                   floors: list[tuple[str, dict]], floor_machines: int, latency: dict | None) -> None:
     print()
@@ -566,6 +590,7 @@ def print_figures(args: argparse.Namespace, results: list[tuple[int, dict[str, d
                   f"{job['cpu_us_per_record'] / previous['cpu_us_per_record']:.2f}x the CPU per record")
         if "pass-through" in runs:
             print(f"{machines:9,d}  " + ceiling_line(runs["job"], runs["pass-through"]))
+    print_scaling(results)
     print("CPU µs per record after the first batch, by process: where the job's time goes")
     print(f"{'machines':>9} {'code':>12} " + " ".join(f"{kind:>14}" for kind in CPU_KINDS) + f" {'all':>8}")
     for machines, runs, _ in results:

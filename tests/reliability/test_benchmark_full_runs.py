@@ -15,8 +15,9 @@ from support import PORT_RANGE_ENV
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 FULL_RUNS: list[Run] = [
-    ("spark_joiner", ["--records", "2000", "--machines", "10", "--batch", "1000", "--rate", "200",
-                      "--latency-s", "2"], "job / pass-through:"),
+    # Two machine counts: the job's rate at the more machines against the fewer, and against the standalone joiner.
+    ("spark_joiner", ["--records", "2000", "--machines", "10", "20", "--batch", "1000", "--rate", "200",
+                      "--latency-s", "2"], "of its records/s at 10 machines"),
     ("join_peers", ["--peers", "a", "b", "c", "--copies", "1", "--records", "1000", "--rounds", "2", "--rate", "500",
                     "--live-s", "1", "--settle-s", "0.5"], "each run against the engine"),
     # Two whole stacks of their own, with the standalone joiner, which starts far faster than Spark; on ports from
