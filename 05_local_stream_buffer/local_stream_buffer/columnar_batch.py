@@ -21,15 +21,12 @@ from typing import NamedTuple
 
 import numpy as np
 
-from .batch import _HEADER, _FORMAT_VERSION, BatchJoinState, PairArrays, _force_over_limit
-from .cases import JoinCase
+from .batch import (_FORMAT_VERSION, _HEADER, _PREDECESSOR_CODE, _SAME_TIME_CODE, _SUCCESSOR_CODE, BatchJoinState,
+                    PairArrays, _force_over_limit, _oriented)
 from .two_stream_join import LEFT, RIGHT
 
 _FLOAT = np.float64
 _NO_INDEX = np.empty(0, dtype=np.int64)
-_SAME_TIME = int(JoinCase.SAME_TIME)
-_SUCCESSOR = (int(JoinCase.LEFT_SUCCESSOR), int(JoinCase.RIGHT_SUCCESSOR))
-_PREDECESSOR = (int(JoinCase.LEFT_PREDECESSOR), int(JoinCase.RIGHT_PREDECESSOR))
 
 # BatchJoinState's serialised header (batch._HEADER, "<B2Q6d6Q") as a packed numpy record.
 _HEADER_DTYPE = np.dtype([("version", "u1"), ("held", "<u8", (2,)), ("frontier", "<f8", (2,)),
@@ -175,7 +172,7 @@ def join_columns(state: StateColumns, arriving: np.ndarray, times: Sequence[np.n
 
     pieces = [piece for side in (LEFT, RIGHT) for piece in
               _certain_new_pairs(side, all_times, ordered, key_of, local, starts, total, state, delta_time)]
-    lefts, rights, codes = zip(*pieces) if pieces else ((_NO_INDEX,), (_NO_INDEX,), (_SAME_TIME,))
+    lefts, rights, codes = zip(*pieces) if pieces else ((_NO_INDEX,), (_NO_INDEX,), (_SAME_TIME_CODE,))
     left, right = np.concatenate(lefts), np.concatenate(rights)
     case = np.repeat(np.array(codes, dtype=np.int8), [len(piece) for piece in lefts])
     pair_key = key_of[LEFT][left]
@@ -249,9 +246,9 @@ def _certain_new_pairs(side: int, times: list[np.ndarray], ordered: list[np.ndar
     pieces = []
     if side == LEFT:
         same = np.flatnonzero(keep & tie)
-        pieces.append((reached[same], partner[same], _SAME_TIME))
+        pieces.append((reached[same], partner[same], _SAME_TIME_CODE))
     successor = np.flatnonzero(keep & ~tie)
-    pieces.append(_oriented(side, reached[successor], partner[successor], _SUCCESSOR[side]))
+    pieces.append(_oriented(side, reached[successor], partner[successor], _SUCCESSOR_CODE[side]))
 
     before = partner - 1
     has_before = partner_local >= 1
@@ -260,9 +257,6 @@ def _certain_new_pairs(side: int, times: list[np.ndarray], ordered: list[np.ndar
     keep = (has_before & (own_previous >= before_time) & ~tie & (own_time - before_time <= delta)
             & ((partner_local - 1 >= old_other) | (own_time > state.frontier[key, other]) | own_new))
     predecessor = np.flatnonzero(keep)
-    pieces.append(_oriented(side, reached[predecessor], before[predecessor], _PREDECESSOR[side]))
+    pieces.append(_oriented(side, reached[predecessor], before[predecessor], _PREDECESSOR_CODE[side]))
     return pieces
 
-
-def _oriented(side: int, own: np.ndarray, theirs: np.ndarray, code: int) -> tuple[np.ndarray, np.ndarray, int]:
-    return (theirs, own, code) if side else (own, theirs, code)

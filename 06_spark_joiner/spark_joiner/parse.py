@@ -58,17 +58,13 @@ PACKED_ARROW_SCHEMA = pa.schema([pa.field("bucket", pa.int32(), nullable=False),
                                  pa.field("rows", pa.binary(), nullable=False)])
 
 
-def resolver_for(join_specs: Path | None) -> SpecResolver:
-    return SpecResolver(load_join_specs(join_specs))
-
-
 # Spark hands every task a new router, and a Python worker runs many tasks: what the router looks up per
 # distinct spec file, key and thing is kept per worker, so a plant's 100,000 machines are judged once, not
 # once per batch.
 @functools.lru_cache(maxsize=8)
 def worker_resolver(join_specs: Path | None) -> SpecResolver:
-    """The spec file's resolver, one per Python worker."""
-    return resolver_for(join_specs)
+    """The spec file's resolver, one per Python worker (and the processor's, read once per worker too)."""
+    return SpecResolver(load_join_specs(join_specs))
 
 
 @functools.lru_cache(maxsize=1 << 18)  # 100,000 machines of two quantities fit

@@ -4,8 +4,9 @@ Spark calls the processor once per bucket that has input in a micro-batch (``tra
 keyed by bucket). The bucket's state holds each join key's engine state as bytes (and when it last had a
 record), in chunks of keys by thing: a micro-batch reads and writes only the chunks it has rows for.
 Grouping many machines into one bucket, and many keys into one chunk, is what keeps 100,000 machines fast:
-Spark's per-group cost is paid per bucket, and its per-call state cost per chunk, not per machine. A bucket holds at most ``max_join_keys`` keys; beyond, the least recently used are evicted and what
-they held is dead-lettered (``local_stream_buffer.eviction``, the standalone joiner's rule).
+Spark's per-group cost is paid per bucket, and its per-call state cost per chunk, not per machine. A bucket
+holds at most ``max_join_keys`` keys; beyond, the least recently used are evicted and what they held is
+dead-lettered (``local_stream_buffer.eviction``, the standalone joiner's rule).
 
 The join itself is the engine's (``local_stream_buffer.keyed_batch``): it puts each stream back into Kafka
 offset order (the rows went through a shuffle), rejects what breaks a stream's order, and joins. Its
@@ -46,7 +47,7 @@ from local_stream_buffer.specs import SpecResolver
 from pipeline_core.records import dead_letter, record_key
 
 from .encode import STAGE, EncodedOutputs, encode_outputs
-from .parse import resolver_for, unpack
+from .parse import unpack, worker_resolver
 
 log = logging.getLogger(__name__)
 
@@ -98,7 +99,7 @@ class BucketJoinProcessor(StatefulProcessor):
     def init(self, handle: StatefulProcessorHandle) -> None:
         self.chunks = handle.getMapState("join_chunks", CHUNK_KEY_SCHEMA, CHUNK_SCHEMA)
         self.key_count = handle.getValueState("key_count", KEY_COUNT_SCHEMA)
-        self.resolver: SpecResolver = resolver_for(self.join_specs)
+        self.resolver: SpecResolver = worker_resolver(self.join_specs)
 
     def handleInputRows(self, key: Any, rows: Iterator[pd.DataFrame], timerValues: Any) -> Iterator[pd.DataFrame]:
         data = unpack(blob for frame in rows for blob in frame["rows"])
@@ -155,13 +156,11 @@ class ChunkedStates:
     def __init__(self, chunks: Any) -> None:
         self._chunks = chunks
         self._entries: dict[int, Entries] = {}  # per chunk read: its keys' states and last use
-        self._chunk_of: dict[StateKey, int] = {}
         self._written: dict[StateKey, bytes] = {}
         self.created = 0  # keys written that the map state did not hold
 
     def read_many(self, keys: Sequence[StateKey]) -> list[bytes | None]:
         chunks = [chunk_of(stored) for stored in keys]
-        self._chunk_of.update(zip(keys, chunks))
         blobs = {}
         for chunk in set(chunks).difference(self._entries):
             value = self._chunks.getValue((chunk,))
@@ -175,7 +174,7 @@ class ChunkedStates:
     def write_many(self, states: Mapping[StateKey, bytes]) -> None:
         """Keep the states of keys :meth:`read_many` read."""
         for stored in states:
-            if stored not in self._written and stored not in self._entries[self._chunk_of[stored]]:
+            if stored not in self._written and stored not in self._entries[chunk_of(stored)]:
                 self.created += 1
         self._written.update(states)
 
@@ -183,7 +182,7 @@ class ChunkedStates:
         """Write the chunks of the keys written, each of those keys marked used at ``used_ms``."""
         changed: dict[int, Entries] = {}
         for stored, state in self._written.items():
-            chunk = self._chunk_of[stored]
+            chunk = chunk_of(stored)
             entries = changed[chunk] = self._entries[chunk]
             entries[stored] = (state, used_ms)
         for chunk, blob in encode_chunks(changed).items():
