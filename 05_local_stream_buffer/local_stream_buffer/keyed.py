@@ -11,6 +11,11 @@ can no longer pair in any key; then ``on_release(source)`` is called, once. ``he
 is still held, so the adapter can commit below the oldest held offset per partition. Records that are
 not accepted (duplicate, rejected, late, unrouted) are never held: they are done when ingest returns.
 
+Idle release: a spec with ``idle_release_s`` releases what the reorder buffer of a quiet stream holds once that
+much processing time (``clock``) passed without its records; :meth:`KeyedJoiner.release_idle`, called while
+streams are idle, does it and names each release, so an adapter can record it and apply it again on restore
+(:meth:`KeyedJoiner.restore_release`).
+
 Recovery: without forcing, the engine is a deterministic function of each stream's ordered records, and
 pairs of released records cannot recur. Re-ingesting every partition from its oldest held offset
 therefore reproduces the same outputs (same ids) for everything after it; the adapter drops those up to
@@ -27,6 +32,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Iterator, Mapping, NamedTuple
 
 from .eviction import DEFAULT_MAX_JOIN_KEYS, eviction_reason, evicted_records, keys_to_evict
+from .idle_release import IdleStreams
 from .output import canonical_time, output_builder
 from .record import Record
 from .rejections import Rejection
@@ -70,6 +76,16 @@ class JoinCounters:
     unrouted: int = 0
     evicted_keys: int = 0  # join keys evicted by the key bound (local_stream_buffer.eviction)
     evicted: int = 0  # records those keys held, handed to on_evict
+    idle_releases: int = 0  # quiet streams whose reorder buffer was released (idle_release_s)
+
+
+class IdleRelease(NamedTuple):
+    """A quiet stream released: its join key's side gave up everything up to ``up_to_ms`` to the join."""
+
+    thing: str
+    binding: SpecBinding
+    side: int
+    up_to_ms: float
 
 
 class _Held:
@@ -103,7 +119,10 @@ class _KeyJoin:
         )
         if binding.max_out_of_orderness_ms:
             # Bounded disorder: a reorder buffer per side hands the join its streams in time order.
-            self.join = ReorderedJoin(self.join, binding.max_out_of_orderness_ms, joiner._release)
+            idle_s = binding.spec.idle_release_s
+            arrived = None if idle_s is None else lambda side: joiner._idle.arrived((self, side), idle_s)
+            self.join = ReorderedJoin(self.join, binding.max_out_of_orderness_ms, joiner._release, arrived,
+                                      binding.idle_release_ms)
 
     def _emit(self, case: int, left: Entry, right: Entry) -> None:
         self.outputs.append(self._build(case, left[0], left[1], right[0], right[1]))
@@ -149,6 +168,8 @@ class KeyedJoiner:
         self._streams: dict[tuple[str, str], list[tuple[_KeyJoin, int]]] = {}
         self._held: dict[_Held, None] = {}  # insertion-ordered set of held records
         self._counters = JoinCounters()
+        self._idle = IdleStreams(clock)  # streams of specs with an idle release, by their last arrival
+        self.releases_idle = any(spec.idle_release_s is not None for spec in self.resolver.specs)
 
     def ingest(self, record: Mapping[str, Any] | Record, source: object | None = None) -> IngestOutcome:
         """Route one record to its keys; returns its status and the output records it completed."""
@@ -261,6 +282,7 @@ class KeyedJoiner:
             for quantity in (binding.left_quantity, binding.right_quantity):
                 self._streams.pop((thing, quantity), None)  # other keys of the stream are found again
             entries = [(side, entry) for side in (0, 1) for entry in key.join.buffer(side)]
+            self._idle.forget(key)
             counters.evicted_keys += 1
             counters.evicted += len(entries)
             if self._on_evict is not None and entries:
@@ -285,6 +307,38 @@ class KeyedJoiner:
                 key.outputs.clear()
         self._counters.joins_out += len(outputs)
         return outputs
+
+    def release_idle(self) -> tuple[list[OutputRecord], list[IdleRelease]]:
+        """Release the reorder buffers of streams quiet for their spec's ``idle_release_s``: the output records
+        that became certain, and each release made (to record, see :meth:`restore_release`)."""
+        outputs: list[OutputRecord] = []
+        releases: list[IdleRelease] = []
+        for key, side in self._idle.due():
+            up_to = key.join.release(side)
+            if up_to is None:
+                continue  # the watermark had handed everything over already
+            releases.append(IdleRelease(key.thing, key.binding, side, up_to))
+            if key.outputs:
+                outputs.extend(key.outputs)
+                key.outputs.clear()
+        self._counters.idle_releases += len(releases)
+        self._counters.joins_out += len(outputs)
+        return outputs, releases
+
+    def restore_release(self, thing: str, spec_name: str, axis: str, side: int, up_to_ms: float) -> bool:
+        """Apply a recorded idle release again (after the held records were re-ingested): what the stream's buffer
+        holds up to ``up_to_ms`` goes to the join, whose outputs are dropped (they went out with the release).
+        False when no join spec of that name with a bound exists any more (the release means nothing now)."""
+        spec = next((spec for spec in self.resolver.specs if spec.name == spec_name), None)
+        if spec is None or not spec.max_out_of_orderness_s or side not in (0, 1):
+            return False
+        binding = spec.bind(axis)
+        if self._stream_keys(thing, binding.quantity(side)) and (thing, binding) in self._keys:
+            key = self._keys[(thing, binding)]
+            key.join.release(side, up_to_ms)
+            key.outputs.clear()
+            return True
+        return False
 
     def held_sources(self) -> Iterator[object]:
         """The sources of all records still held, in the order they were ingested."""

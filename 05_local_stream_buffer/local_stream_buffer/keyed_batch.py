@@ -19,7 +19,7 @@ from .batch import BatchJoinState, PairArrays, join_batch
 from .columnar_batch import StateColumns, continues_streams, join_columns
 from .order import order_verdicts
 from .rejections import order_rejection
-from .reorder import is_reordered, join_reordered, rejected_rows
+from .reorder import is_reordered, join_reordered, load_key_state, rejected_rows
 from .specs import SpecBinding
 from .two_stream_join import DEFAULT_MAX_PENDING_PER_SIDE, LEFT, RIGHT
 
@@ -81,9 +81,10 @@ class KeyedPairs(NamedTuple):
 
 
 def join_keyed_batch(states: KeyStates, rows: KeyedRows,
-                     max_pending_per_side: int = DEFAULT_MAX_PENDING_PER_SIDE) -> KeyedPairs:
+                     max_pending_per_side: int = DEFAULT_MAX_PENDING_PER_SIDE, arrived_ms: int = 0) -> KeyedPairs:
     """Join ``rows`` into ``states`` (one read, then one write of the keys of ``rows``); returns the pairs that
-    became certain.
+    became certain. ``arrived_ms`` is the processing time the rows arrived at, kept by keys with a reorder
+    buffer for the idle release (:mod:`local_stream_buffer.idle_release`).
 
     Vectorised over the rows: one sort by (key, side, partition, offset), then one columnar join of every key
     whose streams simply continue (:mod:`local_stream_buffer.columnar_batch`), and one engine call per other
@@ -148,9 +149,16 @@ def join_keyed_batch(states: KeyStates, rows: KeyedRows,
             # Bounded disorder: each stream through the key's reorder buffer (kept in its state) first.
             written[stored], pairs, verdicts = join_reordered(
                 blobs[index], times[sides[LEFT]], results[sides[LEFT]], times[sides[RIGHT]],
-                results[sides[RIGHT]], bound, delta_time=binding.delta_time_ms, max_pending_per_side=max_pending_per_side)
+                results[sides[RIGHT]], bound, delta_time=binding.delta_time_ms, max_pending_per_side=max_pending_per_side,
+                arrived_ms=arrived_ms)
+            released = None
             for stream_side, stream, verdict in zip((LEFT, RIGHT), sides, verdicts):
-                broken, why = rejected_rows(verdict, thing, binding.quantity(stream_side), times[stream], bound)
+                if not (verdict.late.any() or verdict.rejected.any()):
+                    continue
+                if released is None:  # an idle release is the reason of some late records; it moves between calls
+                    released = load_key_state(written[stored])[0].released
+                broken, why = rejected_rows(verdict, thing, binding.quantity(stream_side), times[stream], bound,
+                                            released[stream_side], binding.idle_release_ms)
                 if len(broken):
                     rejected.append(order[stream.start + broken])
                     reasons.extend(why)

@@ -20,6 +20,9 @@ class Rejection(Enum):
     # More than the join spec's max_out_of_orderness behind its stream's newest record (see reorder.py).
     BEYOND_BOUND = ("late: t={t} arrived {behind_ms} ms behind the newest t={newest} of {stream}, {late_ms} ms beyond "
                     "max_out_of_orderness {bound_ms} ms")
+    # At or before the last record its stream's reorder buffer released after idle_release_s without records.
+    RELEASED = ("late: t={t} arrived after {stream} was released up to t={released}, idle for its idle_release_s "
+                "{idle_s} s")
     NOT_FINITE = "join result is not a finite number"  # a join result (a formula overflowing, say)
     # a record its join key held when the key was evicted (local_stream_buffer.eviction)
     EVICTED = ("evicted: join key {key} was among the least recently used when its partition or bucket passed "

@@ -18,11 +18,20 @@ the buffer holds (so an adapter can dead-letter the record it is handling, never
   in-order join (only such conflicts make the result depend on the arrival order);
 * anything else is accepted: held in the buffer, or handed to the join at once if it is at the watermark.
 
+Idle release. A spec's ``idle_release_s`` lets a stream that went quiet give up what its buffer holds: once
+that much processing time passed without a record of the stream, everything buffered is handed to the join
+(its watermark jumps to its newest time), so a machine's last pairs go out without waiting for its next
+records. From then on a record at or before the released time is late (``Rejection.RELEASED``). The output
+then depends on when records arrived, not only on their order: the trade this option makes. Which streams
+are due is decided by the adapter (:mod:`local_stream_buffer.idle_release`); this module only releases.
+
 State and recovery. The newest record of a stream is always in its buffer (it is after the watermark), so
 a stream's newest time, its watermark, and what the buffer holds are all given by the records held. The
 standalone joiner's changelog keeps every held record, buffered ones included, and re-ingesting them in
-their arrival order rebuilds the same buffers and the same join (:class:`ReorderedJoin`). The batch path
-(Spark) keeps the buffers in the key's state bytes, ahead of the join's own state (:class:`ReorderState`).
+their arrival order rebuilds the same buffers and the same join (:class:`ReorderedJoin`); a release is kept as
+a marker (the stream and the time released up to) and applied again after them. The batch path (Spark) keeps
+the buffers, released times and last arrivals in the key's state bytes, ahead of the join's own state
+(:class:`ReorderState`).
 """
 
 from __future__ import annotations
@@ -49,6 +58,13 @@ _FLOAT = np.float64
 _EMPTY = np.empty(0, dtype=_FLOAT)
 
 
+def released_rejection(thing: str, quantity: str, t: float, released: float, idle_release_ms: float | None) -> str:
+    """The reason for a record at or before the time up to which its stream was released when idle."""
+    idle_s = "?" if idle_release_ms is None else canonical_time(round(idle_release_ms / 1000, 6))
+    return Rejection.RELEASED.reason(t=canonical_time(t), stream=f"{thing}.{quantity}",
+                                     released=canonical_time(released), idle_s=idle_s)
+
+
 def late_rejection(thing: str, quantity: str, t: float, newest: float, bound: float) -> str:
     """The reason for a record more than ``bound`` (ms) behind the newest time of its stream."""
     behind = newest - t
@@ -68,12 +84,16 @@ class ReorderedJoin:
     :param join: the join the buffers feed; times in its unit.
     :param max_out_of_orderness: how far (same unit) a record may be behind its stream's newest; above 0.
     :param release: the join's release hook, for records the join turns away on hand-over.
+    :param arrived: called with the side of every record that arrives (the idle release's clock), if given.
+    :param idle_release_ms: the spec's idle release, for the reason of a record late after one.
     """
 
-    __slots__ = ("_join", "_bound", "_release", "_newest", "_times", "_entries", "late_on_release")
+    __slots__ = ("_join", "_bound", "_release", "_newest", "_times", "_entries", "_released", "_arrived",
+                 "_idle_release_ms", "late_on_release")
 
     def __init__(self, join: TwoStreamJoin, max_out_of_orderness: float,
-                 release: Callable[[Any], None] | None = None) -> None:
+                 release: Callable[[Any], None] | None = None, arrived: Callable[[int], None] | None = None,
+                 idle_release_ms: float | None = None) -> None:
         if not max_out_of_orderness > 0:
             raise ValueError("max_out_of_orderness must be above 0 for a reorder buffer")
         self._join = join
@@ -83,10 +103,15 @@ class ReorderedJoin:
         # Per side the buffered records in time order: their times (for bisect) and (time, value, item).
         self._times: tuple[list[float], list[float]] = ([], [])
         self._entries: tuple[list[tuple[float, Any, Any]], list[tuple[float, Any, Any]]] = ([], [])
+        self._released = [_NEVER, _NEVER]  # per side the time up to which an idle release handed everything over
+        self._arrived = arrived
+        self._idle_release_ms = idle_release_ms
         self.late_on_release = 0  # buffered records the join turned away on hand-over (forcing)
 
     def ingest(self, side: int, t: float, value: Any, item: Any) -> IngestStatus:
         """Judge the next arriving record of a side; hand the join whatever became certain in its place."""
+        if self._arrived is not None:
+            self._arrived(side)
         newest = self._newest[side]
         if t > newest:
             self._newest[side] = t
@@ -103,6 +128,8 @@ class ReorderedJoin:
             return _LATE
         if t != t:
             return _REJECTED  # a NaN time has no place in the stream
+        if t <= self._released[side]:
+            return _LATE  # its place was given up when the quiet stream was released
         times = self._times[side]
         index = bisect_left(times, t)
         if index < len(times) and times[index] == t:
@@ -127,11 +154,28 @@ class ReorderedJoin:
         del times[:count]
         del entries[:count]
 
+    def release(self, side: int, up_to: float | None = None) -> float | None:
+        """Hand the join what a side's buffer holds up to ``up_to`` (None: all of it, up to its newest time), and
+        from then on judge records at or before that time late. Returns the time released up to, or None when
+        nothing was buffered there (an idle stream whose buffer the watermark had emptied already)."""
+        newest = self._newest[side]
+        if up_to is None:
+            if not self._times[side]:
+                return None
+            up_to = newest
+        self._hand_over(side, up_to)
+        self._released[side] = max(self._released[side], up_to)
+        self._newest[side] = max(newest, up_to)
+        return up_to
+
     def late_reason(self, thing: str, quantity: str, side: int, t: float) -> str | None:
-        """Why a record judged late was: beyond the bound (with how far), or None inside a gap forcing closed."""
+        """Why a record judged late was: beyond the bound (with how far), at or before what an idle release
+        gave up, or None inside a gap forcing closed."""
         newest = self._newest[side]
         if t < newest - self._bound:
             return late_rejection(thing, quantity, t, newest, self._bound)
+        if t <= self._released[side]:
+            return released_rejection(thing, quantity, t, self._released[side], self._idle_release_ms)
         return None
 
     def rejection(self, thing: str, quantity: str, side: int, t: float) -> str:
@@ -177,21 +221,28 @@ def order_reason(join: TwoStreamJoin | ReorderedJoin, thing: str, quantity: str,
 
 # --- The batch path -----------------------------------------------------------------------------------------
 
-# Serialised: a marker byte no BatchJoinState starts with, the newest time and buffer size per side, then the
-# buffers (left times, left values, right times, right values), then the join's own state bytes.
-_REORDERED_FORMAT = 0x52  # "R"
-_HEADER = struct.Struct("<B2d2Q")
+# Serialised: a marker byte no BatchJoinState starts with, the newest time and buffer size per side, the time
+# released up to and the processing time (ms) of the last arrival per side, then the buffers (left times, left
+# values, right times, right values), then the join's own state bytes. The earlier format ("R") had neither
+# released times nor arrivals; it is still read.
+_EARLIER_FORMAT = 0x52  # "R"
+_EARLIER_HEADER = struct.Struct("<B2d2Q")
+_REORDERED_FORMAT = 0x53  # "S"
+_HEADER = struct.Struct("<B2d2Q2d2q")
 
 
 class ReorderState:
-    """The reorder buffers of one key on the batch path: newest time and buffered records per side."""
+    """The reorder buffers of one key on the batch path: per side its newest time, buffered records, the time
+    an idle release gave up everything up to, and the processing time (ms) its last record arrived."""
 
-    __slots__ = ("newest", "times", "values")
+    __slots__ = ("newest", "times", "values", "released", "arrived_ms")
 
     def __init__(self) -> None:
         self.newest = [_NEVER, _NEVER]
         self.times = [_EMPTY, _EMPTY]  # buffered records per side, in time order
         self.values = [_EMPTY, _EMPTY]
+        self.released = [_NEVER, _NEVER]
+        self.arrived_ms = [0, 0]
 
     def held(self) -> int:
         return len(self.times[LEFT]) + len(self.times[RIGHT])
@@ -199,7 +250,7 @@ class ReorderState:
 
 def is_reordered(data: bytes | None) -> bool:
     """Whether stored key state carries reorder buffers (written by :func:`dump_key_state` with a bound)."""
-    return bool(data) and data[0] == _REORDERED_FORMAT
+    return bool(data) and data[0] in (_REORDERED_FORMAT, _EARLIER_FORMAT)
 
 
 def load_key_state(data: bytes | None) -> tuple[ReorderState, BatchJoinState]:
@@ -215,10 +266,18 @@ def load_key_state(data: bytes | None) -> tuple[ReorderState, BatchJoinState]:
         state = BatchJoinState.from_bytes(data)
         reorder.newest = list(state.last_time)
         return reorder, state
-    _, newest_left, newest_right, n_left, n_right = _HEADER.unpack_from(data)
+    if data[0] == _EARLIER_FORMAT:
+        _, newest_left, newest_right, n_left, n_right = _EARLIER_HEADER.unpack_from(data)
+        header = _EARLIER_HEADER.size
+    else:
+        (_, newest_left, newest_right, n_left, n_right, released_left, released_right, arrived_left,
+         arrived_right) = _HEADER.unpack_from(data)
+        header = _HEADER.size
+        reorder.released = [released_left, released_right]
+        reorder.arrived_ms = [arrived_left, arrived_right]
     reorder.newest = [newest_left, newest_right]
-    end = _HEADER.size + 16 * (n_left + n_right)
-    arrays = np.frombuffer(data, dtype="<f8", count=2 * (n_left + n_right), offset=_HEADER.size).astype(_FLOAT)
+    end = header + 16 * (n_left + n_right)
+    arrays = np.frombuffer(data, dtype="<f8", count=2 * (n_left + n_right), offset=header).astype(_FLOAT)
     right_start = 2 * n_left
     reorder.times = [arrays[:n_left], arrays[right_start:right_start + n_right]]
     reorder.values = [arrays[n_left:right_start], arrays[right_start + n_right:]]
@@ -227,7 +286,8 @@ def load_key_state(data: bytes | None) -> tuple[ReorderState, BatchJoinState]:
 
 def dump_key_state(reorder: ReorderState, state: BatchJoinState) -> bytes:
     """A key's reorder buffers and join state as the bytes a state store keeps."""
-    header = _HEADER.pack(_REORDERED_FORMAT, *reorder.newest, len(reorder.times[LEFT]), len(reorder.times[RIGHT]))
+    header = _HEADER.pack(_REORDERED_FORMAT, *reorder.newest, len(reorder.times[LEFT]), len(reorder.times[RIGHT]),
+                          *reorder.released, *reorder.arrived_ms)
     arrays = (reorder.times[LEFT], reorder.values[LEFT], reorder.times[RIGHT], reorder.values[RIGHT])
     return header + b"".join(np.ascontiguousarray(a, dtype="<f8").tobytes() for a in arrays) + state.to_bytes()
 
@@ -258,7 +318,7 @@ def reorder_side(reorder: ReorderState, join: BatchJoinState, side: int, times: 
     nan = np.isnan(times)
     # Older than the join's last record can only be a record of state written before the bound was set.
     last_time = join.last_time[side]
-    late = (times < newest_before - bound) | (times < last_time)
+    late = (times < newest_before - bound) | (times < last_time) | (times <= reorder.released[side])
     candidate = ~late & ~nan
     # Candidates compete for their time with the records before them: the join's last record (at the watermark
     # at most), then the buffered ones, then the batch's in arrival order. The first at a time stays.
@@ -289,15 +349,19 @@ def reorder_side(reorder: ReorderState, join: BatchJoinState, side: int, times: 
 
 def join_reordered(data: bytes | None, left_times: np.ndarray, left_values: np.ndarray, right_times: np.ndarray,
                    right_values: np.ndarray, max_out_of_orderness: float, delta_time: float | None = None,
-                   max_pending_per_side: int = DEFAULT_MAX_PENDING_PER_SIDE,
+                   max_pending_per_side: int = DEFAULT_MAX_PENDING_PER_SIDE, arrived_ms: int = 0,
                    ) -> tuple[bytes, PairArrays, tuple[ReorderVerdicts, ReorderVerdicts]]:
     """:func:`join_batch` with bounded disorder: the next arriving records of both sides (each in arrival
-    order) through the key's reorder buffers into its join. Takes and returns the key's stored bytes.
+    order) through the key's reorder buffers into its join. Takes and returns the key's stored bytes;
+    ``arrived_ms`` (processing time) is kept as the last arrival of each side with records.
 
     With ``max_out_of_orderness`` 0 (the spec's bound set back to 0) the buffers hand everything over and the
     state is stored as a plain join state again.
     """
     reorder, state = load_key_state(data)
+    for side, times in ((LEFT, left_times), (RIGHT, right_times)):
+        if len(times):
+            reorder.arrived_ms[side] = arrived_ms
     arriving = ((left_times, left_values), (right_times, right_values))
     verdicts = []
     released = []
@@ -321,15 +385,36 @@ def join_reordered(data: bytes | None, left_times: np.ndarray, left_values: np.n
     return stored, pairs, (verdicts[LEFT], verdicts[RIGHT])
 
 
-def rejected_rows(verdicts: ReorderVerdicts, thing: str, quantity: str, times: np.ndarray,
-                  bound: float) -> tuple[np.ndarray, list[str]]:
-    """The rows (indices into the stream's arriving records) the reorder buffer turned away, and why."""
+def release_idle_side(data: bytes, side: int, delta_time: float | None = None,
+                      max_pending_per_side: int = DEFAULT_MAX_PENDING_PER_SIDE) -> tuple[bytes, PairArrays] | None:
+    """Release what a key's reorder buffer holds of one side (an idle stream, see the module doc): all of it goes
+    to the join and records at or before its newest time are late from then on. Returns the key's new stored
+    bytes and the pairs that became certain, or None when the side buffers nothing."""
+    reorder, state = load_key_state(data)
+    times, values = reorder.times[side], reorder.values[side]
+    if not len(times):
+        return None
+    reorder.times[side], reorder.values[side] = _EMPTY, _EMPTY
+    reorder.released[side] = max(reorder.released[side], reorder.newest[side])
+    arriving = [(_EMPTY, _EMPTY), (_EMPTY, _EMPTY)]
+    arriving[side] = (times, values)
+    state, pairs = join_batch(state, *arriving[LEFT], *arriving[RIGHT], delta_time=delta_time,
+                              max_pending_per_side=max_pending_per_side)
+    return dump_key_state(reorder, state), pairs
+
+
+def rejected_rows(verdicts: ReorderVerdicts, thing: str, quantity: str, times: np.ndarray, bound: float,
+                  released: float = _NEVER, idle_release_ms: float | None = None) -> tuple[np.ndarray, list[str]]:
+    """The rows (indices into the stream's arriving records) the reorder buffer turned away, and why
+    (``released``: the time up to which an idle release gave the stream up, before these records)."""
     turned_away = np.flatnonzero(verdicts.late | verdicts.rejected)
     reasons = []
     for row, t, newest, late in zip(turned_away.tolist(), times[turned_away].tolist(),
                                     verdicts.newest_before[turned_away].tolist(), verdicts.late[turned_away].tolist()):
         if late and t < newest - bound:
             reasons.append(late_rejection(thing, quantity, t, newest, bound))
+        elif late and t <= released:
+            reasons.append(released_rejection(thing, quantity, t, released, idle_release_ms))
         elif late or t != t:  # older than the join's last record (state from before the bound), or a NaN time
             reasons.append(order_rejection(thing, quantity, t, newest))
         else:  # the time of an earlier record, with another result
@@ -338,4 +423,5 @@ def rejected_rows(verdicts: ReorderVerdicts, thing: str, quantity: str, times: n
 
 
 __all__ = ["ReorderedJoin", "ReorderState", "ReorderVerdicts", "dump_key_state", "is_reordered", "join_reordered",
-           "late_reason", "late_rejection", "load_key_state", "order_reason", "rejected_rows", "reorder_side"]
+           "late_reason", "late_rejection", "load_key_state", "order_reason", "rejected_rows", "release_idle_side",
+           "released_rejection", "reorder_side"]

@@ -44,6 +44,9 @@ class JoinSpec:
     delta_time_s: float | None = None
     axis_pattern: str = DEFAULT_AXIS_PATTERN
     max_out_of_orderness_s: float = 0.0  # how far a record may arrive behind its stream's newest (see reorder.py)
+    # Processing time without records of a stream after which what its reorder buffer holds is released
+    # (None: never; see local_stream_buffer.idle_release). Only with a max_out_of_orderness_s above 0.
+    idle_release_s: float | None = None
 
     def __post_init__(self) -> None:
         if self.formula not in FORMULAS:
@@ -57,6 +60,12 @@ class JoinSpec:
             raise ValueError(f"join '{self.name}': delta_time_s must not be negative")
         if not 0 <= self.max_out_of_orderness_s < float("inf"):
             raise ValueError(f"join '{self.name}': max_out_of_orderness_s must be a finite number of seconds, at least 0")
+        if self.idle_release_s is not None:
+            if not 0 < self.idle_release_s < float("inf"):
+                raise ValueError(f"join '{self.name}': idle_release_s must be a finite number of seconds above 0")
+            if not self.max_out_of_orderness_s:
+                raise ValueError(f"join '{self.name}': idle_release_s releases what max_out_of_orderness_s holds; "
+                                 "without a max_out_of_orderness_s above 0 nothing is held")
 
     def bind(self, axis: str) -> SpecBinding:
         """This spec applied to one axis ('' for a spec without ``{axis}``)."""
@@ -98,6 +107,11 @@ class SpecBinding:
         """The spec's max_out_of_orderness_s in milliseconds (0: records must arrive in their stream's order)."""
         return round(self.spec.max_out_of_orderness_s * 1000, 6)  # 0.003 s is 3 ms, not 3.0000000000000004
 
+    @property
+    def idle_release_ms(self) -> float | None:
+        """The spec's idle_release_s in milliseconds (None: a quiet stream's held records wait for its next)."""
+        return None if self.spec.idle_release_s is None else round(self.spec.idle_release_s * 1000, 6)
+
     def quantity(self, side: int) -> str:
         return self.right_quantity if side else self.left_quantity
 
@@ -117,7 +131,7 @@ def load_join_specs(path: str | Path | None = None) -> tuple[JoinSpec, ...]:
     for entry in document.get("join", []):
         name = entry.get("name", "?")
         unknown = set(entry) - {"name", "left", "right", "output", "formula", "delta_time_s", "axis",
-                                "max_out_of_orderness_s", *FORMER_KEYS}
+                                "max_out_of_orderness_s", "idle_release_s", *FORMER_KEYS}
         if unknown:
             raise ValueError(f"join spec {name}: unknown keys {sorted(unknown)}")
         entry = _renamed_keys(entry, path or DEFAULT_SPEC_RESOURCE)
@@ -131,6 +145,7 @@ def load_join_specs(path: str | Path | None = None) -> tuple[JoinSpec, ...]:
             delta_time_s=None if delta_time_s is None else float(delta_time_s),
             axis_pattern=entry.get("axis", DEFAULT_AXIS_PATTERN),
             max_out_of_orderness_s=float(entry.get("max_out_of_orderness_s", 0.0)),
+            idle_release_s=None if entry.get("idle_release_s") is None else float(entry["idle_release_s"]),
         ))
     return tuple(specs)
 
