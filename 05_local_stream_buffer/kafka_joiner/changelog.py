@@ -13,13 +13,20 @@ the records it holds (the lagging stream's last record, the leading stream's anc
 so it comes back as it was at the commit. A put whose tombstone compaction removed while a restore read
 the log only adds a record older than its stream's held ones, which the join lets go again at once.
 
+An idle release (a join spec's `idle_release_s`) gave a quiet stream's buffered records to the join: the
+transaction that commits its outputs also writes a release record (`release_key`: the stream; value: the time
+released up to), which a restore applies after re-ingesting the held records. One per stream, overwritten by
+its next release.
+
 Each commit also writes, per partition, the position its held records cover (`COVERAGE_KEY`): the
 committed offset itself. A changelog that covers less than the committed offset (the state topic deleted
 or recreated empty) has lost the state; the partition then rebuilds it from its input (`partition_join`).
 """
 from __future__ import annotations
 
+import json
 import logging
+import math
 import time
 from collections.abc import Callable, Mapping
 from typing import NamedTuple
@@ -47,6 +54,36 @@ _RESTORE_WARN_S = 15.0
 # The key of the record saying up to which offset of its partition the held records are complete (value: the
 # offset in ASCII digits). Never a record's position, which is eight bytes.
 COVERAGE_KEY = b"covered"
+# Keys of release records start with this (never eight bytes long with what follows).
+RELEASE_PREFIX = b"released:"
+
+
+def release_key(thing: str, spec_name: str, axis: str, side: int) -> bytes:
+    """The key of a stream's release record: its join key (thing, spec, axis) and side, as JSON."""
+    return RELEASE_PREFIX + json.dumps([thing, spec_name, axis, side]).encode()
+
+
+class Release(NamedTuple):
+    """A release record, decoded: the stream and the time (epoch ms) its buffer was released up to."""
+
+    thing: str
+    spec_name: str
+    axis: str
+    side: int
+    up_to_ms: float
+
+
+def decode_release(key: bytes, value: bytes) -> Release:
+    """A release record's stream and time; ValueError saying why when it is none."""
+    try:
+        thing, spec_name, axis, side = json.loads(key[len(RELEASE_PREFIX):])
+        up_to_ms = float(value)
+    except (ValueError, TypeError, UnicodeDecodeError) as error:
+        raise ValueError(f"not a release record ({error})") from None
+    if not (isinstance(thing, str) and isinstance(spec_name, str) and isinstance(axis, str) and side in (0, 1)
+            and type(side) is int and math.isfinite(up_to_ms)):
+        raise ValueError("not a release record (a thing, spec, axis, side 0 or 1, and a finite time)")
+    return Release(thing, spec_name, axis, side, up_to_ms)
 
 
 def record_position(frame_offset: int, index: int) -> int:
@@ -75,10 +112,11 @@ def _position(key: bytes | None) -> int | None:
 class StateChanges:
     """What changed in one partition's held records since its last commit."""
 
-    __slots__ = ("puts", "deletes")
+    __slots__ = ("puts", "deletes", "releases")
 
     def __init__(self) -> None:
         self.puts: dict[int, bytes | None] = {}  # record position -> input value, held since the last commit
+        self.releases: dict[bytes, bytes] = {}  # release records (key -> time released up to) since the last commit
         # Positions of records let go that the changelog holds; a key that is no position: a record dropped on restore.
         self.deletes: list[int | bytes] = []
 
@@ -95,9 +133,12 @@ class StateChanges:
             produce_state(position if isinstance(position, bytes) else _key(position), None)
         for position, value in self.puts.items():
             produce_state(_key(position), value)
-        count = len(self.deletes) + len(self.puts)
+        for key, value in self.releases.items():
+            produce_state(key, value)
+        count = len(self.deletes) + len(self.puts) + len(self.releases)
         self.deletes.clear()
         self.puts.clear()
+        self.releases.clear()
         return count
 
 
@@ -108,6 +149,7 @@ class Restorer:
                  security: Mapping[str, str] | None = None) -> None:
         self._topic = topic
         self.covered: dict[int, int | None] = {}  # of the partitions last restored: the offset their records cover
+        self.releases: dict[int, list[StateRecord]] = {}  # of the partitions last restored: their release records
         self._consumer = Consumer(consumer_config(bootstrap_servers, f"{group_id}.restore", **(security or {}), **{
             "enable.partition.eof": True}))
 
@@ -119,6 +161,7 @@ class Restorer:
         """Per partition its held records in their original order (those whose key is no position first); and
         how many changelog records were read. The offset each partition's records cover is left in `covered`."""
         latest: dict[int, dict[bytes | None, tuple[int, bytes]]] = {partition: {} for partition in partitions}
+        releases: dict[int, dict[bytes, tuple[int, bytes]]] = {partition: {} for partition in partitions}
         self.covered = {}
         if not partitions:
             return {}, 0
@@ -143,7 +186,9 @@ class Restorer:
                     if message.key() == COVERAGE_KEY:
                         self.covered[message.partition()] = _covered_offset(message.value())
                         continue
-                    values = latest[message.partition()]
+                    key = message.key()
+                    values = (releases if key is not None and key.startswith(RELEASE_PREFIX) else latest)[
+                        message.partition()]
                     if message.value() is None:
                         values.pop(message.key(), None)
                     else:
@@ -160,6 +205,8 @@ class Restorer:
                                    for key, (offset, value) in values.items()),
                                   key=lambda record: -1 if record.position is None else record.position)
                 for partition, values in latest.items()}
+        self.releases = {partition: [StateRecord(None, key, offset, value) for key, (offset, value) in values.items()]
+                         for partition, values in releases.items() if values}
         return held, read
 
     def close(self) -> None:

@@ -14,6 +14,7 @@ there; the commit stays where it was until the rebuild is through.
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable
 
 from confluent_kafka import KafkaException, Message, TopicPartition
@@ -29,7 +30,7 @@ from local_stream_buffer.keyed import KeyedJoiner
 from local_stream_buffer.output import is_finite_result
 from local_stream_buffer.rejections import Rejection
 from local_stream_buffer.status import IngestStatus
-from .changelog import StateChanges, StateRecord, record_position
+from .changelog import StateChanges, StateRecord, decode_release, record_position, release_key
 from .progress import JoinerStats
 from .repartition import FramedRecord
 from .transaction import Transaction
@@ -87,18 +88,21 @@ class PartitionJoin:
             return False  # nothing committed, or an upgrade from the earlier format, which rebuilds from its input
         return covered < self.committed if covered is not None else not held
 
-    def rebuild(self, held: list[StateRecord]) -> None:
+    def rebuild(self, held: list[StateRecord], releases: list[StateRecord] = ()) -> None:
         """Rebuild the lost state from the partition's beginning, silently up to the committed offset. Whatever
-        the changelog still holds describes another state: it goes, by tombstones at the next commit."""
+        the changelog still holds describes another state: it goes, by tombstones at the next commit (release
+        records too: the rebuilt state knows no idle releases, see the package README)."""
         self.changes.deletes.extend(record.position if record.position is not None else record.key
-                                    for record in held if record.position is not None or record.key is not None)
+                                    for record in (*held, *releases)
+                                    if record.position is not None or record.key is not None)
         self.replay_below = self.committed
         self.rebuilding = True
 
-    def restore(self, held: list[StateRecord], state_topic: str) -> int:
-        """Re-ingest the held records of the changelog, in their original order, silently; returns how many.
-        A changelog record that is none (a key that is no position, a value that is no record) is dropped
-        with a dead letter and a tombstone, never stopping the assignment."""
+    def restore(self, held: list[StateRecord], state_topic: str, releases: list[StateRecord] = ()) -> int:
+        """Re-ingest the held records of the changelog, in their original order, silently, then apply its release
+        records; returns how many held records. A changelog record that is none (a key that is no position, a
+        value that is no record or release) is dropped with a dead letter and a tombstone, never stopping the
+        assignment."""
         ingest = self.joiner.ingest
         restored = 0
         for record in held:
@@ -115,7 +119,28 @@ class PartitionJoin:
             if ingest(decoded, record.position).status is not _ACCEPTED:
                 self.changes.released(record.position)
             restored += 1
+        for record in releases:
+            try:
+                release = decode_release(record.key, record.value)
+            except ValueError as error:
+                self._reject(str(error), record, state_topic)
+                continue
+            if not self.joiner.restore_release(*release):
+                self.changes.deletes.append(record.key)  # its join spec is gone, or has no bound any more
         return restored
+
+    def release_idle(self) -> list[dict]:
+        """Release the quiet streams of this partition's join (a spec's ``idle_release_s``): the output records
+        that became certain; each release goes to the changelog with the next commit. Nothing while the state
+        is being rebuilt: its arrivals are not the records' own."""
+        if self.replaying:
+            return []
+        outputs, releases = self.joiner.release_idle()
+        for release in releases:
+            binding = release.binding
+            self.changes.releases[release_key(release.thing, binding.spec.name, binding.axis, release.side)] = \
+                repr(float(release.up_to_ms)).encode()
+        return outputs
 
     def _reject(self, reason: str, record: StateRecord, state_topic: str) -> None:
         self.dead_letters.append(dead_letter(
@@ -273,6 +298,31 @@ class FrameJoiner:
         self._stats.joined_in += joined
         self._stats.rebuilt += rebuilt
         return index
+
+    def release_idle(self, joins: dict[int, PartitionJoin]) -> int:
+        """Release the quiet streams of every join (see `PartitionJoin.release_idle`) and produce their outputs into
+        the transaction, begun here if something was released; returns how many outputs."""
+        produced = 0
+        for join in joins.values():
+            outputs = join.release_idle()
+            if not join.changes.releases:
+                continue
+            if not self._transaction.open:
+                self._transaction.begin()
+            for output in outputs:
+                if not is_finite_result(output):
+                    payload = json.dumps(output, default=repr).encode()
+                    self.produce_dead_letter(dead_letter(Rejection.NOT_FINITE.reason(), payload, STAGE,
+                                                         self._dead_letter_max_bytes, topic=self._output_topic))
+                    continue
+                refused = produce(self._transaction.producer, self._output_topic, encode_record(output),
+                                  record_key(output["thing"], output["quantity"]))
+                if refused is not None:  # an output record is a few kB: never expected
+                    raise KafkaException(refused)
+                # Counted, and its latency measured, from the release: no input record completed it.
+                self._transaction.append_times.append(int(time.time() * 1000))
+                produced += 1
+        return produced
 
     def _dead_letter_evicted(self, join: PartitionJoin) -> None:
         """The records held by keys the key bound evicted: given up, so dead-lettered (their changelog

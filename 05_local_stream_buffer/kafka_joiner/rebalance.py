@@ -101,22 +101,24 @@ class OwnedPartitions:
         for partition, records in held.items():
             join = self.joins[partition]
             if join.state_lost(self._restorer.covered.get(partition), records):
-                self._rebuild(join, records, self._restorer.covered.get(partition))
+                self._rebuild(join, records, self._restorer.covered.get(partition),
+                              self._restorer.releases.get(partition, []))
                 committed = [TopicPartition(p.topic, p.partition, OFFSET_BEGINNING)
                              if (p.topic, p.partition) == (join.topic, partition) else p for p in committed]
                 self.started_at[(join.topic, partition)] = OFFSET_BEGINNING
                 if self._watch is not None:  # read from the start on purpose: no offset went back
                     self._watch.sought(TopicPartition(join.topic, partition, OFFSET_BEGINNING))
                 continue
-            self._stats.rebuilt += join.restore(records, self._restorer.topic)
+            self._stats.rebuilt += join.restore(records, self._restorer.topic, self._restorer.releases.get(partition, []))
         self._stats.state_records_read += read
         self.owned = [TopicPartition(p.topic, p.partition) for p in partitions]
         return committed
 
-    def _rebuild(self, join: PartitionJoin, held: list[StateRecord], covered: int | None) -> None:
+    def _rebuild(self, join: PartitionJoin, held: list[StateRecord], covered: int | None,
+                 releases: list[StateRecord]) -> None:
         """The changelog lost `join`'s state: rebuild it from the partition's beginning. Records retention
         deleted from before the committed offset are missing from it: counted, and said."""
-        join.rebuild(held)
+        join.rebuild(held, releases)
         low, _high = self._consumer.get_watermark_offsets(TopicPartition(join.topic, join.partition),
                                                           timeout=KAFKA_TIMEOUT_S)
         lost = max(0, min(low, join.committed))

@@ -60,6 +60,8 @@ class KafkaJoiner:
         self.settings = settings
         self.stop = stop or StopSignal()
         self.resolver = SpecResolver(load_join_specs(settings.join_specs))
+        # A join spec with idle_release_s: each round looks for quiet streams to release.
+        self._releases_idle = any(spec.idle_release_s is not None for spec in self.resolver.specs)
         self.instance_id = settings.instance_id or uuid.uuid4().hex[:12]
         self.transactional_id = f"{settings.transactional_id_prefix}.{self.instance_id}"
         self._by_thing = settings.input_partitioned_by_thing
@@ -199,6 +201,8 @@ class KafkaJoiner:
             messages = []
         if messages:
             self._process(messages)
+        if self._releases_idle:
+            self._frames.release_idle(self._partitions.joins)
         if self._alignment is not None and (messages or self._alignment.paused):
             # Also without input while partitions are paused: the partition they wait for may have turned
             # out empty, and only this resumes them.
