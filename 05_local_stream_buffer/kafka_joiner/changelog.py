@@ -78,8 +78,8 @@ def decode_release(key: bytes, value: bytes) -> Release:
     try:
         thing, spec_name, axis, side = json.loads(key[len(RELEASE_PREFIX):])
         up_to_ms = float(value)
-    except (ValueError, TypeError, UnicodeDecodeError) as error:
-        raise ValueError(f"not a release record ({error})") from None
+    except (ValueError, TypeError, RecursionError) as error:  # RecursionError: nesting deeper than the parser goes
+        raise ValueError(f"not a release record ({type(error).__name__}: {error})") from None
     if not (isinstance(thing, str) and isinstance(spec_name, str) and isinstance(axis, str) and side in (0, 1)
             and type(side) is int and math.isfinite(up_to_ms)):
         raise ValueError("not a release record (a thing, spec, axis, side 0 or 1, and a finite time)")

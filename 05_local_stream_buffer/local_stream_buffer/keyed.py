@@ -169,7 +169,6 @@ class KeyedJoiner:
         self._held: dict[_Held, None] = {}  # insertion-ordered set of held records
         self._counters = JoinCounters()
         self._idle = IdleStreams(clock)  # streams of specs with an idle release, by their last arrival
-        self.releases_idle = any(spec.idle_release_s is not None for spec in self.resolver.specs)
 
     def ingest(self, record: Mapping[str, Any] | Record, source: object | None = None) -> IngestOutcome:
         """Route one record to its keys; returns its status and the output records it completed."""

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import base64
 import json
+import math
 from datetime import datetime
 
 import numpy as np
@@ -26,7 +27,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from kafka_joiner.changelog import StateRecord
+from kafka_joiner.changelog import RELEASE_PREFIX, StateRecord
 from kafka_joiner.partition_join import PartitionJoin
 from kafka_joiner.progress import JoinerStats
 from kafka_joiner.repartition import (FRAME_MAX_BYTES, Forwarder, FramedRecord, InputFrames, ThingRouter, decode_frame,
@@ -37,6 +38,7 @@ from db_connector.points import PowerLevels, body, deadletter_point, record_line
 from db_connector.settings import DbConnectorSettings
 from db_connector.sink import Source
 from local_stream_buffer.keyed import KeyedJoiner
+from local_stream_buffer.specs import JoinSpec, SpecResolver
 from pipeline_core.partitioning import thing_partition
 from pipeline_core.records import InvalidRecord, dead_letter, decode_record, record_key
 from pipeline_core.settings import load_settings
@@ -384,6 +386,49 @@ def test_any_changelog_record_is_restored_or_dead_lettered(held: list) -> None:
     held = set(join.joiner.held_sources())
     assert sorted(tombstones) == sorted(record.key for record in records if record.key is not None and (
         (2, record.offset) in bad or record.position not in held))
+
+
+RELEASING = SpecResolver([JoinSpec("power", "actSpeed_C{axis}", "vaTorque_C{axis}", "vaPower_C{axis}", "power", 1.0,
+                                   max_out_of_orderness_s=2.0, idle_release_s=30.0)])
+RELEASE_KEYS = st.one_of(
+    st.binary(max_size=40),
+    st.lists(st.one_of(STRANGE_TEXT, st.sampled_from(["power", "11", ""]), st.integers(-2, 3), st.none(),
+                       st.floats(allow_nan=True)), max_size=5).map(lambda items: json.dumps(items).encode()),
+    st.builds(lambda thing, axis, side: json.dumps([thing, "power", axis, side]).encode(),
+              STRANGE_TEXT, st.sampled_from(["11", "12", "x"]), st.integers(0, 1)),
+    st.integers(1, 3).map(lambda depth: b"[" * 100_000 * depth),
+)
+def names_a_release(key: bytes, value: bytes) -> bool:
+    """A release record's form, written out: [thing, spec, axis, side 0 or 1] as JSON after the prefix, a finite
+    number as the value."""
+    try:
+        stream = json.loads(key[len(RELEASE_PREFIX):].decode("utf-8"))
+        time_ms = float(value.decode("ascii"))
+    except (ValueError, RecursionError):
+        return False
+    return (isinstance(stream, list) and len(stream) == 4 and all(isinstance(part, str) for part in stream[:3])
+            and stream[3] in (0, 1) and type(stream[3]) is int and math.isfinite(time_ms))
+
+
+RELEASE_VALUES = st.one_of(st.binary(max_size=12), st.floats(allow_nan=True).map(lambda f: repr(f).encode()),
+                           st.integers(0, 2**60).map(lambda n: str(n).encode()))
+
+
+@BATCHES
+@given(st.lists(st.tuples(RELEASE_KEYS, RELEASE_VALUES), max_size=12))
+def test_any_release_record_is_applied_or_dead_lettered(releases: list) -> None:
+    """A changelog record keyed like a release record (an idle release's) that names no stream of a join key and
+    a finite time is dropped on restore with a dead letter and a tombstone; the others are applied (or tombstoned
+    when no spec of theirs releases any more), and the assignment goes on."""
+    join = PartitionJoin(INPUT_TOPIC, 2, lambda on_release, on_evict: KeyedJoiner(RELEASING, on_release=on_release,
+                                                                            on_evict=on_evict), None, None)
+    records = [StateRecord(None, RELEASE_PREFIX + key, offset, value) for offset, (key, value) in enumerate(releases)]
+    join.restore([], STATE_TOPIC, records)
+    bad = {(2, record.offset): record.value for record in records if not names_a_release(record.key, record.value)}
+    assert_letters_name_their_records(join.dead_letters, bad, "kafka_joiner", STATE_TOPIC)
+    tombstones = []
+    join.changes.flush(lambda key, value: tombstones.append(key) if value is None else None)
+    assert {record.key for record in records if (2, record.offset) in bad} <= set(tombstones)
 
 
 @BATCHES
