@@ -28,6 +28,7 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.request
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -51,6 +52,8 @@ from support import PORT_RANGE_ENV, Message, read_topic, wait_for
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SERVERS = ("kafka", "mosquitto", "influxdb")
+# The JVM of one Spark executor, which a Spark worker starts as its child.
+SPARK_EXECUTOR_CLASS = "org.apache.spark.executor.CoarseGrainedExecutorBackend"
 
 
 @dataclass(frozen=True)
@@ -82,8 +85,9 @@ class ChaosPlan:
 @dataclass(frozen=True)
 class Fault:
     at_s: float  # seconds after the replay started
-    # kill: SIGKILL to a stage's or a server's process group; stop / start / restart: a server, gracefully;
-    # await-stuck: no fault, a check that `make status` calls the target stuck, saying why (polled until it does)
+    # kill: SIGKILL to a stage's or a server's process group; kill-executor: SIGKILL to one executor JVM of the
+    # Spark worker `target`, alone; stop / start / restart: a server, gracefully; await-stuck: no fault, a check
+    # that `make status` calls the target stuck, saying why (polled until it does)
     action: str
     target: str
 
@@ -266,6 +270,11 @@ class PrivateStack:
             # The stage and its children (Spark's JVM). A stage that exited by itself between reading its PID
             # and the kill is killed once supervision has started it again.
             wait_for(lambda: self._kill(fault.target), 300, f"{fault.target} killed", interval_s=0.5)
+        elif fault.action == "kill-executor":
+            # None runs while the worker or the driver starts again (their executors went with them): the kill
+            # waits for the next one.
+            wait_for(lambda: self._kill_executor(fault.target), 300, f"an executor of {fault.target} killed",
+                     interval_s=0.5)
         elif fault.action == "stop":
             self.stop(fault.target)
         elif fault.action == "start":
@@ -333,6 +342,40 @@ class PrivateStack:
         self.confirmed.append(f"kill {name}: process group {pid} gone")
         return True
 
+    def _kill_executor(self, worker: str) -> bool:
+        """SIGKILL to one executor JVM in the process tree of the Spark worker `worker`, not to the worker: its
+        master has another started in its place. Confirmed by the executor gone and the worker still running."""
+        worker_pid = self.pid(worker)
+        # Of an application the master runs: not one that goes anyway, its driver gone.
+        applications = self.spark_applications()
+        executors = [(pid, arguments) for pid in descendants(worker_pid) for arguments in [command_line(pid)]
+                     if SPARK_EXECUTOR_CLASS in arguments and _argument(arguments, "--app-id") in applications
+                     and not _dead(pid)]
+        if not executors:
+            return False
+        pid, arguments = executors[0]
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            return False
+        wait_for(lambda: _dead(pid), 60, f"{worker}'s executor {pid} gone", interval_s=0.02)
+        assert self.running_pid(worker) == worker_pid, f"{worker} ({worker_pid}) went with its executor {pid}"
+        executor = " ".join(_argument(arguments, flag) for flag in ("--app-id", "--executor-id"))
+        self.confirmed.append(f"kill-executor {worker}: executor {executor} (PID {pid}) gone, "
+                              f"worker {worker_pid} still running")
+        return True
+
+    def spark_applications(self) -> set[str]:
+        """The ids of the applications the stack's Spark master runs (none while it does not answer)."""
+        host = self.env.get("SPARK_MASTER_HOST", self.env.get("SPARK_LOCAL_IP", "127.0.0.1"))
+        url = f"http://{host}:{self.assigned_ports.get('SPARK_MASTER_WEBUI_PORT', 8080)}/json"
+        try:
+            with urllib.request.urlopen(url, timeout=5) as answer:
+                state = json.load(answer)
+        except (OSError, ValueError):
+            return set()
+        return {app["id"] for app in state.get("activeapps", []) if app.get("state") == "RUNNING"}
+
     def credentials(self) -> dict[str, str]:
         """The stack's credentials file, which `up` makes when the stack is secure (always on the cluster)."""
         return credentials.read_credentials(self.state_dir / "credentials.env")
@@ -362,6 +405,38 @@ def _dead(pid: int) -> bool:
         return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] in ("Z", "X")
     except FileNotFoundError:
         return True
+
+
+def descendants(pid: int) -> list[int]:
+    """The processes in the process tree under `pid`, children first."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            parent = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (FileNotFoundError, ProcessLookupError, IndexError):
+            continue
+        children.setdefault(parent, []).append(int(entry.name))
+    found, pending = [], list(children.get(pid, []))
+    while pending:
+        child = pending.pop(0)
+        found.append(child)
+        pending += children.get(child, [])
+    return found
+
+
+def command_line(pid: int) -> list[str]:
+    """The arguments `pid` was started with (none once it is gone)."""
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").split("\0")
+    except (FileNotFoundError, ProcessLookupError):
+        return []
+
+
+def _argument(arguments: list[str], flag: str) -> str:
+    """The value after `flag` in a command line, or "?"."""
+    return arguments[arguments.index(flag) + 1] if flag in arguments[:-1] else "?"
 
 
 def group_gone(pgid: int) -> bool:

@@ -33,16 +33,26 @@ class PrivateClusterStack(PrivateStack):
 
 def cluster_fault_schedule(plan: ChaosPlan, replay_s: float) -> list[Fault]:
     """SIGKILLs, at seeded moments spread over 10-85% of the replay, of: one Kafka node (supervision restarts
-    it), one Spark worker (with its executors), the Spark driver, the stream connector and one instance of each
-    scaled stage (the DB connector; the standalone joiner with JOINER=lsb). Each `kills_per_stage` times."""
+    it), the stream connector and one instance of each scaled stage (the DB connector; the standalone joiner with
+    JOINER=lsb); with JOINER=spark, one Spark worker (with its executors), one executor alone on the other
+    worker, and the Spark driver. Each `kills_per_stage` times."""
     rng = random.Random(plan.seed)
     targets = [f"kafka-{rng.choice(KAFKA_NODES)}", "stream-connector", f"db-connector-{rng.choice(INSTANCES)}"]
     if plan.joiner == "spark":
-        targets += [f"spark-worker-{rng.choice(SPARK_WORKERS)}", "spark-joiner"]
+        worker = rng.choice(SPARK_WORKERS)
+        targets += [f"spark-worker-{worker}", "spark-joiner"]
+        other = next(index for index in SPARK_WORKERS if index != worker)
+        faults = [("kill", target) for target in targets] + [("kill-executor", f"spark-worker-{other}")]
     else:
         targets += [f"lsb-joiner-{rng.choice(INSTANCES)}"]
-    actions = [("kill", target) for target in targets for _ in range(plan.kills_per_stage)]
+        faults = [("kill", target) for target in targets]
+    actions = [fault for fault in faults for _ in range(plan.kills_per_stage)]
     rng.shuffle(actions)
+    # The executor kills take the earliest of the slots they share with the driver's: a driver's kill takes the
+    # executors with it, and the next driver's come only once it runs again, a minute later on two cores.
+    slots = [n for n, (action, target) in enumerate(actions) if action == "kill-executor" or target == "spark-joiner"]
+    for n, fault in zip(slots, sorted((actions[n] for n in slots), key=lambda fault: fault[0] != "kill-executor")):
+        actions[n] = fault
     slot = 0.75 * replay_s / len(actions)
     return [Fault(round(0.10 * replay_s + i * slot + rng.uniform(0, 0.5 * slot), 1), action, target)
             for i, (action, target) in enumerate(actions)]
