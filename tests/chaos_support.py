@@ -69,6 +69,9 @@ class ChaosPlan:
     bad_rows: int = 40
     # What is done to each server, once each: kill (SIGKILL), restart (graceful).
     server_faults: tuple[str, ...] = ("kill", "restart")
+    # Whether every fault must be confirmed before the replay's last row is due (a later one breaks nothing in
+    # flight); the run fails at once otherwise, keeping the stack's logs.
+    faults_in_replay: bool = False
 
     @property
     def stages(self) -> tuple[str, ...]:
@@ -526,6 +529,7 @@ class BadRowPublisher(threading.Thread):
 class ChaosReport:
     plan: ChaosPlan
     faults: list[Fault] = field(default_factory=list)
+    injected_s: list[float] = field(default_factory=list)  # when each fault was confirmed, after the replay began
     confirmed: list[str] = field(default_factory=list)  # each fault as the stack confirmed it
     replay_s: float = 0.0
     settle_s: float = 0.0
@@ -542,7 +546,8 @@ class ChaosReport:
     joiner_log: str = ""  # the joiner's log, as the run left it
 
     def summary(self) -> str:
-        faults = ", ".join(f"{f.action} {f.target} @{f.at_s:.0f}s" for f in self.faults)
+        faults = ", ".join(f"{f.action} {f.target} @{f.at_s:.0f}s" + (f" (done @{done:.0f}s)" if done is not None else "")
+                           for f, done in zip(self.faults, [*self.injected_s, *[None] * len(self.faults)]))
         windows = ", ".join(f"{kill.killed_at - kill.saved_at:.1f} s" for kill in self.broker_kills)
         return (f"chaos JOINER={self.plan.joiner}: {self.plan.rows} rows of {self.plan.machines} machines "
                 f"+ {self.plan.bad_rows} bad rows at {self.plan.rate:.0f} rows/s; replay {self.replay_s:.0f} s, "
@@ -636,8 +641,11 @@ def run_chaos(plan: ChaosPlan, workdir: Path, faults: list[Fault] | None = None,
             # The schedule's own clock: faults happen at their seeded times, whatever the pipeline does.
             time.sleep(max(0.0, began + fault.at_s - time.monotonic()))
             stack.inject(fault)
+            report.injected_s.append(time.monotonic() - began)
         report.confirmed = list(stack.confirmed)
         assert len(report.confirmed) == len(report.faults), (report.faults, report.confirmed)
+        assert not plan.faults_in_replay or max(report.injected_s, default=0.0) < replay_s, \
+            f"faults confirmed after the {replay_s:.0f} s replay: {report.summary()}"
         for publisher in publishers:
             publisher.join(timeout=replay_s + 900)
             assert not publisher.is_alive(), f"{publisher.name}: still publishing"
