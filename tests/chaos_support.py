@@ -546,8 +546,8 @@ class ChaosReport:
     joiner_log: str = ""  # the joiner's log, as the run left it
 
     def summary(self) -> str:
-        faults = ", ".join(f"{f.action} {f.target} @{f.at_s:.0f}s" + (f" (done @{done:.0f}s)" if done is not None else "")
-                           for f, done in zip(self.faults, [*self.injected_s, *[None] * len(self.faults)]))
+        done = [f" (done @{at_s:.0f}s)" for at_s in self.injected_s] + [""] * len(self.faults)
+        faults = ", ".join(f"{f.action} {f.target} @{f.at_s:.0f}s{done[n]}" for n, f in enumerate(self.faults))
         windows = ", ".join(f"{kill.killed_at - kill.saved_at:.1f} s" for kill in self.broker_kills)
         return (f"chaos JOINER={self.plan.joiner}: {self.plan.rows} rows of {self.plan.machines} machines "
                 f"+ {self.plan.bad_rows} bad rows at {self.plan.rate:.0f} rows/s; replay {self.replay_s:.0f} s, "
