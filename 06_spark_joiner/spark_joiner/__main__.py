@@ -19,8 +19,7 @@ from pipeline_core.settings import load_settings
 from pipeline_core.topics import partition_count
 
 from .checkpoint import prepare_checkpoint
-from .processor import STATE_LAYOUT
-from .job import has_started, start_query
+from .job import has_started, start_query, state_layout
 from .progress import LABELS, LATEST_OFFSETS_TIMEOUT_S, QueryProgress, SparkJoinerCounters
 from .session import spark_session, under_spark_submit
 from .settings import SparkJoinerSettings
@@ -36,7 +35,7 @@ def main(argv: Sequence[str] | None = None, prog: str = "python -m spark_joiner"
                              environ=credentials.environ_for("spark-joiner"))
     stop = process_stop_signal()
     exit_on_thread_failure()
-    prepare_checkpoint(settings.checkpoint_dir, settings.buckets, settings.shuffle_partitions, STATE_LAYOUT)
+    prepare_checkpoint(settings.checkpoint_dir, settings.buckets, settings.shuffle_partitions, state_layout(settings))
     # Before the JVM starts: a missing topic, or a broker that does not come up, ends the start with a clear
     # message instead of a query that waits on its own.
     security = security_config(settings)

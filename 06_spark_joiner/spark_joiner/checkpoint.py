@@ -22,6 +22,16 @@ LAYOUT_FILE = "joiner-layout.json"
 _URI = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*:/")
 
 
+def checkpoint_query_id(directory: Path | str) -> str | None:
+    """The id of the query a checkpoint belongs to (its ``metadata`` file, written when the query first starts; a
+    restart keeps it, a new checkpoint gets another); None before that."""
+    try:
+        query_id = json.loads((Path(directory) / "metadata").read_text()).get("id")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return query_id if isinstance(query_id, str) else None
+
+
 def prepare_checkpoint(directory: Path, buckets: int, shuffle_partitions: int, state_layout: str) -> Path | None:
     """Make ``directory`` ready for a query with these counts and state layout; returns where a checkpoint made
     with another layout was moved to (None when there was none)."""

@@ -4,10 +4,11 @@ from __future__ import annotations
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
+from local_stream_buffer.specs import load_join_specs
 from pipeline_core.kafka_clients import java_security_options
 
 from .parse import KAFKA_COLUMNS, PACKED_SCHEMA, RecordRouter
-from .processor import OUTPUT_SCHEMA, BucketJoinProcessor
+from .processor import IDLE_RELEASE_LAYOUT, OUTPUT_SCHEMA, STATE_LAYOUT, BucketJoinProcessor
 from .settings import SparkJoinerSettings
 from .sink import TransactionalBatchSink
 
@@ -38,7 +39,8 @@ def start_query(spark: SparkSession, settings: SparkJoinerSettings, sink: Transa
                                               max_join_keys=settings.max_join_keys or None),
         outputStructType=OUTPUT_SCHEMA,
         outputMode="Append",
-        timeMode="None",
+        # Timers for the idle release. Spark then runs a micro-batch at every trigger, input or not: only then.
+        timeMode="ProcessingTime" if releases_idle(settings) else "None",
     )
     return (
         joined.writeStream.queryName(QUERY_NAME)
@@ -47,6 +49,17 @@ def start_query(spark: SparkSession, settings: SparkJoinerSettings, sink: Transa
         .trigger(processingTime=f"{int(settings.trigger_s * 1000)} milliseconds")
         .start()
     )
+
+
+def releases_idle(settings: SparkJoinerSettings) -> bool:
+    """Whether a join spec releases quiet streams (``idle_release_s``): the query then keeps timers."""
+    return any(spec.idle_release_s is not None for spec in load_join_specs(settings.join_specs))
+
+
+def state_layout(settings: SparkJoinerSettings) -> str:
+    """The layout of the join's state, recorded beside the checkpoint (`checkpoint.prepare_checkpoint`): turning the
+    idle release on or off changes the query's time mode, so the state is rebuilt then."""
+    return IDLE_RELEASE_LAYOUT if releases_idle(settings) else STATE_LAYOUT
 
 
 def has_started(query: StreamingQuery) -> bool:

@@ -14,6 +14,13 @@ result depends only on each stream's order, so it equals the standalone joiner's
 module only turns Spark's rows into the engine's arrays, and the engine's pairs and verdicts into Kafka
 records.
 
+A join spec's idle release (``idle_release_s``) runs on Spark's processing-time timers: a bucket whose keys took
+rows gets a timer (one at a time) at the batch's processing time plus the release; when it fires, every key of
+the bucket whose stream had no rows for its release gives up what its reorder buffer holds
+(``local_stream_buffer.reorder.release_idle_side``), and the next timer is set for the earliest stream still
+buffering. The processing time is the micro-batch's, which Spark keeps in its offset log: a batch run again
+after a crash releases the same streams.
+
 Input before the sink's committed position (`sink`) has its outputs in Kafka already: a batch replayed
 after a crash, or the input a new checkpoint reads from the beginning. Its rows are joined first, in a
 call of their own whose outputs are dropped, to rebuild the state; the rest is joined on from there. A
@@ -40,10 +47,11 @@ from pyspark.sql.types import BinaryType, IntegerType, LongType, StructField, St
 
 from local_stream_buffer.eviction import (DEFAULT_MAX_JOIN_KEYS, eviction_reason, evicted_payload, evicted_records,
                                           keys_to_evict)
+from local_stream_buffer.idle_release import due_sides, next_due_ms
 from local_stream_buffer.keyed_batch import JoinKey, KeyedPairs, KeyedRows, KeyStates, StateKey, join_keyed_batch
-from local_stream_buffer.reorder import load_key_state
+from local_stream_buffer.reorder import is_reordered, load_key_state, release_idle_side
 from local_stream_buffer.two_stream_join import LEFT, RIGHT
-from local_stream_buffer.specs import SpecResolver
+from local_stream_buffer.specs import SpecBinding, SpecResolver
 from pipeline_core.records import dead_letter, record_key
 
 from .encode import STAGE, EncodedOutputs, encode_outputs
@@ -71,6 +79,8 @@ EMITTED_ARROW_SCHEMA = pa.schema([
 # per key: with many machines, per-key state calls were most of the job's cost.
 STATE_CHUNKS_PER_BUCKET = 64
 STATE_LAYOUT = f"join keys in {STATE_CHUNKS_PER_BUCKET} chunks per bucket"  # recorded with the checkpoint
+# Recorded too when a spec releases idle streams: the query then runs in processing-time mode, with timers.
+IDLE_RELEASE_LAYOUT = f"{STATE_LAYOUT}, processing-time timers for idle_release_s"
 CHUNK_KEY_SCHEMA = StructType([StructField("chunk", IntegerType(), False)])
 CHUNK_SCHEMA = StructType([StructField("keys", BinaryType(), False)])  # CHUNK_ARROW_SCHEMA's IPC bytes
 CHUNK_ARROW_SCHEMA = pa.schema([
@@ -97,22 +107,74 @@ class BucketJoinProcessor(StatefulProcessor):
         self.max_join_keys = max_join_keys
 
     def init(self, handle: StatefulProcessorHandle) -> None:
+        self.handle = handle
         self.chunks = handle.getMapState("join_chunks", CHUNK_KEY_SCHEMA, CHUNK_SCHEMA)
         self.key_count = handle.getValueState("key_count", KEY_COUNT_SCHEMA)
         self.resolver: SpecResolver = worker_resolver(self.join_specs)
+        idle = [spec.idle_release_s for spec in self.resolver.specs if spec.idle_release_s is not None]
+        self.first_release_ms = round(min(idle) * 1000) if idle else None  # a new timer: the soonest release
+        self._bindings: dict[tuple[str, str], SpecBinding | None] = {}
 
     def handleInputRows(self, key: Any, rows: Iterator[pd.DataFrame], timerValues: Any) -> Iterator[pd.DataFrame]:
         data = unpack(blob for frame in rows for blob in frame["rows"])
         states = ChunkedStates(self.chunks)  # reads nothing until the join asks
+        now_ms = int(timerValues.getCurrentProcessingTimeInMs())
         committed = committed_rows(data, self.committed)
         if committed is not None:
             # Their outputs are in Kafka: joined only to rebuild the state, before the rows that follow them.
-            join_bucket(self.resolver, data.filter(committed), states, self.input_topic, self.max_pending_per_side)
+            join_bucket(self.resolver, data.filter(committed), states, self.input_topic, self.max_pending_per_side,
+                        arrived_ms=now_ms)
             data = data.filter(np.logical_not(committed))
-        emitted = join_bucket(self.resolver, data, states, self.input_topic, self.max_pending_per_side)
+        emitted = join_bucket(self.resolver, data, states, self.input_topic, self.max_pending_per_side,
+                              arrived_ms=now_ms)
         self._store_states(states, emitted)
+        if self.first_release_ms is not None and next(iter(self.handle.listTimers()), None) is None:
+            # Rows arrived: their streams may go quiet. One timer per bucket; it sets the next when it fires.
+            self.handle.registerTimer(now_ms + self.first_release_ms)
         if emitted:
             yield emitted.frame()
+
+    def handleExpiredTimer(self, key: Any, timerValues: Any, expiredTimerInfo: Any) -> Iterator[pd.DataFrame]:
+        """Release the bucket's quiet streams (see the module doc) and set the timer for the next one due."""
+        now_ms = int(timerValues.getCurrentProcessingTimeInMs())
+        chunks = decode_chunks({int(chunk[0]): blob[0] for chunk, blob in self.chunks.iterator()})
+        emitted = Emitted()
+        changed: dict[int, Entries] = {}
+        next_due: int | None = None
+        for chunk, entries in chunks.items():
+            for stored, (state, used) in entries.items():
+                binding = self._binding(stored)
+                if binding is None or not is_reordered(state):
+                    continue
+                released = False
+                for side in due_sides(state, now_ms, binding.idle_release_ms):
+                    state, pairs = release_idle_side(state, side, binding.delta_time_ms, self.max_pending_per_side)
+                    released = True
+                    if pairs.count:
+                        joined = KeyedPairs(np.zeros(pairs.count, dtype=np.int64), pairs, np.empty(0, np.int64), [])
+                        emitted.outputs(encode_outputs([(stored[0], binding)], joined, self.input_topic))
+                if released:
+                    entries[stored] = (state, used)
+                    changed[chunk] = entries
+                due = next_due_ms(state, binding.idle_release_ms)
+                if due is not None:
+                    next_due = due if next_due is None else min(next_due, due)
+        for chunk, blob in encode_chunks(changed).items():
+            self.chunks.updateValue((chunk,), (blob,))
+        if next_due is not None:
+            self.handle.registerTimer(max(next_due, now_ms + 1))
+        if emitted:
+            yield emitted.frame()
+
+    def _binding(self, stored: StateKey) -> SpecBinding | None:
+        """The binding of a stored key whose spec releases idle streams (None: its spec does not, or is gone)."""
+        _, spec_name, axis = stored
+        found = self._bindings.get((spec_name, axis), False)
+        if found is False:
+            spec = next((spec for spec in self.resolver.specs if spec.name == spec_name), None)
+            found = spec.bind(axis) if spec is not None and spec.idle_release_s is not None else None
+            self._bindings[(spec_name, axis)] = found
+        return found
 
     def close(self) -> None:
         pass
@@ -296,7 +358,7 @@ Encoder = Callable[[Sequence[JoinKey], KeyedPairs, str], EncodedOutputs]
 
 
 def join_bucket(resolver: SpecResolver, data: pa.Table, states: KeyStates, input_topic: str,
-                max_pending_per_side: int, encode: Encoder = encode_outputs) -> Emitted:
+                max_pending_per_side: int, encode: Encoder = encode_outputs, arrived_ms: int = 0) -> Emitted:
     """Join a bucket's routed rows (in any row order) into ``states`` with the engine; the records to emit.
 
     ``states`` maps each join key to its engine state as bytes and is updated in place. Rows the router
@@ -315,7 +377,7 @@ def join_bucket(resolver: SpecResolver, data: pa.Table, states: KeyStates, input
     if not data.num_rows:
         return emitted
     rows = keyed_rows(resolver, data)
-    joined = join_keyed_batch(states, rows, max_pending_per_side)
+    joined = join_keyed_batch(states, rows, max_pending_per_side, arrived_ms)
     payloads = data.column("payload")
     things, quantities = data.column("thing"), data.column("quantity")
     for row, reason in zip(joined.rejected.tolist(), joined.reasons):

@@ -12,6 +12,10 @@ deleted (the query then starts from the input's beginning, rebuilding all state)
 each output is written once. The transactional id is fixed per job, so a restarted driver fences its
 predecessor and aborts whatever it left open.
 
+Batches whose records are not all tied to input offsets (the idle release's, made by a processing-time timer)
+are recognised by their id: each transaction names its batch and the checkpoint's query in the committed
+offsets' metadata, and a batch of that query at or below the last one named is not written again.
+
 Spark runs the sink on a thread of Py4J's callback server, where an exception Spark cannot catch would end
 that thread alone and leave the query waiting for ever. So a batch whose transaction fails (Kafka away past
 `transaction_timeout_s`, a wedged call, a refused record) only aborts it, or lets go of a producer that can
@@ -23,6 +27,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -39,6 +44,7 @@ from pipeline_core.records import payload_omitted
 from pipeline_core.retry import Backoff
 from pipeline_core.topics import dead_letter_limit
 
+from .checkpoint import checkpoint_query_id
 from .encode import STAGE
 from .processor import DLQ, unpack_emitted
 
@@ -52,6 +58,8 @@ DEFAULT_TRANSACTION_TIMEOUT_S = 60.0
 _WEDGED_AFTER_S = 5.0
 # A transactional call unanswered this long means Kafka is away: the heartbeat says the job waits for it.
 _SLOW_CALL_S = 5.0
+# The committed offsets' metadata: the batch that committed them, and the checkpoint's query.
+_BATCH_METADATA = re.compile(r"spark batch (\d+) of query (\S+)")
 # Between two attempts of a transactional call Kafka answered with a retriable error at once (asking again at
 # once spun the driver's thread); the transaction timeout bounds the attempts in all.
 _RETRY_BACKOFF = Backoff(0.1, 1.0)
@@ -104,6 +112,9 @@ class TransactionalBatchSink:
         self.input_topic = ""
         self.offset_log = ""  # the checkpoint's offset log: where each batch's input ends
         self.committed: dict[int, int] = {}  # input partition -> offset up to which the outputs are in Kafka
+        self.checkpoint_dir = ""
+        self.query_id: str | None = None  # the checkpoint's query, once it has run
+        self.last_batch_committed = -1  # of this checkpoint's query: the last batch whose transaction committed
         self.counters = SinkCounters()
         # The processor's letters are under machine.dlq's default limit; a DLQ topic made with a lower one would
         # refuse larger letters and fail every batch holding one.
@@ -131,6 +142,9 @@ class TransactionalBatchSink:
         that left open. Either waits for Kafka up to the start-up deadline, then raises `KafkaStartupError`."""
         self.input_topic = input_topic
         self.offset_log = f"{checkpoint_dir.rstrip('/')}/offsets"
+        self.checkpoint_dir = checkpoint_dir
+        self.query_id = checkpoint_query_id(checkpoint_dir)
+        self.last_batch_committed = -1
         if self.producer is None:
             log.warning("making a new transactional producer: it fences the one a failed batch left and aborts "
                         "its open transaction")
@@ -153,6 +167,9 @@ class TransactionalBatchSink:
         for position in committed:
             if position.offset < 0:
                 continue
+            named = _BATCH_METADATA.fullmatch(position.metadata or "")
+            if named is not None and named.group(2) == self.query_id:
+                self.last_batch_committed = max(self.last_batch_committed, int(named.group(1)))
             _low, high = self._group.get_watermark_offsets(position, timeout=self._request_timeout)
             if position.offset > high:
                 # Offsets never shrink: the topic was deleted and created again, and its outputs begin anew.
@@ -168,6 +185,8 @@ class TransactionalBatchSink:
         ends = self._batch_ends(batch.sparkSession, batch_id)
         if batch_id == 0 and self.committed:
             self._rebuilding()
+        if self.query_id is None:
+            self.query_id = checkpoint_query_id(self.checkpoint_dir)  # written when the query first started
         # Always run the batch: it is what stores the join state, also where all its outputs are dropped.
         rows = unpack_emitted(batch.toArrow().column("records").to_pylist())
         self.counters.compute_seconds += time.monotonic() - began
@@ -178,6 +197,10 @@ class TransactionalBatchSink:
         transaction, or nothing of it: a failure aborts the transaction (or lets go of a producer that cannot
         abort) and raises, and Spark runs the batch again after `resume()`."""
         began = time.monotonic()
+        if batch_id <= self.last_batch_committed:
+            self.counters.skipped_batches += 1
+            log.info("batch %d: committed before (a batch run again after a crash): state only", batch_id)
+            return
         advanced = {partition: end for partition, end in ends.items() if end > self.committed.get(partition, -1)}
         if not advanced and not rows.num_rows:
             self.counters.skipped_batches += 1
@@ -190,9 +213,11 @@ class TransactionalBatchSink:
         try:
             producer.begin_transaction()
             dead_letters = self._produce(producer, rows)
-            if advanced:
-                positions = [TopicPartition(self.input_topic, partition, end, f"spark batch {batch_id}")
-                             for partition, end in sorted(advanced.items())]
+            # Every partition of the batch, advanced or not: the metadata names the batch (see the module doc).
+            named = f"spark batch {batch_id} of query {self.query_id}" if self.query_id else f"spark batch {batch_id}"
+            positions = [TopicPartition(self.input_topic, partition, max(end, self.committed.get(partition, end)), named)
+                         for partition, end in sorted(ends.items())]
+            if positions:
                 metadata = self._group.consumer_group_metadata()
                 self._transactional(lambda: producer.send_offsets_to_transaction(
                     positions, metadata, self._transaction_timeout_s), f"committing batch {batch_id}'s input offsets")
@@ -206,6 +231,7 @@ class TransactionalBatchSink:
         finally:
             self.waiting_for = None
         self.committed.update(advanced)
+        self.last_batch_committed = batch_id
         counters = self.counters
         counters.batches += 1
         counters.joins += rows.num_rows - dead_letters

@@ -19,7 +19,8 @@ import pyarrow as pa
 import pytest
 from confluent_kafka import Producer
 
-from pipeline_core.kafka_clients import KafkaStartupError, admin_client, producer_config
+from pipeline_core.kafka_clients import (KafkaStartupError, admin_client, producer_config, retry_transient,
+                                         transactional_producer_config)
 from pipeline_core.topics import MACHINE_DATA, MACHINE_DLQ, MACHINE_OUT, ensure_topics
 from spark_joiner.processor import DLQ, EMITTED_ARROW_SCHEMA, OUT
 from spark_joiner.sink import TransactionalBatchSink
@@ -54,6 +55,10 @@ def test_a_batch_meeting_kafka_away_fails_plainly_and_the_restarted_query_commit
         producer.produce(data.name, f"input {offset}".encode(), partition=0)
     assert producer.flush(30) == 0
     transactional_id = unique("spark-joiner.outage")
+    # A just started Kafka answers NOT_COORDINATOR while it creates __transaction_state, on a loaded machine for
+    # longer than the sink's short deadline here: wait for the coordinator first (the sink's init fences this one).
+    ready = Producer(transactional_producer_config(bootstrap, transactional_id))
+    retry_transient(lambda: ready.init_transactions(10), deadline_s=180, what="the transaction coordinator")
     sink = TransactionalBatchSink(bootstrap, out.name, dlq.name, transactional_id,
                                   startup_deadline_s=STARTUP_DEADLINE_S, transaction_timeout_s=TRANSACTION_TIMEOUT_S)
     reports: list[str | None] = []

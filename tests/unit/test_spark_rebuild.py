@@ -58,6 +58,13 @@ class _MapState:
         return iter(list(self.values.items()))
 
 
+class _TimerValues:
+    """The processing time Spark hands each call: the micro-batch's."""
+
+    def getCurrentProcessingTimeInMs(self) -> int:  # noqa: N802 (Spark's name)
+        return 1_700_000_000_000
+
+
 class _Handle:
     def __init__(self) -> None:
         self.states: dict[str, _ValueState | _MapState] = {}
@@ -84,7 +91,8 @@ class Job:
             if bucket not in self.processors:
                 self.processors[bucket] = BucketJoinProcessor(None, "machine.data", 10_000, self.committed)
                 self.processors[bucket].init(_Handle())
-            for frame in self.processors[bucket].handleInputRows(bucket, iter([pd.DataFrame({"rows": [blob]})]), None):
+            for frame in self.processors[bucket].handleInputRows(bucket, iter([pd.DataFrame({"rows": [blob]})]),
+                                                                        _TimerValues()):
                 emitted = unpack_emitted(frame["records"].tolist())
                 for kind, value in zip(emitted.column("kind").to_pylist(), emitted.column("value").to_pylist()):
                     if kind == DLQ:
