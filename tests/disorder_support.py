@@ -28,11 +28,12 @@ AT_BOUND_PER_MACHINE = 3  # rows held back by exactly DISORDER_MS behind a row o
 DISORDERED = dataclasses.replace(POWER, bound_ms=DISORDER_MS)
 
 
-def join_specs(tmp_path: Path) -> Path:
+def join_specs(tmp_path: Path, more: str = "") -> Path:
+    """The power join with max_out_of_orderness_s of DISORDER_MS, and `more` spec lines (e.g. an idle release)."""
     path = tmp_path / "join_specs.toml"
     path.write_text('[[join]]\nname = "power"\nleft = "actSpeed_C{axis}"\nright = "vaTorque_C{axis}"\n'
                     'output = "vaPower_C{axis}"\nformula = "power"\ndelta_time_s = 1.0\n'
-                    f"max_out_of_orderness_s = {DISORDER_MS / 1000}\n")
+                    f"max_out_of_orderness_s = {DISORDER_MS / 1000}\n{more}")
     return path
 
 

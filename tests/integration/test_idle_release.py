@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from disorder_support import join_specs
 from join_reference import POWER, reference_join
 from kafka_joiner_support import (JoinerProcess, as_multiset, delete_internal_topics, key_of, machine_records,
                                   new_group, read_outputs)
@@ -22,16 +23,12 @@ pytestmark = pytest.mark.integration
 
 MACHINES = 3
 TICKS = 40  # of 100 ms: 4 s per machine, the last 2 s of which the bound holds back
-BOUND_S = 2.0
-IDLE_RELEASE_S = 1.0
+IDLE_RELEASE_S = 1.0  # under disorder_support's spec: the power join with a 2 s bound
 
 
-def join_specs(tmp_path: Path) -> Path:
-    path = tmp_path / "idle_release_specs.toml"
-    path.write_text('[[join]]\nname = "power"\nleft = "actSpeed_C{axis}"\nright = "vaTorque_C{axis}"\n'
-                    'output = "vaPower_C{axis}"\nformula = "power"\ndelta_time_s = 1.0\n'
-                    f"max_out_of_orderness_s = {BOUND_S}\nidle_release_s = {IDLE_RELEASE_S}\n")
-    return path
+def releasing_specs(tmp_path: Path) -> Path:
+    """disorder_support's spec (the power join, 2 s bound) with the idle release."""
+    return join_specs(tmp_path, f"idle_release_s = {IDLE_RELEASE_S}\n")
 
 
 def displaced(records: list[dict]) -> list[dict]:
@@ -78,7 +75,7 @@ def run_scenario(bootstrap: str, topics, joiner) -> None:
 def test_the_standalone_joiner_releases_quiet_machines_once_through_kill_9(bootstrap, new_topics, tmp_path) -> None:
     topics = new_topics()
     group = new_group()
-    joiner = JoinerProcess(bootstrap, topics, group, tmp_path, None, "--join-specs", str(join_specs(tmp_path)),
+    joiner = JoinerProcess(bootstrap, topics, group, tmp_path, None, "--join-specs", str(releasing_specs(tmp_path)),
                            "--input-partitioned-by-thing")
     try:
         joiner.start()
@@ -93,7 +90,7 @@ def test_the_standalone_joiner_releases_quiet_machines_once_through_kill_9(boots
 def test_the_spark_joiner_releases_quiet_machines_once_through_kill_9(bootstrap, new_topics, tmp_path) -> None:
     topics = new_topics()
     joiner = SparkJoinerProcess(bootstrap, topics, tmp_path / "checkpoint", tmp_path,
-                                "--join-specs", str(join_specs(tmp_path)))
+                                "--join-specs", str(releasing_specs(tmp_path)))
     try:
         joiner.start()
         run_scenario(bootstrap, topics, joiner)

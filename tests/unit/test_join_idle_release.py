@@ -24,8 +24,8 @@ from local_stream_buffer.output import output_records
 from local_stream_buffer.reference import reference_pairs
 from local_stream_buffer.reorder import load_key_state, release_idle_side
 from local_stream_buffer.specs import JoinSpec, SpecResolver, load_join_specs
-from test_join_reorder import (EXAMPLES, QUANTITIES, START_MS, THING, disordered_streams, flush, in_order_outputs,
-                               record)
+from test_join_reorder import (EXAMPLES, QUANTITIES, START_MS, THING, arrival_rows, disordered_streams, flush,
+                               in_order_outputs, record)
 
 IDLE_TICKS = 3  # the idle release, in ticks of the test's clock (one tick per arrival)
 
@@ -141,11 +141,7 @@ def test_the_batch_path_releases_into_the_same_records(streams, data, rng) -> No
         pending.clear()
         if not numbers:
             return
-        rows = KeyedRows(keys, np.zeros(len(numbers), dtype=np.int64),
-                         np.array([arrivals[n][0] for n in numbers], dtype=np.int64),
-                         np.zeros(len(numbers), dtype=np.int64), np.array(numbers, dtype=np.int64),
-                         np.array([record(*arrivals[n])["phenomenonTime"] for n in numbers], dtype=float),
-                         np.array([record(*arrivals[n])["result"] for n in numbers], dtype=float))
+        rows = arrival_rows(keys, arrivals, numbers)
         joined = join_keyed_batch(states, rows)
         rejected.extend((numbers[row], reason) for row, reason in zip(joined.rejected.tolist(), joined.reasons))
         batch_outputs.extend(output_records(THING, binding, joined.pairs))

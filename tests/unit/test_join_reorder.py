@@ -122,6 +122,16 @@ def test_pairs_come_as_soon_as_the_bound_makes_them_certain(streams) -> None:
         assert set(emitted) == reference_pairs(*certain, delta)
 
 
+def arrival_rows(keys: list, arrivals: list[tuple[int, int]], numbers: list[int]) -> KeyedRows:
+    """The batch path's rows of the arrivals `numbers` (in that row order) of the one key in `keys`; each row's
+    arrival number is its offset, so the stream order is the arrival order."""
+    return KeyedRows(keys, np.zeros(len(numbers), dtype=np.int64),
+                     np.array([arrivals[n][0] for n in numbers], dtype=np.int64),
+                     np.zeros(len(numbers), dtype=np.int64), np.array(numbers, dtype=np.int64),
+                     np.array([record(*arrivals[n])["phenomenonTime"] for n in numbers], dtype=float),
+                     np.array([record(*arrivals[n])["result"] for n in numbers], dtype=float))
+
+
 def keyed_batch_outputs(arrivals: list[tuple[int, int]], bound: int, delta: int | None, cuts: list[int],
                         rng: stdlib_random.Random) -> tuple[list[dict], list[tuple[int, str]], dict]:
     """The keyed batch join over `arrivals` split at `cuts`, rows shuffled within a batch, state as bytes.
@@ -139,11 +149,7 @@ def keyed_batch_outputs(arrivals: list[tuple[int, int]], bound: int, delta: int 
         rng.shuffle(numbers)
         if not numbers:
             continue
-        rows = KeyedRows(keys, np.zeros(len(numbers), dtype=np.int64),
-                         np.array([arrivals[n][0] for n in numbers], dtype=np.int64),
-                         np.zeros(len(numbers), dtype=np.int64), np.array(numbers, dtype=np.int64),
-                         np.array([record(*arrivals[n])["phenomenonTime"] for n in numbers], dtype=float),
-                         np.array([record(*arrivals[n])["result"] for n in numbers], dtype=float))
+        rows = arrival_rows(keys, arrivals, numbers)
         joined = join_keyed_batch(states, rows)
         rejected += [(numbers[row], reason) for row, reason in zip(joined.rejected.tolist(), joined.reasons)]
         outputs += output_records(THING, keys[0][1], joined.pairs)
