@@ -14,7 +14,7 @@ from pipeline_core.kafka_clients import admin_client
 from pipeline_core.settings import ConnectionSettings, load_settings
 from pipeline_core.topics import MACHINE_DATA, MACHINE_DLQ, MACHINE_OUT, ensure_topics
 from stack import manager
-from stack.services import Kafka, Service
+from stack.services import Kafka
 from stack.topology import private_ports
 from support import PORT_RANGE_ENV, unique
 
@@ -41,10 +41,12 @@ def stack() -> Iterator[ConnectionSettings]:
     if all(server.is_ready() for server in servers):
         yield settings
         return
-    started: list[Service] = []  # by this session, one by one: another session may start some meanwhile
+    # Stopped at the end: those this session started (another may start some meanwhile, and `up` starts only
+    # what does not run), or after a failed start, every one that did not run before it.
+    started = [server for server in servers if server.name not in manager.running(servers)]
     try:
-        for server in servers:
-            started += [server] if manager.up([server]) else []
+        names = set(manager.up(servers))
+        started = [server for server in servers if server.name in names]
         yield settings
     finally:
         manager.down(started)

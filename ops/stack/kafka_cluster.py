@@ -24,8 +24,6 @@ REPLICATION_FACTOR = 3
 MIN_INSYNC_REPLICAS = 2
 # Ports of node 1 are the single broker's (KAFKA_PORT, KAFKA_CONTROLLER_PORT); the others have their own.
 DEFAULT_PORTS = {2: (9094, 9095), 3: (9096, 9097)}
-# The nodes are started together and each waits for a quorum of the others: the slowest JVM start sets the pace.
-START_GROUP = "kafka-cluster"
 
 
 def node_ports(node_id: int) -> dict[str, int]:
@@ -69,7 +67,6 @@ def cluster_id() -> str:
 class KafkaNode(Kafka):
     """Node `node_id` of the cluster: broker and controller in one JVM."""
 
-    start_group = START_GROUP
     # The JVM start of three nodes at once on two cores, then a leader election.
     start_deadline_s = 180.0
     # Three JVMs on one small host: a smaller heap each than the single broker's.

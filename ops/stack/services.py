@@ -24,6 +24,9 @@ from .processes import StackError, process_start_ticks, tail_bytes
 START_MARKER = "--- stack: starting"
 # How much of the end of a pipeline process's log (and of its newest backup) is searched for its READY line.
 READY_SCAN_BYTES = 1024 * 1024
+# The start groups (Service.start_group): every server at once, then every stage of the pipeline at once.
+SERVERS = "servers"
+PIPELINE = "pipeline"
 
 
 def env_port(name: str, default: int) -> int:
@@ -57,8 +60,10 @@ class Service(ABC):
     stop_grace_s: float = 10.0
     # supervisord's startsecs: a process that exits sooner is retried with growing delays.
     startsecs: float = 5.0
-    # Services of one group start together, each then waited for, and stop together: members of a quorum need
-    # each other (stopped one by one, the last would wait for a quorum that is gone until it is killed).
+    # Services of one group start together, each then waited for, and stop together: the servers need none of
+    # each other to start (and a quorum's members need each other: stopped one by one, the last would wait for a
+    # quorum that is gone until it is killed), the pipeline's stages only the servers. One by one, each JVM's
+    # start would wait for the last one's.
     start_group: str | None = None
 
     @property
@@ -102,6 +107,7 @@ class Service(ABC):
 
 class Mosquitto(Service):
     name = "mosquitto"
+    start_group = SERVERS
 
     def ports(self) -> dict[str, int]:
         ports = {"mqtt": env_port("MQTT_PORT", 1883)}
@@ -136,6 +142,7 @@ class Mosquitto(Service):
 
 class Kafka(Service):
     name = "kafka"
+    start_group = SERVERS
     start_deadline_s = 60.0
     stop_grace_s = 30.0
     startsecs = 10.0  # a bad config or a taken port ends the JVM a few seconds in
@@ -237,6 +244,7 @@ def ensure_topics_and_principals(bootstrap_servers: str) -> None:
 
 class InfluxDB(Service):
     name = "influxdb"
+    start_group = SERVERS
 
     def ports(self) -> dict[str, int]:
         return {"http": env_port("INFLUXDB_PORT", 8086), "rpc": env_port("INFLUXDB_RPC_PORT", 8088)}
@@ -271,6 +279,8 @@ class PipelineProcess(Service):
     has logged READY (with its PID: a restarted process is not ready on its predecessor's word). Once seen,
     that is recorded with the process's start time, so a log rotated since still finds it ready. Once
     ready, its health is its heartbeat's (`progress_file`, judged by `pipeline_core.stage_health`)."""
+
+    start_group = PIPELINE
 
     def __init__(self, name: str, module: str, *args: str, start_deadline_s: float = 30.0,
                  stop_grace_s: float = 10.0, startsecs: float = 5.0, env: dict[str, str] | None = None) -> None:

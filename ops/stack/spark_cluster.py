@@ -19,9 +19,10 @@ from pathlib import Path
 from pipeline_core import credentials, paths
 from . import security
 from .processes import StackError
-from .services import Service, env_port
+from .services import SERVERS, Service, env_port
 
 WORKERS = (1, 2)
+WORKERS_GROUP = "spark-workers"
 DEFAULT_WORKER_WEBUI_PORTS = {1: 8081, 2: 8082}
 # This host has two cores: one per worker, so their executors together use what the host has. On a real
 # host, the host's cores and most of its memory.
@@ -135,6 +136,7 @@ class SparkDaemon(Service):
 
 class SparkMaster(SparkDaemon):
     name = "spark-master"
+    start_group = SERVERS
     start_deadline_s = 120.0
     startsecs = 10.0
 
@@ -159,6 +161,8 @@ class SparkWorker(SparkDaemon):
     """Worker `index`: it registers with the master and runs the executors the master gives it, in a work
     dir of its own under the state dir (the default lies inside site-packages)."""
 
+    # After the master: a worker that finds no master tries again only 5-15 s later.
+    start_group = WORKERS_GROUP
     start_deadline_s = 120.0
     startsecs = 10.0
 

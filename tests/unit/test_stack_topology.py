@@ -68,11 +68,23 @@ def test_the_three_nodes_share_a_quorum_and_replicate_each_topic_three_times(sec
     assert kafka_cluster.bootstrap_servers() == "127.0.0.1:30092,127.0.0.1:9094,127.0.0.1:9096"
 
 
-def test_the_nodes_start_together_and_every_other_service_alone(state_dir, monkeypatch):
+@pytest.mark.parametrize("joiner", ["lsb", "spark"])
+def test_the_servers_start_together_then_the_workers_then_the_pipeline(state_dir, monkeypatch, joiner):
     monkeypatch.setenv("TOPOLOGY", "cluster")
-    groups = manager._start_groups(manager.all_services())
-    assert [[s.name for s in group] for group in groups][:3] == [["mosquitto"], ["kafka-1", "kafka-2", "kafka-3"],
-                                                                 ["influxdb"]]
+    monkeypatch.setenv("JOINER", joiner)
+    groups = [[s.name for s in group] for group in manager._start_groups(manager.all_services())]
+    servers = ["mosquitto", "kafka-1", "kafka-2", "kafka-3", "influxdb"]
+    pipeline = ["stream-connector", *(["lsb-joiner-1", "lsb-joiner-2"] if joiner == "lsb" else ["spark-joiner"]),
+                "db-connector-1", "db-connector-2"]
+    spark = [servers + ["spark-master"], ["spark-worker-1", "spark-worker-2"]] if joiner == "spark" else [servers]
+    assert groups == [*spark, pipeline]
+
+
+def test_the_single_stack_starts_its_servers_together_then_its_stages(state_dir, monkeypatch):
+    monkeypatch.setenv("TOPOLOGY", "single")
+    monkeypatch.setenv("JOINER", "spark")
+    groups = [[s.name for s in group] for group in manager._start_groups(manager.all_services())]
+    assert groups == [["mosquitto", "kafka", "influxdb"], ["stream-connector", "spark-joiner", "db-connector"]]
 
 
 @pytest.mark.parametrize("joiner, scaled", [("lsb", ["lsb-joiner", "db-connector"]), ("spark", ["db-connector"])])
