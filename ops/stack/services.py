@@ -349,13 +349,25 @@ def tls_enabled() -> bool:
     return security.tls_requested()
 
 
+# Addresses a listener binds to mean every address of the host: no name of its own.
+WILDCARD_HOSTS = ("", "0.0.0.0", "::", "[::]", "*")
+
+
+def mosquitto_certificate_hosts() -> list[str]:
+    """The names and addresses Mosquitto's certificate is made for: this host's loopback and name, the address its
+    TLS listener binds (MQTT_TLS_HOST, unless every address), and the host clients are told to reach it by
+    (MQTT_HOST); `certificates` adds TLS_EXTRA_HOSTNAMES."""
+    hosts = ["127.0.0.1", "localhost", socket.gethostname(), os.environ.get("MQTT_TLS_HOST", ""),
+             os.environ.get("MQTT_HOST", "")]
+    return [host for host in dict.fromkeys(host.strip() for host in hosts) if host not in WILDCARD_HOSTS]
+
+
 def tls_files() -> mqtt_security.TlsFiles:
     """Mosquitto's certificate, key and CA (PEM) for its TLS listener: STACK_TLS_CERT_FILE,
-    STACK_TLS_KEY_FILE, STACK_TLS_CA_FILE, by default the stack's own in its state dir's `tls/` (made on first use,
-    for this host's names)."""
+    STACK_TLS_KEY_FILE, STACK_TLS_CA_FILE, by default the stack's own in its state dir's `tls/` (made on first use
+    for `mosquitto_certificate_hosts()`, and made again when one of them is missing)."""
     if "STACK_TLS_CERT_FILE" not in os.environ:
-        hosts = ["127.0.0.1", "localhost", socket.gethostname(), os.environ.get("MQTT_TLS_HOST", "0.0.0.0")]
-        certificates.ensure_server_certificate("mosquitto", [h for h in dict.fromkeys(hosts) if h != "0.0.0.0"])
+        certificates.ensure_server_certificate("mosquitto", mosquitto_certificate_hosts())
     default = certificates.tls_dir()
     return mqtt_security.TlsFiles(
         Path(os.environ.get("STACK_TLS_CERT_FILE", default / "mosquitto.pem")),
