@@ -119,18 +119,22 @@ def test_restart_on_a_stopped_stack_says_how_to_start_it(tmp_path) -> None:
 
 def test_status_from_a_shell_without_the_stacks_settings_probes_what_runs(stack: PrivateStack) -> None:
     """The stack runs on ports of its own; a shell that names only its state dir still finds every service
-    healthy (status takes the settings the stack was started with), and one it sets otherwise is named."""
+    healthy (status takes the settings the stack was started with), and one it sets otherwise is named: a port,
+    or a host (InfluxDB, which the loss line asks, is where the stack runs it, not where the shell says)."""
     shell = {name: value for name, value in stack.env.items() if name not in stack.env.keys() - os.environ.keys()
-             and not name.endswith("_PORT")} | {"STACK_STATE_DIR": stack.env["STACK_STATE_DIR"]}
+             and not name.endswith("_PORT") and not name.endswith("_HOST")} | {
+        "STACK_STATE_DIR": stack.env["STACK_STATE_DIR"]}
     assert "MQTT_PORT" not in shell and "KAFKA_PORT" not in shell
 
     def healthy() -> subprocess.CompletedProcess[str] | None:
-        done = subprocess.run([sys.executable, "-m", "stack", "status"], env={**shell, "INFLUXDB_PORT": "1"},
-                              capture_output=True, text=True,
-                              timeout=120)
+        done = subprocess.run([sys.executable, "-m", "stack", "status"],
+                              env={**shell, "INFLUXDB_PORT": "1", "INFLUXDB_HOST": "127.0.0.9"},
+                              capture_output=True, text=True, timeout=120)
         rows = [line.split() for line in done.stdout.splitlines()[1:len(SERVICES) + 1]]
         return done if [row[0] for row in rows] == SERVICES and all("healthy" in row for row in rows) else None
 
     done = wait_for(healthy, 60, "status from a bare shell to find every service healthy", interval_s=1)
     assert f"INFLUXDB_PORT='{stack.env['INFLUXDB_PORT']}' (this shell: '1')" in done.stderr
+    assert "INFLUXDB_HOST=unset (this shell: '127.0.0.9')" in done.stderr
+    assert "does not answer" not in done.stdout  # the loss line asked InfluxDB where it runs
     assert "MQTT_PORT" not in done.stderr  # left unset by the shell: taken without a word
