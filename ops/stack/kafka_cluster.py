@@ -79,6 +79,9 @@ class KafkaNode(Kafka):
     def ports(self) -> dict[str, int]:
         return node_ports(self.node_id)
 
+    def bind_host(self, role: str) -> str:
+        return node_host(self.node_id)  # both listeners (cluster-node.properties)
+
     @property
     def bootstrap_servers(self) -> str:
         return f"{node_host(self.node_id)}:{self.ports()['kafka']}"

@@ -162,7 +162,7 @@ def start_together(services: list[Service]) -> list[str]:
         if supervision.process_info(service.name).state in supervision.ACTIVE_STATES:
             continue
         for role, port in service.ports().items():
-            if not port_is_free(port):
+            if not port_is_free(port, service.bind_host(role)):
                 raise StackError(f"port {port} ({service.name} {role}) is already in use by "
                                  f"{port_holder(port)}: stop that process or choose another port "
                                  f"(see docs/operations.md, 'Ports and settings')")

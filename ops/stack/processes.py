@@ -3,6 +3,7 @@ command lines, who holds a port, the end of a log (read from its end: logs are l
 from __future__ import annotations
 
 import codecs
+import errno
 import os
 import re
 import socket
@@ -35,11 +36,18 @@ def command_line(pid: int) -> str | None:
 
 
 def port_is_free(port: int, host: str = "127.0.0.1") -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+    """Whether a server could listen on `host`:`port` now (0.0.0.0: on every address, so a listener on any one
+    holds it). A `host` that is no address of this host, or no name that resolves, raises StackError: no server
+    here can listen on it."""
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM) as probe:
         probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             probe.bind((host, port))
-        except OSError:
+        except socket.gaierror as error:
+            raise StackError(f"{host!r} does not resolve to an address of this host ({error.strerror})") from None
+        except OSError as error:
+            if error.errno == errno.EADDRNOTAVAIL:
+                raise StackError(f"{host} is no address of this host: no server here can listen on it") from None
             return False
     return True
 

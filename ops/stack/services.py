@@ -85,6 +85,11 @@ class Service(ABC):
     def ports(self) -> dict[str, int]:
         """Ports the service listens on, by role; checked free before start."""
 
+    def bind_host(self, role: str) -> str:
+        """The address the service listens on for `role`'s port (0.0.0.0: every address): where `up` checks the
+        port is free. This host's loopback unless the service binds what a setting names."""
+        return "127.0.0.1"
+
     @abstractmethod
     def command(self) -> list[str]:
         """The command line supervisord runs."""
@@ -115,6 +120,9 @@ class Mosquitto(Service):
             ports["mqtt-tls"] = env_port("MQTT_TLS_PORT", 8883)
         return ports
 
+    def bind_host(self, role: str) -> str:
+        return mqtt_tls_host() if role == "mqtt-tls" else "127.0.0.1"
+
     @property
     def config_file(self) -> Path:
         return self.state_dir / "mosquitto.conf"
@@ -130,8 +138,7 @@ class Mosquitto(Service):
         render(paths.MQTT_BROKER_DIR / "mosquitto.conf", self.config_file,
                port=ports["mqtt"], data_dir=self.state_dir / "data", user=_current_user(),
                security=mqtt_security.security_config(values, self.state_dir),
-               tls_listener=mqtt_security.tls_listener_config(
-                   ports.get("mqtt-tls", 0), os.environ.get("MQTT_TLS_HOST", "0.0.0.0"), tls))
+               tls_listener=mqtt_security.tls_listener_config(ports.get("mqtt-tls", 0), mqtt_tls_host(), tls))
 
     def command(self) -> list[str]:
         return [require_binary("mosquitto", "mosquitto"), "-c", str(self.config_file)]
@@ -353,12 +360,16 @@ def tls_enabled() -> bool:
 WILDCARD_HOSTS = ("", "0.0.0.0", "::", "[::]", "*")
 
 
+def mqtt_tls_host() -> str:
+    """The address Mosquitto's TLS listener binds: MQTT_TLS_HOST, every address by default."""
+    return os.environ.get("MQTT_TLS_HOST", "").strip() or "0.0.0.0"
+
+
 def mosquitto_certificate_hosts() -> list[str]:
     """The names and addresses Mosquitto's certificate is made for: this host's loopback and name, the address its
     TLS listener binds (MQTT_TLS_HOST, unless every address), and the host clients are told to reach it by
     (MQTT_HOST); `certificates` adds TLS_EXTRA_HOSTNAMES."""
-    hosts = ["127.0.0.1", "localhost", socket.gethostname(), os.environ.get("MQTT_TLS_HOST", ""),
-             os.environ.get("MQTT_HOST", "")]
+    hosts = ["127.0.0.1", "localhost", socket.gethostname(), mqtt_tls_host(), os.environ.get("MQTT_HOST", "")]
     return [host for host in dict.fromkeys(host.strip() for host in hosts) if host not in WILDCARD_HOSTS]
 
 

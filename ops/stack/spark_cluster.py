@@ -143,6 +143,10 @@ class SparkMaster(SparkDaemon):
     def ports(self) -> dict[str, int]:
         return {"master": master_port(), "ui": master_webui_port()}
 
+    def bind_host(self, role: str) -> str:
+        # `--host` for its RPC; a web UI binds SPARK_LOCAL_IP.
+        return master_host() if role == "master" else local_ip()
+
     def defaults(self) -> dict[str, str]:
         # The REST submission server authenticates nobody (and Spark refuses it with spark.authenticate); the joiner
         # is submitted over the authenticated RPC.
@@ -174,6 +178,9 @@ class SparkWorker(SparkDaemon):
         ports = {"ui": env_port(f"SPARK_WORKER{self.index}_WEBUI_PORT", DEFAULT_WORKER_WEBUI_PORTS[self.index])}
         worker_port = env_port(f"SPARK_WORKER{self.index}_PORT", 0)  # 0: any free port, as Spark's default
         return {"worker": worker_port, **ports} if worker_port else ports
+
+    def bind_host(self, role: str) -> str:
+        return local_ip()  # `--host` and SPARK_LOCAL_IP
 
     @property
     def work_dir(self) -> Path:
