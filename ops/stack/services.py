@@ -3,6 +3,7 @@ health-checked. supervisord runs them (`supervision.py`); `manager.py` starts th
 from __future__ import annotations
 
 import base64
+import logging
 import os
 import shutil
 import socket
@@ -19,6 +20,8 @@ from pipeline_core.logs import ready_marker
 from pipeline_core.stage_health import StageHealth, assess, read_heartbeat
 from . import certificates, influxdb_users, mqtt_security, security
 from .processes import StackError, process_start_ticks, tail_bytes
+
+log = logging.getLogger(__name__)
 
 # Written into a service's log before `up` starts it, so readiness is read from the latest run only.
 START_MARKER = "--- stack: starting"
@@ -379,11 +382,27 @@ def tls_files() -> mqtt_security.TlsFiles:
     for `mosquitto_certificate_hosts()`, and made again when one of them is missing)."""
     if "STACK_TLS_CERT_FILE" not in os.environ:
         certificates.ensure_server_certificate("mosquitto", mosquitto_certificate_hosts())
+    else:
+        _say_missing_names(Path(os.environ["STACK_TLS_CERT_FILE"]))
     default = certificates.tls_dir()
     return mqtt_security.TlsFiles(
         Path(os.environ.get("STACK_TLS_CERT_FILE", default / "mosquitto.pem")),
         Path(os.environ.get("STACK_TLS_KEY_FILE", default / "mosquitto-key.pem")),
         Path(os.environ.get("STACK_TLS_CA_FILE", default / "ca.pem")))
+
+
+def _say_missing_names(given: Path) -> None:
+    """A certificate given to Mosquitto (STACK_TLS_CERT_FILE) is used as it is: the names the settings declare for it
+    (MQTT_HOST, MQTT_TLS_HOST, TLS_EXTRA_HOSTNAMES) that it lacks are logged, as clients reaching it by them refuse
+    it."""
+    if not given.is_file():
+        return  # the TLS listener's configuration says so
+    declared = [mqtt_tls_host(), os.environ.get("MQTT_HOST", "").strip(), *certificates.extra_hostnames()]
+    names = certificates.certificate_names(given)
+    missing = [host for host in dict.fromkeys(declared) if host not in WILDCARD_HOSTS and host not in names]
+    if missing:
+        log.warning("%s (STACK_TLS_CERT_FILE) is not valid for %s: clients reaching Mosquitto by these names will "
+                    "refuse it", given, ", ".join(missing))
 
 
 def _current_user() -> str:

@@ -72,3 +72,19 @@ def test_mosquittos_certificate_made_before_mqtt_host_was_set_is_made_again_for_
     assert after.cert_file == before.cert_file and after.cert_file.read_bytes() != issued
     assert "mqtt.plant.example" in certificates.certificate_names(after.cert_file)
     assert after.ca_file == certificates.ca_file()  # signed by the same CA: clients keep trusting it
+
+
+def test_a_certificate_given_to_mosquitto_is_used_as_it_is_and_the_declared_names_it_lacks_are_logged(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    monkeypatch.setattr(paths, "STATE_DIR", tmp_path / "state")
+    given = certificates.ensure_server_certificate("broker", ["127.0.0.1", "mqtt.plant.example"], tmp_path)
+    issued = given.certificate.read_bytes()
+    monkeypatch.setenv("STACK_TLS_CERT_FILE", str(given.certificate))
+    monkeypatch.setenv("MQTT_HOST", "mqtt.plant.example")
+    monkeypatch.setenv("MQTT_TLS_HOST", "0.0.0.0")
+    monkeypatch.setenv("TLS_EXTRA_HOSTNAMES", "198.18.0.7")
+    with caplog.at_level(logging.WARNING, logger=services.__name__):
+        files = services.tls_files()
+    assert files.cert_file == given.certificate and given.certificate.read_bytes() == issued
+    assert not (tmp_path / "state" / "tls" / "mosquitto.pem").exists()
+    assert "is not valid for 198.18.0.7: clients" in caplog.text  # mqtt.plant.example it holds; 0.0.0.0 is no name
