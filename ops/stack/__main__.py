@@ -20,6 +20,7 @@ from pipeline_core.topics import configured_topics, ensure_topics
 from . import configuration, disk, joiners, kafka_cluster, losses, manager, security, supervision, topology
 from .kafka_acls import ensure_kafka_principals, kafka_users
 from .processes import StackError, follow, tail
+from .services import Kafka
 
 TROUBLE_LOG_LINES = 10
 
@@ -60,7 +61,7 @@ def main(argv: list[str] | None = None) -> int:
         signal.signal(signal.SIGPIPE, signal.SIG_DFL)
 
     try:
-        if args.command in ("status", "logs", "restart", "down", "clean"):
+        if args.command in ("status", "logs", "restart", "down", "clean", "rotate-credential"):
             ignored = configuration.take_noted()
             if ignored:
                 print(f"{args.command}: the running stack's settings, not this shell's: " + "; ".join(ignored),
@@ -114,7 +115,10 @@ def main(argv: list[str] | None = None) -> int:
                 ensure_kafka_principals(admin, secrets)
                 print("Kafka users and ACLs: " + ", ".join(kafka_users()))
         elif args.command == "rotate-credential":
-            settings = load_settings(ConnectionSettings, [])
+            # The running stack's Kafka unless KAFKA_BOOTSTRAP_SERVERS says otherwise (the default of ConnectionSettings
+            # was taken from the shell's KAFKA_PORT when it was imported, before the running stack's settings).
+            settings = load_settings(ConnectionSettings, [], environ={
+                "KAFKA_BOOTSTRAP_SERVERS": Kafka().bootstrap_servers, **os.environ})
             restart = security.rotate_kafka_credential(args.principal, settings.kafka_bootstrap_servers)
             print(f"{args.principal}: new Kafka password set and written to {credentials.credentials_file()}")
             restarted = manager.restart_running(restart)

@@ -2,7 +2,8 @@
 hosts reach it by: MQTT_HOST (the host clients are told) and TLS_EXTRA_HOSTNAMES. A certificate the stack made
 before those names were set is made again at `up`, and a TLS client that verifies the broker against the stack's
 CA connects by each of them, and is refused by a name that was never configured. `status` from a shell without
-the stack's settings (and with another INFLUXDB_HOST) finds every server healthy."""
+the stack's settings (and with another INFLUXDB_HOST) finds every server healthy, and `rotate-credential` from a
+shell with another KAFKA_PORT rotates the password on the stack's Kafka."""
 from __future__ import annotations
 
 import os
@@ -34,10 +35,12 @@ class SecureStack:
         ports = private_ports(SINGLE_PORTS + ("MQTT_TLS_PORT",), os.environ.get(PORT_RANGE_ENV))
         self.state_dir = state_dir
         self.tls_port = ports["MQTT_TLS_PORT"]
+        # No KAFKA_BOOTSTRAP_SERVERS: the stack's own Kafka is at KAFKA_PORT.
         self.env = {**{name: value for name, value in os.environ.items()
-                       if name not in ("MQTT_HOST", "MQTT_TLS_HOST", "TLS_EXTRA_HOSTNAMES", "STACK_TLS_CERT_FILE")},
+                       if name not in ("MQTT_HOST", "MQTT_TLS_HOST", "TLS_EXTRA_HOSTNAMES", "STACK_TLS_CERT_FILE",
+                                       "KAFKA_BOOTSTRAP_SERVERS")},
                     **{name: str(port) for name, port in ports.items()}, "STACK_STATE_DIR": str(state_dir),
-                    "KAFKA_BOOTSTRAP_SERVERS": f"127.0.0.1:{ports['KAFKA_PORT']}", "SECURITY": "on",
+                    "SECURITY": "on",
                     "STACK_TLS": "on", "MQTT_HOST": MQTT_HOST, "TLS_EXTRA_HOSTNAMES": EXTRA_NAME,
                     "INFLUXDB_HOST": "localhost"}
 
@@ -91,8 +94,7 @@ def test_a_verifying_tls_client_reaches_mosquitto_by_each_configured_name_only(s
 def test_status_from_a_shell_without_the_stacks_host_settings_probes_what_runs(stale_certificate) -> None:
     stack, _issued = stale_certificate
     shell = {name: value for name, value in stack.env.items()
-             if name not in ("MQTT_HOST", "TLS_EXTRA_HOSTNAMES", "STACK_TLS", "KAFKA_BOOTSTRAP_SERVERS")
-             and not name.endswith("_PORT")} | {"INFLUXDB_HOST": "127.0.0.9"}
+             if name not in ("MQTT_HOST", "TLS_EXTRA_HOSTNAMES", "STACK_TLS") and not name.endswith("_PORT")} | {"INFLUXDB_HOST": "127.0.0.9"}
 
     def healthy() -> subprocess.CompletedProcess[str] | None:
         done = stack.run("status", env=shell)
@@ -103,3 +105,18 @@ def test_status_from_a_shell_without_the_stacks_host_settings_probes_what_runs(s
     assert f"mqtt-tls {stack.tls_port}" in done.stdout  # the running stack's TLS listener, from its settings
     assert "does not answer" not in done.stdout  # InfluxDB asked where the stack runs it, not at 127.0.0.9
     assert "INFLUXDB_HOST='localhost' (this shell: '127.0.0.9')" in done.stderr
+
+
+def test_rotate_credential_from_a_shell_with_another_kafka_port_acts_on_the_running_stack(stale_certificate) -> None:
+    stack, _issued = stale_certificate
+    credentials_file = stack.state_dir / "credentials.env"
+    before = credentials_file.read_text()
+    shell = {name: value for name, value in stack.env.items() if not name.endswith("_PORT")} | {"KAFKA_PORT": "1"}
+    done = subprocess.run([sys.executable, "-m", "stack", "rotate-credential", "monitor"], env=shell,
+                          capture_output=True, text=True, timeout=90)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "monitor: new Kafka password set" in done.stdout
+    assert f"KAFKA_PORT='{stack.env['KAFKA_PORT']}' (this shell: '1')" in done.stderr
+    changed = [line.split("=", 1)[0] for line in set(credentials_file.read_text().splitlines())
+               - set(before.splitlines())]
+    assert changed == ["KAFKA_MONITOR_PASSWORD"]
