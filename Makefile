@@ -55,6 +55,7 @@ BENCHMARKS ?= benchmarks.join_engine benchmarks.mqtt_publish benchmarks.stream_c
 
 setup: $(INSTALLED)
 	@$(PY) -m stack.provision
+	@$(PY) -m spark_joiner.build_class_archive
 
 # A new stage package needs a reinstall too: the editable install maps packages when it is made.
 $(INSTALLED): pyproject.toml $(wildcard core/*/__init__.py ops/*/__init__.py 0*/*/__init__.py)

@@ -26,6 +26,7 @@ from pyspark.sql import SparkSession
 
 from pipeline_core.paths import SPARK_JARS
 
+from . import class_archive
 from .console import forward_console
 
 log = logging.getLogger(__name__)
@@ -58,8 +59,10 @@ def connector_jars() -> list[Path]:
 
 
 def prepare_environment() -> None:
-    """Environment the JVM and the Python workers inherit: our log4j2 config, loopback, this Python."""
-    os.environ.setdefault("SPARK_CONF_DIR", str(CONF_DIR))
+    """Environment the JVM and the Python workers inherit: the conf dir, loopback, this Python."""
+    # Empty: the class archive needs a class path without non-empty directories (class_archive); the log4j2
+    # configuration is named by a system property instead (`_driver_java_options`).
+    os.environ.setdefault("SPARK_CONF_DIR", str(class_archive.empty_conf_dir()))
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     # Without these, workers would run whatever `python3` is on PATH, without our packages.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -131,9 +134,21 @@ def java_options(quick_jit: bool) -> str:
     return f"{QUICK_JIT} {THROUGHPUT_GC}" if quick_jit else THROUGHPUT_GC
 
 
+def _driver_java_options(quick_jit: bool, archive_at_exit: Path | None) -> str:
+    """The driver JVM's options: JIT and GC, its temporary files where this process keeps its own (the stack gives
+    each program a TMPDIR under its state dir), the log4j2 configuration, and the class archive: mapped, or
+    written at exit when `archive_at_exit` is given (`class_archive`)."""
+    # Writing an archive, the JVM names every class it leaves out (signed jars, generated ones): no news.
+    archive = (f"-XX:ArchiveClassesAtExit={archive_at_exit} -Xlog:cds=off,cds+dynamic=off" if archive_at_exit
+               else class_archive.java_options())
+    options = [java_options(quick_jit), f"-Djava.io.tmpdir={tempfile.gettempdir()}",
+               f"-Dlog4j2.configurationFile={CONF_DIR / 'log4j2.properties'}", archive]
+    return " ".join(shlex.quote(option) if option.startswith("-D") else option for option in options if option)
+
+
 def spark_session(master: str = "local[*]", app_name: str = "spark-joiner", shuffle_partitions: int = 4,
                   driver_memory: str = "1g", extra: dict[str, str] | None = None,
-                  quick_jit: bool = True) -> SparkSession:
+                  quick_jit: bool = True, archive_at_exit: Path | None = None) -> SparkSession:
     """A Spark session ready for the joiner: Kafka source, RocksDB state store, Arrow, quiet. Once per process.
 
     Started as `python -m spark_joiner`, it starts the JVM with `master` and `driver_memory`, and reads the JVM's
@@ -150,10 +165,7 @@ def spark_session(master: str = "local[*]", app_name: str = "spark-joiner", shuf
             "spark.driver.memory": driver_memory,
             "spark.driver.host": os.environ["SPARK_LOCAL_IP"],
             "spark.driver.bindAddress": os.environ["SPARK_LOCAL_IP"],
-            # The driver's temporary files (and in local mode its executor's) where this process keeps its own:
-            # the stack gives each program a TMPDIR under its state dir.
-            "spark.driver.extraJavaOptions": f"{java_options(quick_jit)} "
-                                             f"{shlex.quote(f'-Djava.io.tmpdir={tempfile.gettempdir()}')}",
+            "spark.driver.extraJavaOptions": _driver_java_options(quick_jit, archive_at_exit),
             # Python workers without Spark's zip archives on their path (see worker_daemon).
             "spark.python.daemon.module": "spark_joiner.worker_daemon",
             **deployment_defaults(app_name, java_options(quick_jit)),
