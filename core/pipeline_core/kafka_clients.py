@@ -153,6 +153,13 @@ def java_security_options(settings: KafkaSettings, prefix: str = "kafka.") -> di
     return {prefix + key: value for key, value in options.items()}
 
 
+# How long a transactional producer's request waits for a broker's answer. A frozen node (a hung JVM, a host cut
+# off without a reset) holding the transaction coordinator kept each transactional call waiting for librdkafka's
+# default minute, and the exactly-once stages with it, long after the coordinator had moved to another node
+# (measured: a Kafka node of the cluster SIGSTOPped for 60 s stalled the Spark joiner's commits for 62.5 s).
+TRANSACTIONAL_REQUEST_TIMEOUT_MS = 15_000
+
+
 def producer_config(bootstrap_servers: str, **overrides: Any) -> dict[str, Any]:
     """An idempotent producer: acks=all, no reordering or duplicates on retry, batched by linger."""
     config: dict[str, Any] = {
@@ -171,7 +178,11 @@ def producer_config(bootstrap_servers: str, **overrides: Any) -> dict[str, Any]:
 def transactional_producer_config(bootstrap_servers: str, transactional_id: str,
                                   **overrides: Any) -> dict[str, Any]:
     """A producer whose writes and consumer offsets commit atomically (exactly-once stages)."""
-    return producer_config(bootstrap_servers, **{"transactional.id": transactional_id, **overrides})
+    # librdkafka refuses a request timeout longer than the transaction timeout (+100 ms).
+    request_timeout_ms = min(TRANSACTIONAL_REQUEST_TIMEOUT_MS,
+                             int(overrides.get("transaction.timeout.ms", TRANSACTIONAL_REQUEST_TIMEOUT_MS)))
+    return producer_config(bootstrap_servers, **{"transactional.id": transactional_id,
+                                                 "socket.timeout.ms": request_timeout_ms, **overrides})
 
 
 def consumer_config(bootstrap_servers: str, group_id: str, **overrides: Any) -> dict[str, Any]:

@@ -1,5 +1,6 @@
 """`retry_transient`, the start-up retry of every stage: which of Kafka's answers it asks again after, and
-how it gives up; and `call_bounded`, which bounds a client call librdkafka may wait on forever. Real
+how it gives up; `call_bounded`, which bounds a client call librdkafka may wait on forever; and how long a
+transactional request waits for a broker that does not answer. Real
 `KafkaError` codes, raised as confluent-kafka raises them (`KafkaException(KafkaError)`)."""
 from __future__ import annotations
 
@@ -7,10 +8,11 @@ import threading
 from types import SimpleNamespace
 
 import pytest
-from confluent_kafka import KafkaError, KafkaException, TopicPartition
+from confluent_kafka import KafkaError, KafkaException, Producer, TopicPartition
 
-from pipeline_core.kafka_clients import (KafkaCallWedged, KafkaStartupError, call_bounded, is_transient,
-                                         raise_partition_errors, retry_transient)
+from pipeline_core.kafka_clients import (TRANSACTIONAL_REQUEST_TIMEOUT_MS, KafkaCallWedged, KafkaStartupError,
+                                         call_bounded, is_transient, raise_partition_errors, retry_transient,
+                                         transactional_producer_config)
 
 # What a broker answers while it starts, creates __consumer_offsets or __transaction_state, loads a
 # coordinator or elects a leader, or while it cannot be reached.
@@ -137,3 +139,16 @@ def test_a_call_past_its_bound_is_wedged_and_the_caller_reports_meanwhile():
         assert reports  # the caller's loop went on turning (its heartbeat) while the call waited
     finally:
         release.set()  # the abandoned call ends
+
+
+@pytest.mark.parametrize("transaction_timeout_ms, request_timeout_ms", [(None, 15_000), (120_000, 15_000),
+                                                                        (5_000, 5_000)])
+def test_a_transactional_request_waits_for_a_silent_broker_at_most_its_bound(transaction_timeout_ms,
+                                                                             request_timeout_ms) -> None:
+    """A frozen coordinator holds a transactional call for the request timeout, not librdkafka's minute; never more
+    than the transaction timeout, which librdkafka refuses (the producer is made, so it accepted the pair)."""
+    overrides = {} if transaction_timeout_ms is None else {"transaction.timeout.ms": transaction_timeout_ms}
+    config = transactional_producer_config("127.0.0.1:9", "t.bound", **overrides)
+    assert config["socket.timeout.ms"] == request_timeout_ms == min(TRANSACTIONAL_REQUEST_TIMEOUT_MS,
+                                                                    transaction_timeout_ms or 15_000)
+    Producer(config).flush(0)
