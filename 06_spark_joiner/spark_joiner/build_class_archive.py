@@ -12,7 +12,6 @@ import sys
 from pathlib import Path
 
 from .class_archive import ARCHIVE_DIR, archive_file
-from .session import spark_session
 
 log = logging.getLogger(__name__)
 
@@ -24,6 +23,7 @@ def build(target: Path) -> None:
     """Run the warm-up query in a JVM that writes `target` as it exits, and wait until it has."""
     from pyspark.sql import functions as f
 
+    from .session import spark_session  # here: every `make` runs this module, and most find the archive built
     spark = spark_session("local[2]", app_name="class-archive", extra={"spark.sql.shuffle.partitions": "2"},
                           archive_at_exit=target)
     _warm_up(spark, f)

@@ -368,11 +368,16 @@ def mqtt_tls_host() -> str:
     return os.environ.get("MQTT_TLS_HOST", "").strip() or "0.0.0.0"
 
 
+def _mosquitto_declared_hosts() -> list[str]:
+    """What the settings name Mosquitto by: the address its TLS listener binds (MQTT_TLS_HOST) and the host clients
+    are told to reach it by (MQTT_HOST)."""
+    return [mqtt_tls_host(), os.environ.get("MQTT_HOST", "")]
+
+
 def mosquitto_certificate_hosts() -> list[str]:
-    """The names and addresses Mosquitto's certificate is made for: this host's loopback and name, the address its
-    TLS listener binds (MQTT_TLS_HOST, unless every address), and the host clients are told to reach it by
-    (MQTT_HOST); `certificates` adds TLS_EXTRA_HOSTNAMES."""
-    hosts = ["127.0.0.1", "localhost", socket.gethostname(), mqtt_tls_host(), os.environ.get("MQTT_HOST", "")]
+    """The names and addresses Mosquitto's certificate is made for: this host's loopback and name and what the
+    settings name it by, wildcards left out; `certificates` adds TLS_EXTRA_HOSTNAMES."""
+    hosts = ["127.0.0.1", "localhost", socket.gethostname(), *_mosquitto_declared_hosts()]
     return [host for host in dict.fromkeys(host.strip() for host in hosts) if host not in WILDCARD_HOSTS]
 
 
@@ -397,7 +402,7 @@ def _say_missing_names(given: Path) -> None:
     it."""
     if not given.is_file():
         return  # the TLS listener's configuration says so
-    declared = [mqtt_tls_host(), os.environ.get("MQTT_HOST", "").strip(), *certificates.extra_hostnames()]
+    declared = [host.strip() for host in (*_mosquitto_declared_hosts(), *certificates.extra_hostnames())]
     names = certificates.certificate_names(given)
     missing = [host for host in dict.fromkeys(declared) if host not in WILDCARD_HOSTS and host not in names]
     if missing:
