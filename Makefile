@@ -124,7 +124,7 @@ data: $(SETUP)
 ifeq ($(STACK),docker)
 	@$(COMPOSE_TOOLS) simulator python -m simulator $(SIMULATOR_ARGS)
 else
-	@$(PY) -m simulator $(SIMULATOR_ARGS)
+	@$(PY) -m stack run -- $(PY) -m simulator $(SIMULATOR_ARGS)
 endif
 
 # The dashboards' panels as PNG files in reports/ (with Docker as the host's user, who owns the folder).
@@ -133,7 +133,7 @@ ifeq ($(STACK),docker)
 	@mkdir -p reports
 	@$(COMPOSE_TOOLS) --user "$$(id -u):$$(id -g)" report
 else
-	@$(PY) -m grafana_report --out reports/
+	@$(PY) -m stack run -- $(PY) -m grafana_report --out reports/
 endif
 
 # The two dashboards as live web pages (Bokeh), natively: http://127.0.0.1:5006/machine-power and /pipeline-health,
@@ -143,7 +143,7 @@ dashboards: $(SETUP)
 ifeq ($(STACK),docker)
 	@echo "With Docker, Grafana serves the dashboards: http://127.0.0.1:3000 (user admin; its password is GRAFANA_ADMIN_PASSWORD in .env)"
 else
-	@$(PY) -m live_dashboards $(DASHBOARDS_ARGS)
+	@$(PY) -m stack run -- $(PY) -m live_dashboards $(DASHBOARDS_ARGS)
 endif
 
 test: setup

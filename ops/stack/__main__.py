@@ -17,7 +17,7 @@ from pipeline_core.logs import configure_logging
 from pipeline_core.settings import ConnectionSettings, load_settings
 from pipeline_core.stage_health import StageHealth, format_age
 from pipeline_core.topics import configured_topics, ensure_topics
-from . import configuration, disk, joiners, kafka_cluster, losses, manager, security, supervision, topology
+from . import configuration, disk, joiners, kafka_cluster, losses, manager, placement, security, supervision, topology
 from .kafka_acls import ensure_kafka_principals, kafka_users
 from .processes import StackError, follow, tail
 from .services import Kafka
@@ -51,6 +51,9 @@ def main(argv: list[str] | None = None) -> int:
                                  help="a new random Kafka password for a principal (docs/security.md): set on "
                                       "Kafka, written to the credentials file, and the process using it restarted")
     rotate.add_argument("principal")
+    run = commands.add_parser("run", help="run a command where the stack's clients run (`make data`, `make report`): "
+                                          "here, or on TOPOLOGY=hosts on the operator host with the hosts' settings")
+    run.add_argument("program", nargs=argparse.REMAINDER)
     commands.add_parser("influxdb", help="create the pipeline's InfluxDB database, retention policies and "
                                          "continuous queries, or bring them to INFLUXDB_*_RETENTION "
                                          "(idempotent; `up` does it for the native stack)")
@@ -61,6 +64,12 @@ def main(argv: list[str] | None = None) -> int:
         signal.signal(signal.SIGPIPE, signal.SIG_DFL)
 
     try:
+        if topology.is_hosts():
+            os.environ.update(placement.server_environment())  # every server by its host's name
+        if topology.is_hosts() and not placement.inside_operator():
+            hopped = from_operator(args, sys.argv[1:] if argv is None else argv)
+            if hopped is not None:
+                return hopped
         if args.command in ("status", "logs", "restart", "down", "clean", "rotate-credential"):
             ignored = configuration.take_noted()
             if ignored:
@@ -68,6 +77,11 @@ def main(argv: list[str] | None = None) -> int:
                       file=sys.stderr)
         if topology.is_cluster():  # every tool run from here bootstraps from all three nodes
             os.environ["KAFKA_BOOTSTRAP_SERVERS"] = kafka_cluster.bootstrap_servers()
+        if args.command == "run":
+            program = args.program[1:] if args.program[:1] == ["--"] else args.program
+            if not program:
+                raise StackError("name the command to run: python -m stack run -- <command> [arguments]")
+            os.execvp(program[0], program)
         if args.command == "up":
             security.ensure_credentials()  # SECURITY=on: before any server starts
             services = manager.servers() if args.servers_only else manager.all_services()
@@ -134,6 +148,27 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {error}", file=sys.stderr)
         return 1
     return 0
+
+
+def from_operator(args: argparse.Namespace, argv: list[str]) -> int | None:
+    """On TOPOLOGY=hosts, the command run on the operator host, where every server is reached across the network
+    by name (its exit code); `up` builds the hosts first, `down` and `clean` remove them after. None: run it here,
+    as no host runs (nothing to act on but the state dir)."""
+    if args.command == "up":
+        if placement.ensure_network({service.name for service in topology.every_cluster_service()}):
+            print(f"built {len(placement.inventory().hosts)} hosts on {placement.inventory().subnet} "
+                  f"(namespaces {placement.prefix()}-*, inventory {placement.INVENTORY})")
+    elif not placement.network_exists():
+        return None
+    if args.command == "run":
+        program = args.program[1:] if args.program[:1] == ["--"] else args.program
+        return placement.run_on_operator(program, {
+            "KAFKA_BOOTSTRAP_SERVERS": kafka_cluster.bootstrap_servers(), **placement.mqtt_client_environment()})
+    code = placement.run_on_operator([sys.executable, "-m", "stack", *argv])
+    if args.command in ("down", "clean") and code == 0:
+        removed = placement.remove_network()
+        print(f"removed the hosts' network ({len(removed)} namespaces)")
+    return code
 
 
 def print_status(services: list) -> None:

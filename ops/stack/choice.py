@@ -1,4 +1,5 @@
-"""Which topology the stack runs: TOPOLOGY=single or cluster, and the cluster's Kafka nodes. It imports nothing
+"""Which topology the stack runs: TOPOLOGY=single, cluster or hosts (the cluster placed on several hosts by the
+inventory, `placement`), and the cluster's Kafka nodes. It imports nothing
 of the stack: the services, their security and the cluster's modules all ask it.
 
 The state dir records the topology its `up` last ran, so `status`, `logs` and `down` without TOPOLOGY act on what
@@ -12,7 +13,8 @@ from .processes import StackError
 
 SINGLE = "single"
 CLUSTER = "cluster"
-TOPOLOGIES = (SINGLE, CLUSTER)
+HOSTS = "hosts"
+TOPOLOGIES = (SINGLE, CLUSTER, HOSTS)
 # The ids of the cluster's Kafka nodes (combined KRaft broker + controller each).
 KAFKA_NODES = (1, 2, 3)
 
@@ -43,4 +45,9 @@ def record(topology: str) -> None:
 
 
 def is_cluster() -> bool:
-    return current() == CLUSTER
+    """The cluster's programs run: on this host, or placed on several (hosts)."""
+    return current() in (CLUSTER, HOSTS)
+
+
+def is_hosts() -> bool:
+    return current() == HOSTS

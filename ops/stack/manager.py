@@ -11,7 +11,7 @@ from pathlib import Path
 
 from pipeline_core import paths
 from pipeline_core.stage_health import StageHealth
-from . import configuration, joiners, kafka_cluster, security, supervision, topology, unsupervised
+from . import configuration, joiners, kafka_cluster, placement, security, supervision, topology, unsupervised
 from .processes import StackError, port_holder, port_is_free, tail
 from .restarts import Restarts, read_restarts
 from .services import START_MARKER, InfluxDB, Kafka, Mosquitto, PipelineProcess, Service
@@ -135,7 +135,7 @@ def _await_ready(service: Service) -> None:
         info = supervision.process_info(service.name)
         if info.state in ("STARTING", "RUNNING") and info.pid:
             first_pid = first_pid or info.pid
-            if info.pid == first_pid and service.is_ready(info.pid):
+            if info.pid == first_pid and _is_ready(service, info.pid):
                 return
         exited = info.state not in ("STARTING", "RUNNING") or (first_pid and info.pid != first_pid)
         if exited or time.monotonic() > end:
@@ -161,13 +161,14 @@ def start_together(services: list[Service]) -> list[str]:
     for service in services:
         if supervision.process_info(service.name).state in supervision.ACTIVE_STATES:
             continue
-        for role, port in service.ports().items():
-            if not port_is_free(port, service.bind_host(role)):
-                raise StackError(f"port {port} ({service.name} {role}) is already in use by "
-                                 f"{port_holder(port)}: stop that process or choose another port "
-                                 f"(see docs/operations.md, 'Ports and settings')")
-        service.state_dir.mkdir(parents=True, exist_ok=True)
-        service.prepare()
+        with placement.on_host(service.name):  # its ports are free there, and its configuration that host's
+            for role, port in service.ports().items():
+                if not port_is_free(port, service.bind_host(role)):
+                    raise StackError(f"port {port} ({service.name} {role}) is already in use by "
+                                     f"{port_holder(port)}: stop that process or choose another port "
+                                     f"(see docs/operations.md, 'Ports and settings')")
+            service.state_dir.mkdir(parents=True, exist_ok=True)
+            service.prepare()
         with open(service.log_file, "a") as log_file:
             log_file.write(f"{START_MARKER} {time.strftime('%Y-%m-%d %H:%M:%S')}\n")
         supervision.start_process(service.name)
@@ -177,8 +178,15 @@ def start_together(services: list[Service]) -> list[str]:
     # Every one, not only those started now: an `up` that gave up waiting for a slow Kafka left it running without
     # its topics, and the next `up` found it running (the set-up is idempotent).
     for service in services:
-        service.after_ready()
+        with placement.on_host(service.name):
+            service.after_ready()
     return [service.name for service in launched]
+
+
+def _is_ready(service: Service, pid: int | None) -> bool:
+    """`service`'s health check, run as if on its host (on the hosts, a probe of its loopback is that host's)."""
+    with placement.on_host(service.name):
+        return service.is_ready(pid)
 
 
 def _start_groups(services: list[Service]) -> list[list[Service]]:
@@ -355,7 +363,7 @@ def status(services: Iterable[Service]) -> list[ServiceStatus]:
     now = time.time()
     for service in services:
         info = supervision.process_info(service.name)
-        ready = info.state in ("STARTING", "RUNNING") and service.is_ready(info.pid)
+        ready = info.state in ("STARTING", "RUNNING") and _is_ready(service, info.pid)
         # A stage is more than ready: healthy while it makes progress or has nothing to do.
         stage = service.stage_health(info.pid, now) if ready and isinstance(service, PipelineProcess) else None
         result.append(ServiceStatus(service.name, info.state, info.pid, info.uptime_s,

@@ -25,7 +25,8 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType, TracebackType
@@ -180,7 +181,49 @@ def _ip(*args: str) -> str:
     return done.stdout
 
 
-_unshare = ctypes.CDLL(None, use_errno=True).unshare  # looked up here: a forked child must not load a library
+_libc = ctypes.CDLL(None, use_errno=True)
+_unshare = _libc.unshare  # looked up here: a forked child must not load a library
+_setns = _libc.setns
+
+
+def _enter(descriptor: int, what: str) -> None:
+    if _setns(descriptor, _CLONE_NEWNET) != 0:
+        raise NetnsError(f"cannot enter the network namespace {what}: {os.strerror(ctypes.get_errno())}")
+
+
+@contextmanager
+def entered(namespace: str) -> Iterator[None]:
+    """Run the calling thread inside `namespace`'s network stack for the block: the sockets it opens meanwhile (a
+    probe, a client) are that host's, its loopback included; other threads keep their own. Names still resolve by
+    the process's /etc/hosts."""
+    own = os.open("/proc/thread-self/ns/net", os.O_RDONLY)
+    try:
+        try:
+            target = os.open(f"/run/netns/{namespace}", os.O_RDONLY)
+        except FileNotFoundError:
+            raise NetnsError(f"no network namespace {namespace}") from None
+        try:
+            _enter(target, namespace)
+        finally:
+            os.close(target)
+        try:
+            yield
+        finally:
+            _enter(own, "the thread started in")
+    finally:
+        os.close(own)
+
+
+def current_namespace_is(namespace: str) -> bool:
+    """True when this process's network stack is `namespace`'s."""
+    try:
+        return os.stat(f"/run/netns/{namespace}").st_ino == os.stat("/proc/self/ns/net").st_ino
+    except OSError:
+        return False
+
+
+def exists(namespace: str) -> bool:
+    return Path(f"/run/netns/{namespace}").exists()
 
 
 def _in_new_netns() -> None:
@@ -349,6 +392,17 @@ class Harness:
         """Every namespace of the run, the switch's last."""
         return [self.network.namespace(name) for name in self.hosts] + [self.network.switch]
 
+    def build_lasting(self, owner: str) -> Harness:
+        """Build the run's namespaces to outlive this process (a stack's hosts, which `sweep(prefix)` removes): its
+        owner record names `owner` and no process, so that no teardown runs when this object goes."""
+        try:
+            self._build(owner)
+        except BaseException:
+            self._teardown()
+            raise
+        self._claimed = False
+        return self
+
     def __enter__(self) -> Harness:
         if _in_main_thread():
             self._previous_sigterm = (signal.signal(signal.SIGTERM, _raise_on_sigterm),)
@@ -363,7 +417,7 @@ class Harness:
                  traceback: TracebackType | None) -> None:
         self._teardown()
 
-    def _claim(self) -> None:
+    def _claim(self, lasting_owner: str | None = None) -> None:
         """Record this process as the run's owner, so that `sweep` leaves a live run alone; fails when the prefix
         is taken."""
         prefix = self.network.prefix
@@ -374,14 +428,15 @@ class Harness:
         if taken or owner_file(prefix).exists():
             raise NetnsError(f"a dead run left namespaces of prefix {prefix} ({', '.join(taken) or 'its record'}): "
                              f"remove them with stack.netns.sweep({prefix!r})")
-        record = json.dumps({"pid": os.getpid(), "start_ticks": process_start_ticks(os.getpid())})
+        record = json.dumps({"lasting": lasting_owner} if lasting_owner else
+                            {"pid": os.getpid(), "start_ticks": process_start_ticks(os.getpid())})
         # O_EXCL: of two runs claiming one prefix at once, one fails here instead of both sharing namespaces.
         with open(os.open(owner_file(prefix), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644), "w") as file:
             file.write(record)
         self._claimed = True
 
-    def _build(self) -> None:
-        self._claim()
+    def _build(self, lasting_owner: str | None = None) -> None:
+        self._claim(lasting_owner)
         switch = self.network.switch
         log.info("building run %s: %d hosts on %s", self.network.prefix, len(self.hosts), self.network.subnet)
         _ip("netns", "add", switch)

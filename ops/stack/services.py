@@ -259,6 +259,13 @@ class InfluxDB(Service):
     def ports(self) -> dict[str, int]:
         return {"http": env_port("INFLUXDB_PORT", 8086), "rpc": env_port("INFLUXDB_RPC_PORT", 8088)}
 
+    def bind_host(self, role: str) -> str:
+        """HTTP: INFLUXDB_BIND_HOST (this host's loopback by default). The RPC port, which asks no credentials,
+        stays on loopback whatever it says (influxdb.conf)."""
+        if role != "http":
+            return "127.0.0.1"
+        return os.environ.get("INFLUXDB_BIND_HOST", "").strip() or "127.0.0.1"
+
     @property
     def config_file(self) -> Path:
         return self.state_dir / "influxdb.conf"
@@ -267,13 +274,13 @@ class InfluxDB(Service):
         ports = self.ports()
         render(paths.INFLUXDB_GRAFANA_DIR / "influxdb.conf", self.config_file,
                port=ports["http"], rpc_port=ports["rpc"], data_dir=self.state_dir / "data",
-               auth_enabled=str(credentials.is_secure()).lower())
+               bind_host=self.bind_host("http"), auth_enabled=str(credentials.is_secure()).lower())
 
     def command(self) -> list[str]:
         return [require_binary("influxd", "influxdb"), "-config", str(self.config_file)]
 
     def is_ready(self, pid: int | None = None) -> bool:
-        return influxdb_ready(self.ports()["http"])
+        return influxdb_ready(self.ports()["http"], self.bind_host("http"))
 
     def after_ready(self) -> None:
         from pipeline_core.influx_retention import RetentionSettings, provision

@@ -3,6 +3,9 @@
 Everything supervisord needs lives in the state dir (config, socket, PID file, logs), so checkouts with
 different state dirs and ports each run their own. Every service is a program that supervisord
 restarts whenever it exits; `manager.py` decides what starts, in which order, and when it is healthy.
+
+On TOPOLOGY=hosts each host runs a supervisord of its own, inside its namespace, for the programs the inventory
+places there (`placement`); each function here acts on the daemon that runs the program it names, or on all.
 """
 from __future__ import annotations
 
@@ -22,6 +25,8 @@ from pathlib import Path
 from supervisor.xmlrpc import Faults, SupervisorTransport
 
 from pipeline_core import paths
+from . import placement
+from .choice import is_hosts
 from .processes import StackError, tail
 from .services import Service
 
@@ -49,24 +54,64 @@ def supervisor_dir() -> Path:
     return paths.STATE_DIR / "supervisor"
 
 
+@dataclass(frozen=True)
+class Daemon:
+    """One supervisord and its files: the stack's, or on the hosts one host's (`host`)."""
+    directory: Path
+    host: str | None = None
+
+    @property
+    def config_file(self) -> Path:
+        return self.directory / "supervisord.conf"
+
+    @property
+    def socket_file(self) -> Path:
+        return self.directory / "supervisor.sock"
+
+    @property
+    def pid_file(self) -> Path:
+        return self.directory / "supervisord.pid"
+
+    @property
+    def log(self) -> Path:
+        return self.directory / "supervisord.log"
+
+
+def daemons() -> list[Daemon]:
+    """Every supervisord of the stack: one, or on the hosts one per host that runs programs."""
+    if is_hosts():
+        return [Daemon(supervisor_dir() / host.name, host.name) for host in placement.inventory().hosts
+                if host.programs]
+    return [Daemon(supervisor_dir())]
+
+
+def daemon_of(name: str) -> Daemon:
+    """The supervisord that runs program `name`."""
+    if is_hosts():
+        host = placement.inventory().host_of(name).name
+        return Daemon(supervisor_dir() / host, host)
+    return Daemon(supervisor_dir())
+
+
 def config_file() -> Path:
-    return supervisor_dir() / "supervisord.conf"
+    return daemons()[0].config_file
 
 
 def socket_file() -> Path:
-    return supervisor_dir() / "supervisor.sock"
+    return daemons()[0].socket_file
 
 
 def pid_file() -> Path:
-    return supervisor_dir() / "supervisord.pid"
+    return daemons()[0].pid_file
 
 
 def daemon_log() -> Path:
-    return supervisor_dir() / "supervisord.log"
+    return daemons()[0].log
 
 
 def start_history() -> Path:
-    """Where the event listener appends every start of a process (see `restarts.py`)."""
+    """Where the event listener appends every start of a process (see `restarts.py`); on the hosts every host's
+    listener appends to it."""
     return supervisor_dir() / "starts.jsonl"
 
 
@@ -97,22 +142,24 @@ def _value(text: object) -> str:
     return str(text).replace("%", "%%")
 
 
-def render_config(services: Iterable[Service]) -> Path:
-    """Write supervisord's config: the daemon, the event listener and one program per service."""
-    directory = supervisor_dir()
+def render_config(services: Iterable[Service], daemon: Daemon | None = None) -> Path:
+    """Write the config of `daemon` (the stack's by default): the daemon, the event listener and one program per
+    service, each rendered with its host's settings."""
+    daemon = daemon or daemons()[0]
+    directory = daemon.directory
     directory.mkdir(parents=True, exist_ok=True)
-    if len(str(socket_file())) > MAX_SOCKET_PATH:
+    if len(str(daemon.socket_file)) > MAX_SOCKET_PATH:
         raise StackError(f"the state dir {paths.STATE_DIR} is too long a path for supervisord's socket "
-                         f"({socket_file()}): choose a shorter STACK_STATE_DIR")
+                         f"({daemon.socket_file}): choose a shorter STACK_STATE_DIR")
     listener = [sys.executable, "-m", "stack.restarts", str(start_history())]
     max_bytes, backups = log_limits()
     sections = [
-        f"[unix_http_server]\nfile={_value(socket_file())}\nchmod=0700",
-        f"[supervisord]\nlogfile={_value(daemon_log())}\nlogfile_maxbytes={max_bytes}\nlogfile_backups={backups}\n"
-        f"pidfile={_value(pid_file())}\nchildlogdir={_value(directory)}\ndirectory={_value(paths.REPO_ROOT)}",
+        f"[unix_http_server]\nfile={_value(daemon.socket_file)}\nchmod=0700",
+        f"[supervisord]\nlogfile={_value(daemon.log)}\nlogfile_maxbytes={max_bytes}\nlogfile_backups={backups}\n"
+        f"pidfile={_value(daemon.pid_file)}\nchildlogdir={_value(directory)}\ndirectory={_value(paths.REPO_ROOT)}",
         "[rpcinterface:supervisor]\n"
         "supervisor.rpcinterface_factory = supervisor.rpcinterface:make_main_rpcinterface",
-        f"[supervisorctl]\nserverurl=unix://{_value(socket_file())}",
+        f"[supervisorctl]\nserverurl=unix://{_value(daemon.socket_file)}",
         f"[eventlistener:{EVENT_LISTENER}]\ncommand={_value(shlex.join(listener))}\n"
         f"events=PROCESS_STATE_STARTING\nbuffer_size=1024\nautorestart=true\nstdout_logfile=NONE\n"
         f"stderr_logfile={_value(directory / 'process-events.log')}\n"
@@ -121,9 +168,11 @@ def render_config(services: Iterable[Service]) -> Path:
     for service in services:
         service.log_file.parent.mkdir(parents=True, exist_ok=True)
         service.temp_dir.mkdir(parents=True, exist_ok=True)
+        with placement.on_host(service.name):
+            command, environment = service.command(), service.environment()
         sections.append(
             f"[program:{service.name}]\n"
-            f"command={_value(shlex.join(service.command()))}\n"
+            f"command={_value(shlex.join(command))}\n"
             f"directory={_value(paths.REPO_ROOT)}\n"
             # `up` starts the services in order, each healthy before the next.
             "autostart=false\n"
@@ -136,11 +185,11 @@ def render_config(services: Iterable[Service]) -> Path:
             "redirect_stderr=true\n"
             f"stdout_logfile={_value(service.log_file)}\n"
             f"stdout_logfile_maxbytes={max_bytes}\nstdout_logfile_backups={backups}"
-            + _environment_line({**service.environment(), "TMPDIR": str(service.temp_dir)}))
+            + _environment_line({**environment, "TMPDIR": str(service.temp_dir)}))
     text = "\n\n".join(sections) + "\n"
-    if not config_file().exists() or config_file().read_text() != text:
-        config_file().write_text(text)
-    return config_file()
+    if not daemon.config_file.exists() or daemon.config_file.read_text() != text:
+        daemon.config_file.write_text(text)
+    return daemon.config_file
 
 
 def _environment_line(environment: dict[str, str]) -> str:
@@ -155,19 +204,23 @@ def _environment_line(environment: dict[str, str]) -> str:
     return "\nenvironment=" + ",".join(pairs)
 
 
-def _rpc() -> xmlrpc.client.ServerProxy:
-    transport = SupervisorTransport(None, None, f"unix://{socket_file()}")
+def _rpc(daemon: Daemon) -> xmlrpc.client.ServerProxy:
+    transport = SupervisorTransport(None, None, f"unix://{daemon.socket_file}")
     return xmlrpc.client.ServerProxy("http://127.0.0.1", transport=transport)
 
 
-def daemon_pid() -> int | None:
-    """supervisord's PID when it answers on this state dir's socket."""
+def _pid_of(daemon: Daemon) -> int | None:
     try:
-        if _rpc().supervisor.getState()["statename"] != "RUNNING":
+        if _rpc(daemon).supervisor.getState()["statename"] != "RUNNING":
             return None
-        return int(_rpc().supervisor.getPID())
+        return int(_rpc(daemon).supervisor.getPID())
     except (*UNREACHABLE, xmlrpc.client.Fault):
         return None
+
+
+def daemon_pid() -> int | None:
+    """supervisord's PID when it answers on this state dir's socket (on the hosts: the first host's that answers)."""
+    return next((pid for daemon in daemons() if (pid := _pid_of(daemon)) is not None), None)
 
 
 @contextmanager
@@ -180,32 +233,38 @@ def exclusive() -> Iterator[None]:
 
 
 def ensure_daemon(services: Iterable[Service]) -> None:
-    """Run supervisord with a config holding every service (a no-op when it runs with that config)."""
-    render_config(services)
-    if daemon_pid() is None:
-        _start_daemon()
-    else:
-        _apply_config()
+    """Run supervisord (on the hosts, each host's) with a config holding every service it runs (a no-op when it
+    runs with that config)."""
+    services = list(services)
+    for daemon in daemons():
+        render_config([service for service in services if daemon_of(service.name) == daemon], daemon)
+        if _pid_of(daemon) is None:
+            _start_daemon(daemon)
+        else:
+            _apply_config(daemon)
 
 
-def _start_daemon() -> None:
-    with open(daemon_log(), "a") as output:
-        started = subprocess.run([sys.executable, "-m", "supervisor.supervisord", "-c", str(config_file())],
-                                 stdin=subprocess.DEVNULL, stdout=output, stderr=subprocess.STDOUT,
-                                 timeout=DAEMON_START_DEADLINE_S)
+def _start_daemon(daemon: Daemon) -> None:
+    command = [sys.executable, "-m", "supervisor.supervisord", "-c", str(daemon.config_file)]
+    environment = None
+    if daemon.host is not None:
+        command, environment = placement.supervisor_command(daemon.host, daemon.config_file)
+    with open(daemon.log, "a") as output:
+        started = subprocess.run(command, stdin=subprocess.DEVNULL, stdout=output, stderr=subprocess.STDOUT,
+                                 timeout=DAEMON_START_DEADLINE_S, env=environment)
     end = time.monotonic() + DAEMON_START_DEADLINE_S
     while started.returncode == 0 and time.monotonic() < end:
-        if daemon_pid() is not None:
+        if _pid_of(daemon) is not None:
             return
         time.sleep(0.05)
     raise StackError(f"supervisord did not start (exit code {started.returncode}); last lines of "
-                     f"{daemon_log()}:\n{tail(daemon_log())}")
+                     f"{daemon.log}:\n{tail(daemon.log)}")
 
 
-def _apply_config() -> None:
+def _apply_config(daemon: Daemon) -> None:
     """Take up a changed config for what is not running; a running process keeps its own until it
     is stopped (`up` is a no-op for what runs)."""
-    rpc = _rpc().supervisor
+    rpc = _rpc(daemon).supervisor
     added, changed, removed = rpc.reloadConfig()[0]
     for name in [*changed, *removed]:
         if process_info(name).state not in ACTIVE_STATES:
@@ -220,7 +279,7 @@ def _apply_config() -> None:
 
 def process_info(name: str) -> ProcessInfo:
     try:
-        info = _rpc().supervisor.getProcessInfo(name)
+        info = _rpc(daemon_of(name)).supervisor.getProcessInfo(name)
     except UNREACHABLE:
         return NOT_RUNNING
     except xmlrpc.client.Fault as fault:
@@ -234,7 +293,7 @@ def process_info(name: str) -> ProcessInfo:
 
 def start_process(name: str) -> None:
     try:
-        _rpc().supervisor.startProcess(name, False)
+        _rpc(daemon_of(name)).supervisor.startProcess(name, False)
     except xmlrpc.client.Fault as fault:
         # SPAWN_ERROR: the process exited before supervisord answered (it retries it); the caller's wait for
         # health sees that state and reports it with the log's tail, as for an exit a moment later.
@@ -254,7 +313,7 @@ def stop_together(names: list[str]) -> list[str]:
     stopping = [name for name in names if process_info(name).state in ACTIVE_STATES]
     for name in stopping:
         try:
-            _rpc().supervisor.stopProcess(name, False)
+            _rpc(daemon_of(name)).supervisor.stopProcess(name, False)
         except xmlrpc.client.Fault as fault:
             if fault.faultCode != Faults.NOT_RUNNING:
                 raise
@@ -262,28 +321,35 @@ def stop_together(names: list[str]) -> list[str]:
     for name in stopping:
         while process_info(name).state in (*ACTIVE_STATES, "STOPPING"):
             if time.monotonic() > end:
-                raise StackError(f"{name} did not stop within {STOP_DEADLINE_S:g} s; see {daemon_log()}")
+                raise StackError(f"{name} did not stop within {STOP_DEADLINE_S:g} s; see {daemon_of(name).log}")
             time.sleep(0.1)
     return stopping
 
 
 def active_programs() -> list[str]:
-    """The programs supervisord runs or restarts now (its event listener aside)."""
-    try:
-        infos = _rpc().supervisor.getAllProcessInfo()
-    except UNREACHABLE:
-        return []
-    return [info["name"] for info in infos
-            if info["statename"] in ACTIVE_STATES and info["name"] != EVENT_LISTENER]
+    """The programs supervisord (each host's) runs or restarts now (its event listener aside)."""
+    names = []
+    for daemon in daemons():
+        try:
+            infos = _rpc(daemon).supervisor.getAllProcessInfo()
+        except UNREACHABLE:
+            continue
+        names += [info["name"] for info in infos
+                  if info["statename"] in ACTIVE_STATES and info["name"] != EVENT_LISTENER]
+    return names
 
 
 def shut_down_daemon() -> bool:
-    """Stop supervisord (and its event listener) and wait until it has exited."""
-    pid = daemon_pid()
+    """Stop supervisord (each host's, with its event listener) and wait until it has exited; True when one ran."""
+    return any([_shut_down(daemon) for daemon in daemons()])
+
+
+def _shut_down(daemon: Daemon) -> bool:
+    pid = _pid_of(daemon)
     if pid is None:
         return False
     try:
-        rpc = _rpc().supervisor
+        rpc = _rpc(daemon).supervisor
         # supervisord shuts down one process group per pass of its loop, a second each, stopped or not: the
         # groups of the stopped programs go first, so that only the event listener is left to it.
         for info in rpc.getAllProcessInfo():
@@ -299,5 +365,5 @@ def shut_down_daemon() -> bool:
     while Path(f"/proc/{pid}").exists() and time.monotonic() < end:
         time.sleep(0.05)
     if Path(f"/proc/{pid}").exists():
-        raise StackError(f"supervisord (pid {pid}) did not exit within 30 s; see {daemon_log()}")
+        raise StackError(f"supervisord (pid {pid}) did not exit within 30 s; see {daemon.log}")
     return True

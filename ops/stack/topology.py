@@ -15,8 +15,8 @@ from pathlib import Path
 from pipeline_core import credentials
 from pipeline_core.logs import READY_MARKER
 from pipeline_core.stage_health import StageHealth, assess, read_heartbeat
-from . import kafka_cluster, spark_cluster
-from .choice import current, is_cluster, record, recorded  # noqa: F401 (asked of the topology by its callers)
+from . import kafka_cluster, placement, spark_cluster
+from .choice import current, is_cluster, is_hosts, record, recorded  # noqa: F401 (asked of the topology by its callers)
 from .processes import StackError
 from .services import START_MARKER, InfluxDB, Mosquitto, PipelineProcess, Service
 
@@ -43,7 +43,10 @@ def _stage_environment() -> dict[str, str]:
 
 
 def stream_connector() -> Service:
-    return PipelineProcess("stream-connector", "stream_connector", stop_grace_s=35.0, env=_stage_environment())
+    # On hosts it reaches Mosquitto across the network: its TLS listener.
+    mqtt = placement.mqtt_client_environment() if is_hosts() else {}
+    return PipelineProcess("stream-connector", "stream_connector", stop_grace_s=35.0,
+                           env={**_stage_environment(), **mqtt})
 
 
 def db_connectors() -> list[Service]:
@@ -74,10 +77,14 @@ class SparkSubmittedJoiner(PipelineProcess):
 
     def __init__(self) -> None:
         super().__init__("spark-joiner", "spark_joiner", start_deadline_s=300.0, startsecs=30.0,
-                         env={**_stage_environment(), **spark_cluster.spark_environment(),
+                         env={**_stage_environment(),
                               "SPARK_CONF_DIR": str(spark_cluster.joiner_conf_dir()),
                               # Its driver runs from the package, away from the checkout: where its identity is.
                               credentials.CREDENTIALS_FILE_ENV: str(credentials.credentials_file())})
+
+    def environment(self) -> dict[str, str]:
+        # Spark's, read when its program is rendered: on the hosts, the address of the driver's host.
+        return {**super().environment(), **spark_cluster.spark_environment()}
 
     @property
     def package_dir(self) -> Path:
@@ -139,8 +146,9 @@ def every_cluster_service() -> list[Service]:
 
 def status_lines(names: list[str]) -> list[str]:
     """`status` of the cluster beyond each process's own line: the Spark master's view of its workers and of
-    the joiner's application, when the Spark master is among `names`."""
-    return spark_cluster.application_lines() if spark_cluster.SparkMaster.name in names else []
+    the joiner's application, when the Spark master is among `names`; on the hosts, what each host reaches."""
+    lines = spark_cluster.application_lines() if spark_cluster.SparkMaster.name in names else []
+    return lines + (placement.host_lines() if is_hosts() else [])
 
 
 def private_ports(names: tuple[str, ...], port_range: str | None = None) -> dict[str, int]:
