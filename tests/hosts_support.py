@@ -1,0 +1,154 @@
+"""TOPOLOGY=hosts for the chaos machinery: a private stack placed on hosts by the inventory (each host a network
+namespace of its own prefix, so every server keeps its default ports), and the seeded schedule of network faults.
+
+The checks run on the operator host (`python -m stack run`), where every server's name resolves and every path to
+it crosses the network; `run_storm` is that program. Each fault is confirmed from inside the hosts before it counts:
+a connect across a cut fails with "no route to host", one to a host cut off times out, and `make status` names the
+server a host cannot reach."""
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import subprocess
+import sys
+from pathlib import Path
+
+from chaos_support import ChaosPlan, Fault, PrivateStack, run_chaos
+from influxdb import InfluxDBClient
+from db_connector_support import JSON_ANSWERS
+from pipeline_core.settings import MqttSettings, load_settings
+from simulator.settings import SimulatorSettings
+from stack import placement
+from support import wait_for
+
+# A port nothing listens on: a connect to it is refused by a host that can be reached, and fails otherwise.
+UNUSED_PORT = 9
+# How long a host stays cut off, or a path cut: past the clients' session and request timeouts (45 s sessions in
+# librdkafka by default, 30 s requests), so that what follows a real outage follows here.
+HOLD_S = 50.0
+
+
+class PrivateHostsStack(PrivateStack):
+    """`python -m stack` with TOPOLOGY=hosts, its own state folder and its own namespaces (`prefix`)."""
+
+    def __init__(self, state_dir: Path, joiner: str, prefix: str) -> None:
+        super().__init__(state_dir, joiner)
+        # Its own settings only: neither private ports (each host has its own) nor the MQTT client's settings that
+        # `python -m stack run` gives this program, which `up` would take for Mosquitto's own.
+        client = {*placement.mqtt_client_environment(), "KAFKA_BOOTSTRAP_SERVERS", *self.assigned_ports}
+        self.env = {key: value for key, value in self.env.items() if key not in client}
+        self.env.update(TOPOLOGY="hosts", STACK_HOSTS_PREFIX=prefix, **placement.server_environment())
+        self.assigned_ports = {}
+        self.bootstrap = ",".join(f"kafka-{n}:{port}" for n, port in ((1, 9092), (2, 9094), (3, 9096)))
+        self.mqtt_client = {**placement.mqtt_client_environment(),
+                            "MQTT_TLS_CA_FILE": str(state_dir / "tls" / "ca.pem")}
+        self.mqtt = load_settings(MqttSettings, [], environ=self.mqtt_client)
+        self.influxdb_port = 8086
+        self.harness = placement.harness()
+
+    def _supervisorctl(self, *args: str) -> subprocess.CompletedProcess:
+        host = placement.inventory().host_of(args[-1]).name
+        config = self.state_dir / "supervisor" / host / "supervisord.conf"
+        return subprocess.run([sys.executable, "-m", "supervisor.supervisorctl", "-c", str(config), *args],
+                              env=self.env, capture_output=True, text=True, timeout=180)
+
+    def simulator_settings(self, *args: str) -> SimulatorSettings:
+        return load_settings(SimulatorSettings, ["--no-progress", *args],
+                             environ={**self.environ_for("device"), **self.mqtt_client})
+
+    def influx(self) -> InfluxDBClient:
+        environ = self.environ_for("reader")
+        return InfluxDBClient(placement.inventory().server_host_name("influxdb"), self.influxdb_port,
+                              database="machinedata", timeout=30, username=environ.get("INFLUXDB_USERNAME"),
+                              password=environ.get("INFLUXDB_PASSWORD"), headers=dict(JSON_ANSWERS))
+
+    def inject(self, fault: Fault) -> None:
+        if fault.action not in ("isolate", "rejoin", "cut", "heal"):
+            super().inject(fault)
+            return
+        if fault.action == "isolate":
+            self.harness.isolate(fault.target)
+            wait_for(lambda: _failure(self._reach("operator", fault.target)), 30, f"{fault.target} cut off")
+            servers = [program for program, host, _ in placement.server_endpoints() if host == fault.target]
+            if servers:
+                line = wait_for(lambda: self._status_line("operator", servers[0]), 120,
+                                f"make status to say the operator cannot reach {servers[0]}", interval_s=1.0)
+                self.confirmed.append(f"isolate {fault.target}: a connect from the operator failed; status: {line}")
+            else:
+                self.confirmed.append(f"isolate {fault.target}: a connect from the operator failed")
+        elif fault.action == "rejoin":
+            self.harness.rejoin(fault.target)
+            wait_for(lambda: self._reach("operator", fault.target) == "ECONNREFUSED", 60, f"{fault.target} back")
+            self.confirmed.append(f"rejoin {fault.target}: reached from the operator again")
+        else:
+            a, b = fault.target.split("|")
+            if fault.action == "cut":
+                self.harness.cut_between(a, b)
+                error = wait_for(lambda: _failure(self._reach(a, b)), 30, f"the path {a}-{b} cut")
+                assert self._reach("operator", b) == "ECONNREFUSED", f"{b} cut off from more than {a}"
+                self.confirmed.append(f"cut {a}-{b}: a connect from {a} to {b} failed ({error}), the operator "
+                                      f"still reaches {b}")
+            else:
+                self.harness.heal_between(a, b)
+                wait_for(lambda: self._reach(a, b) == "ECONNREFUSED", 60, f"the path {a}-{b} healed")
+                self.confirmed.append(f"heal {a}-{b}: {a} reaches {b} again")
+
+    def _reach(self, source: str, target: str) -> str | None:
+        """The error of a connect from `source` to an unused port of `target`: ECONNREFUSED when it is reached."""
+        return self.harness.connect(source, target, UNUSED_PORT, timeout_s=1.0).error
+
+    def _status_line(self, host: str, server: str) -> str | None:
+        lines = self.stack("status", check=False).splitlines()
+        return next((line for line in lines if line.startswith(f"host {host} ")
+                     and "cannot reach" in line and server in line.split("cannot reach", 1)[1]), None)
+
+
+def _failure(error: str | None) -> str | None:
+    """A connect's error when it did not reach its host (a refusal is an answer), else None."""
+    return error if error not in (None, "ECONNREFUSED") else None
+
+
+def hosts_fault_schedule(plan: ChaosPlan, replay_s: float) -> list[Fault]:
+    """Seeded network faults over 10-80% of the replay, each healed HOLD_S later (or by the replay's end): a Kafka
+    node's host cut off from every other; the stream connector's path to Mosquitto cut; a DB connector's path to
+    InfluxDB cut; with Spark, the driver's path to a worker's host cut, with the standalone joiners, the host of one
+    of them cut off (its partitions move to the other instance, and it comes back fenced)."""
+    rng = random.Random(plan.seed)
+    node = rng.choice((1, 2, 3))
+    faults = [("isolate", "rejoin", f"kafka-{node}"), ("cut", "heal", "ingest|mqtt"), ("cut", "heal", "ingest|influx")]
+    if plan.joiner == "spark":
+        faults.append(("cut", "heal", f"driver|worker-{rng.choice((1, 2))}"))
+    else:
+        faults.append(("isolate", "rejoin", "worker-1"))
+    rng.shuffle(faults)
+    slot = 0.70 * replay_s / len(faults)
+    schedule = []
+    for i, (fault, healing, target) in enumerate(faults):
+        at_s = round(0.10 * replay_s + i * slot + rng.uniform(0, 0.3 * slot), 1)
+        schedule += [Fault(at_s, fault, target), Fault(round(at_s + min(HOLD_S, slot), 1), healing, target)]
+    return sorted(schedule, key=lambda fault: fault.at_s)
+
+
+def run_storm(argv: list[str] | None = None) -> int:
+    """On the operator host: the replay, its faults and every check (chaos_support.run_chaos); the report as JSON."""
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--joiner", required=True)
+    parser.add_argument("--state-dir", type=Path, required=True)
+    parser.add_argument("--prefix", required=True)
+    parser.add_argument("--rows", type=int, default=4_000)
+    parser.add_argument("--rate", type=float, default=50.0)
+    parser.add_argument("--seed", type=int, default=20261129)
+    args = parser.parse_args(argv)
+    plan = ChaosPlan(joiner=args.joiner, rows=args.rows, machines=20, rate=args.rate, seed=args.seed, bad_rows=8,
+                     faults_in_replay=True)
+    workdir = args.state_dir.parent
+    report = run_chaos(plan, workdir, hosts_fault_schedule(plan, plan.rows / plan.rate),
+                       stack_class=lambda state_dir, joiner: PrivateHostsStack(args.state_dir, joiner, args.prefix))
+    print(json.dumps({"summary": report.summary(), "confirmed": report.confirmed, "joins": report.joins,
+                      "dead_letters": report.dead_letters}))
+    return 0
+
+
+if __name__ == "__main__":  # run as a script, with tests/ first on its path
+    sys.exit(run_storm())
