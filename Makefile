@@ -23,13 +23,16 @@ COMPOSE = $(or $(COMPOSE_V2_FOUND),$(error STACK=docker needs Docker Compose v2 
 # otherwise and the standalone one with the profile lsb: `up` enables the profile and scales the joiner not
 # chosen to zero, so exactly one runs, also after switching.
 COMPOSE_UNUSED_JOINER = $(if $(filter lsb,$(JOINER)),spark-joiner,lsb-joiner)
-# Native: TOPOLOGY=single (the default: one Kafka broker, one instance of each stage) or cluster (three Kafka nodes, a
-# Spark standalone master and two workers, two instances of each scaled stage), read by `python -m stack` from the
+# Native: TOPOLOGY=single (the default: one Kafka broker, one instance of each stage), cluster (three Kafka nodes, a
+# Spark standalone master and two workers, two instances of each scaled stage) or hosts (the cluster placed on ten
+# hosts, network namespaces, by ops/stack/hosts.toml; as root), read by `python -m stack` from the
 # environment, where make puts a variable given on its command line. The state dir remembers the topology its
 # `up` ran: `status`, `logs`, `down` and `clean` act on it without TOPOLOGY.
 # Compose's topology is a profile: single (the default) or cluster (three Kafka nodes, a Spark standalone
 # cluster with the Spark joiner submitted to it, two DB connectors). The cluster runs the Spark joiner only.
-COMPOSE_UP = $(if $(filter cluster,$(TOPOLOGY)),\
+COMPOSE_UP = $(if $(filter hosts,$(TOPOLOGY)),$(error TOPOLOGY=hosts builds its hosts as network namespaces: \
+	it runs natively, STACK=native)) \
+	$(if $(filter cluster,$(TOPOLOGY)),\
 	$(if $(filter lsb,$(JOINER)),$(error JOINER=lsb: the Compose cluster runs the Spark joiner only),\
 	$(COMPOSE) --profile cluster up -d --build --wait),\
 	$(COMPOSE) --profile single --profile lsb up -d --build --wait --scale $(COMPOSE_UNUSED_JOINER)=0)
@@ -154,9 +157,11 @@ test: setup
 reliability: setup
 	@env -u TOPOLOGY $(PY) -m pytest -m slow tests/reliability $(PYTEST_ARGS)
 
-# The full chaos run alone (a shorter seeded one is part of `make test`); TOPOLOGY=cluster, the cluster's.
+# The full chaos run alone (a shorter seeded one is part of `make test`); TOPOLOGY=cluster, the cluster's;
+# TOPOLOGY=hosts, network faults across the hosts.
 # Each run brings up a stack of its own (the chosen topology is the test's, not the environment's).
-CHAOS_TESTS = $(if $(filter cluster,$(TOPOLOGY)),tests/reliability/test_cluster_chaos.py,tests/reliability/test_chaos.py)
+CHAOS_TESTS = $(if $(filter cluster,$(TOPOLOGY)),tests/reliability/test_cluster_chaos.py,\
+	$(if $(filter hosts,$(TOPOLOGY)),tests/reliability/test_hosts_chaos.py,tests/reliability/test_chaos.py))
 chaos: setup
 	@env -u TOPOLOGY $(PY) -m pytest -m slow $(CHAOS_TESTS) $(PYTEST_ARGS)
 

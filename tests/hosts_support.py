@@ -9,17 +9,19 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
 import subprocess
 import sys
+import uuid
 from pathlib import Path
 
-from chaos_support import ChaosPlan, Fault, PrivateStack, run_chaos
+from chaos_support import REPO_ROOT, ChaosPlan, Fault, PrivateStack, chaos_workdir, run_chaos
 from influxdb import InfluxDBClient
 from db_connector_support import JSON_ANSWERS
 from pipeline_core.settings import MqttSettings, load_settings
 from simulator.settings import SimulatorSettings
-from stack import placement
+from stack import netns, placement
 from support import wait_for
 
 # A port nothing listens on: a connect to it is refused by a host that can be reached, and fails otherwise.
@@ -130,6 +132,49 @@ def hosts_fault_schedule(plan: ChaosPlan, replay_s: float) -> list[Fault]:
     return sorted(schedule, key=lambda fault: fault.at_s)
 
 
+def _stack(env: dict[str, str], *args: str, timeout_s: float = 900) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "stack", *args], env=env, cwd=REPO_ROOT, capture_output=True,
+                          text=True, timeout=timeout_s)
+
+
+def storm_across_hosts(joiner: str, rows: int, rate: float) -> dict:
+    """TOPOLOGY=hosts from nothing with `joiner`: every program checked to run healthy in its host's network
+    namespace, then the seeded storm (`run_storm`, on the operator host) of `rows` rows at `rate` rows/s; then
+    `down`, after which nothing of the hosts may be left. The storm's report."""
+    netns.preflight()  # root and `ip netns`, or a clear failure
+    workdir = chaos_workdir(f"hosts-{joiner}")
+    state_dir = workdir / "stack"
+    prefix = f"h{uuid.uuid4().hex[:8]}"
+    env = {**os.environ, "TOPOLOGY": "hosts", "JOINER": joiner, "STACK_STATE_DIR": str(state_dir),
+           "STACK_HOSTS_PREFIX": prefix}
+    network = netns.Network(prefix, placement.inventory().subnet)
+    try:
+        up = _stack(env, "up")
+        assert up.returncode == 0, up.stdout + up.stderr
+        status = _stack(env, "status", "--json")
+        assert status.returncode == 0, status.stderr
+        document = json.loads(status.stdout)
+        assert document["topology"] == "hosts"
+        for service in document["services"]:
+            assert service["health"] == "healthy", service
+            host = placement.inventory().host_of(service["name"]).name
+            assert os.stat(f"/proc/{service['pid']}/ns/net").st_ino == \
+                os.stat(f"/run/netns/{network.namespace(host)}").st_ino, f"{service['name']} runs outside its host {host}"
+        storm = _stack(env, "run", "--", sys.executable, str(Path(__file__).resolve()), "--joiner", joiner,
+                       "--state-dir", str(state_dir), "--prefix", prefix, "--rows", str(rows), "--rate", str(rate),
+                       timeout_s=3000)
+        assert storm.returncode == 0, storm.stdout[-5000:] + storm.stderr[-20000:]
+        report = json.loads(storm.stdout.strip().splitlines()[-1])
+    finally:
+        down = _stack(env, "down", timeout_s=600)
+    assert down.returncode == 0, down.stdout + down.stderr
+    listed = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True, check=True).stdout.split()
+    assert not [name for name in listed if name.startswith(f"{prefix}-")], f"namespaces left after down: {listed}"
+    assert not list(netns.NETNS_ETC.glob(f"{prefix}-*")), "/etc/netns entries left after down"
+    assert not netns.owner_file(prefix).exists(), "the run's owner record left after down"
+    return report
+
+
 def run_storm(argv: list[str] | None = None) -> int:
     """On the operator host: the replay, its faults and every check (chaos_support.run_chaos); the report as JSON."""
     parser = argparse.ArgumentParser()
@@ -146,7 +191,7 @@ def run_storm(argv: list[str] | None = None) -> int:
     report = run_chaos(plan, workdir, hosts_fault_schedule(plan, plan.rows / plan.rate),
                        stack_class=lambda state_dir, joiner: PrivateHostsStack(args.state_dir, joiner, args.prefix))
     print(json.dumps({"summary": report.summary(), "confirmed": report.confirmed, "joins": report.joins,
-                      "dead_letters": report.dead_letters}))
+                      "dead_letters": report.dead_letters, "replay_s": report.replay_s, "settle_s": report.settle_s}))
     return 0
 
 

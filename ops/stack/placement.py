@@ -14,7 +14,7 @@ import socket
 import subprocess
 import sys
 import tomllib
-from collections.abc import Iterator, Mapping
+from collections.abc import Collection, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -242,13 +242,13 @@ def unreachable_from(host: str, endpoints: list[tuple[str, str, int]]) -> list[s
     return unreachable
 
 
-def host_lines() -> list[str]:
-    """`status` on the hosts: each host, its address and programs, and which servers it cannot reach now (all hosts
-    probed at once)."""
+def host_lines(programs: Collection[str]) -> list[str]:
+    """`status` on the hosts: each host, its address and programs, and which of the servers among `programs` (those
+    of the stack that runs) it cannot reach now (all hosts probed at once)."""
     if not network_exists():
         return ["hosts: their network is not built (`make up TOPOLOGY=hosts` builds it)"]
     hosts = inventory().hosts
-    endpoints = server_endpoints()
+    endpoints = [endpoint for endpoint in server_endpoints() if endpoint[0] in programs]
     with ThreadPoolExecutor(len(hosts)) as pool:
         unreachable = list(pool.map(lambda host: unreachable_from(host.name, endpoints), hosts))
     return [f"host {host.name} ({host.address}): {', '.join(host.programs) or 'operator (status, data, report)'}; "

@@ -148,7 +148,7 @@ def status_lines(names: list[str]) -> list[str]:
     """`status` of the cluster beyond each process's own line: the Spark master's view of its workers and of
     the joiner's application, when the Spark master is among `names`; on the hosts, what each host reaches."""
     lines = spark_cluster.application_lines() if spark_cluster.SparkMaster.name in names else []
-    return lines + (placement.host_lines() if is_hosts() else [])
+    return lines + (placement.host_lines(names) if is_hosts() else [])
 
 
 def private_ports(names: tuple[str, ...], port_range: str | None = None) -> dict[str, int]:
