@@ -11,12 +11,14 @@ import argparse
 import json
 import os
 import random
+import shutil
+import signal
 import subprocess
 import sys
 import uuid
 from pathlib import Path
 
-from chaos_support import REPO_ROOT, ChaosPlan, Fault, PrivateStack, chaos_workdir, run_chaos
+from chaos_support import REPO_ROOT, ChaosPlan, Fault, PrivateStack, chaos_workdir, group_gone, run_chaos
 from influxdb import InfluxDBClient
 from db_connector_support import JSON_ANSWERS
 from pipeline_core.settings import MqttSettings, load_settings
@@ -48,6 +50,7 @@ class PrivateHostsStack(PrivateStack):
         self.mqtt = load_settings(MqttSettings, [], environ=self.mqtt_client)
         self.influxdb_port = 8086
         self.harness = placement.harness()
+        self.frozen: dict[str, int] = {}
 
     def _supervisorctl(self, *args: str) -> subprocess.CompletedProcess:
         host = placement.inventory().host_of(args[-1]).name
@@ -66,10 +69,46 @@ class PrivateHostsStack(PrivateStack):
                               password=environ.get("INFLUXDB_PASSWORD"), headers=dict(JSON_ANSWERS))
 
     def inject(self, fault: Fault) -> None:
-        if fault.action not in ("isolate", "rejoin", "cut", "heal"):
+        if fault.action not in ("isolate", "rejoin", "cut", "heal", "freeze", "thaw", "lose-disk", "replace"):
             super().inject(fault)
             return
-        if fault.action == "isolate":
+        if fault.action == "freeze":
+            pid = self.pid(fault.target)
+            os.killpg(pid, signal.SIGSTOP)
+            wait_for(lambda: _state(pid) == "T", 30, f"{fault.target} frozen")
+            self.frozen[fault.target] = pid
+            self.confirmed.append(f"freeze {fault.target}: process group {pid} stopped (state T)")
+        elif fault.action == "thaw":
+            pid = self.frozen.pop(fault.target)
+            os.killpg(pid, signal.SIGCONT)
+            wait_for(lambda: _state(pid) != "T", 30, f"{fault.target} running again")
+            self.confirmed.append(f"thaw {fault.target}: process group {pid} running again")
+        elif fault.action == "lose-disk":
+            # The host goes, and the node with it: cut off, killed, its storage deleted; supervision must not bring
+            # the dead node back meanwhile.
+            host = placement.inventory().host_of(fault.target).name
+            self.harness.isolate(host)
+            wait_for(lambda: _failure(self._reach("operator", host)), 30, f"{host} cut off")
+            pid = self.pid(fault.target)
+            os.killpg(pid, signal.SIGKILL)
+            wait_for(lambda: group_gone(pid), 60, f"every process of {fault.target} gone")
+            self._supervisorctl("stop", fault.target)
+            assert self.running_pid(fault.target) == 0, f"{fault.target} runs again after its host was lost"
+            data = self.state_dir / fault.target / "data"
+            shutil.rmtree(data)
+            assert not data.exists()
+            self.confirmed.append(f"lose-disk {fault.target}: host {host} cut off, process group {pid} killed, "
+                                  f"{data} deleted")
+        elif fault.action == "replace":
+            # A new host in its place: same name and address, empty storage, formatted with the cluster's id by
+            # `make restart`, which waits until the node has joined.
+            host = placement.inventory().host_of(fault.target).name
+            self.harness.rejoin(host)
+            wait_for(lambda: self._reach("operator", host) == "ECONNREFUSED", 60, f"{host} back")
+            self.stack("restart", fault.target)
+            self.confirmed.append(f"replace {fault.target}: host {host} back with empty storage, the node "
+                                  f"formatted again and joined (pid {self.pid(fault.target)})")
+        elif fault.action == "isolate":
             self.harness.isolate(fault.target)
             wait_for(lambda: _failure(self._reach("operator", fault.target)), 30, f"{fault.target} cut off")
             servers = [program for program, host, _ in placement.server_endpoints() if host == fault.target]
@@ -106,30 +145,50 @@ class PrivateHostsStack(PrivateStack):
                      and "cannot reach" in line and server in line.split("cannot reach", 1)[1]), None)
 
 
+def _state(pid: int) -> str:
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+
+
 def _failure(error: str | None) -> str | None:
     """A connect's error when it did not reach its host (a refusal is an answer), else None."""
     return error if error not in (None, "ECONNREFUSED") else None
 
 
-def hosts_fault_schedule(plan: ChaosPlan, replay_s: float) -> list[Fault]:
-    """Seeded network faults over 10-80% of the replay, each healed HOLD_S later (or by the replay's end): a Kafka
-    node's host cut off from every other; the stream connector's path to Mosquitto cut; a DB connector's path to
-    InfluxDB cut; with Spark, the driver's path to a worker's host cut, with the standalone joiners, the host of one
-    of them cut off (its partitions move to the other instance, and it comes back fenced)."""
+# How long a Kafka node stays frozen (SIGSTOP) and a host stays lost before its replacement, in the severe storm.
+FREEZE_S = 120.0
+DISK_LOSS_S = 60.0
+
+
+def hosts_fault_schedule(plan: ChaosPlan, replay_s: float, severe: bool = False) -> list[Fault]:
+    """Seeded network faults, one after another over 10-85% of the replay, each healed HOLD_S later (all shorter
+    alike when the replay is too short for that): a Kafka node's host cut off from every other; the stream connector's path to
+    Mosquitto cut; a DB connector's path to InfluxDB cut; with Spark, the driver's path to a worker's host cut, with
+    the standalone joiners the host of one of them cut off (its partitions move to the other instance, and it comes
+    back fenced). `severe` adds another Kafka node frozen (SIGSTOP) for FREEZE_S, and the third one's host lost with
+    its disk for DISK_LOSS_S, then replaced by a node with empty storage."""
     rng = random.Random(plan.seed)
-    node = rng.choice((1, 2, 3))
-    faults = [("isolate", "rejoin", f"kafka-{node}"), ("cut", "heal", "ingest|mqtt"), ("cut", "heal", "ingest|influx")]
+    nodes = [1, 2, 3]
+    rng.shuffle(nodes)
+    faults = [("isolate", "rejoin", f"kafka-{nodes[0]}", HOLD_S), ("cut", "heal", "ingest|mqtt", HOLD_S),
+              ("cut", "heal", "ingest|influx", HOLD_S)]
     if plan.joiner == "spark":
-        faults.append(("cut", "heal", f"driver|worker-{rng.choice((1, 2))}"))
+        faults.append(("cut", "heal", f"driver|worker-{rng.choice((1, 2))}", HOLD_S))
     else:
-        faults.append(("isolate", "rejoin", "worker-1"))
+        faults.append(("isolate", "rejoin", "worker-1", HOLD_S))
+    if severe:
+        faults += [("freeze", "thaw", f"kafka-{nodes[1]}", FREEZE_S),
+                   ("lose-disk", "replace", f"kafka-{nodes[2]}", DISK_LOSS_S)]
     rng.shuffle(faults)
-    slot = 0.70 * replay_s / len(faults)
-    schedule = []
-    for i, (fault, healing, target) in enumerate(faults):
-        at_s = round(0.10 * replay_s + i * slot + rng.uniform(0, 0.3 * slot), 1)
-        schedule += [Fault(at_s, fault, target), Fault(round(at_s + min(HOLD_S, slot), 1), healing, target)]
-    return sorted(schedule, key=lambda fault: fault.at_s)
+    # Each fault's slot is its hold and a quarter more, where it starts at a seeded moment; all slots fit in 75% of
+    # the replay, every hold shortened alike when they would not.
+    scale = min(1.0, 0.75 * replay_s / (1.25 * sum(hold_s for *_, hold_s in faults)))
+    schedule, at_s = [], 0.10 * replay_s
+    for fault, healing, target, hold_s in faults:
+        held_s = hold_s * scale
+        start_s = at_s + rng.uniform(0, 0.25 * held_s)
+        schedule += [Fault(round(start_s, 1), fault, target), Fault(round(start_s + held_s, 1), healing, target)]
+        at_s += 1.25 * held_s
+    return schedule
 
 
 def _stack(env: dict[str, str], *args: str, timeout_s: float = 900) -> subprocess.CompletedProcess:
@@ -137,7 +196,7 @@ def _stack(env: dict[str, str], *args: str, timeout_s: float = 900) -> subproces
                           text=True, timeout=timeout_s)
 
 
-def storm_across_hosts(joiner: str, rows: int, rate: float) -> dict:
+def storm_across_hosts(joiner: str, rows: int, rate: float, severe: bool = False) -> dict:
     """TOPOLOGY=hosts from nothing with `joiner`: every program checked to run healthy in its host's network
     namespace, then the seeded storm (`run_storm`, on the operator host) of `rows` rows at `rate` rows/s; then
     `down`, after which nothing of the hosts may be left. The storm's report."""
@@ -162,7 +221,7 @@ def storm_across_hosts(joiner: str, rows: int, rate: float) -> dict:
                 os.stat(f"/run/netns/{network.namespace(host)}").st_ino, f"{service['name']} runs outside its host {host}"
         storm = _stack(env, "run", "--", sys.executable, str(Path(__file__).resolve()), "--joiner", joiner,
                        "--state-dir", str(state_dir), "--prefix", prefix, "--rows", str(rows), "--rate", str(rate),
-                       timeout_s=3000)
+                       *(["--severe"] if severe else []), timeout_s=3000)
         assert storm.returncode == 0, storm.stdout[-5000:] + storm.stderr[-20000:]
         report = json.loads(storm.stdout.strip().splitlines()[-1])
     finally:
@@ -184,11 +243,12 @@ def run_storm(argv: list[str] | None = None) -> int:
     parser.add_argument("--rows", type=int, default=4_000)
     parser.add_argument("--rate", type=float, default=50.0)
     parser.add_argument("--seed", type=int, default=20261129)
+    parser.add_argument("--severe", action="store_true", help="add a frozen Kafka node and a host lost with its disk")
     args = parser.parse_args(argv)
     plan = ChaosPlan(joiner=args.joiner, rows=args.rows, machines=20, rate=args.rate, seed=args.seed, bad_rows=8,
                      faults_in_replay=True)
     workdir = args.state_dir.parent
-    report = run_chaos(plan, workdir, hosts_fault_schedule(plan, plan.rows / plan.rate),
+    report = run_chaos(plan, workdir, hosts_fault_schedule(plan, plan.rows / plan.rate, args.severe),
                        stack_class=lambda state_dir, joiner: PrivateHostsStack(args.state_dir, joiner, args.prefix))
     print(json.dumps({"summary": report.summary(), "confirmed": report.confirmed, "joins": report.joins,
                       "dead_letters": report.dead_letters, "replay_s": report.replay_s, "settle_s": report.settle_s}))
