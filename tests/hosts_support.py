@@ -128,8 +128,13 @@ class PrivateHostsStack(PrivateStack):
                 self.harness.cut_between(a, b)
                 error = wait_for(lambda: _failure(self._reach(a, b)), 30, f"the path {a}-{b} cut")
                 assert self._reach("operator", b) == "ECONNREFUSED", f"{b} cut off from more than {a}"
+                servers = [program for program, host, _ in placement.server_endpoints() if host == b]
+                said = ""
+                if servers:
+                    said = "; status: " + wait_for(lambda: self._status_line(a, servers[0]), 120,
+                                                   f"make status to say {a} cannot reach {servers[0]}", interval_s=1.0)
                 self.confirmed.append(f"cut {a}-{b}: a connect from {a} to {b} failed ({error}), the operator "
-                                      f"still reaches {b}")
+                                      f"still reaches {b}{said}")
             else:
                 self.harness.heal_between(a, b)
                 wait_for(lambda: self._reach(a, b) == "ECONNREFUSED", 60, f"the path {a}-{b} healed")
