@@ -15,13 +15,17 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
+import time
 import uuid
 from pathlib import Path
 
 from chaos_support import REPO_ROOT, ChaosPlan, Fault, PrivateStack, chaos_workdir, group_gone, run_chaos
+from cluster_support import cluster_fault_schedule
 from influxdb import InfluxDBClient
 from db_connector_support import JSON_ANSWERS
 from pipeline_core.settings import MqttSettings, load_settings
+from pipeline_core.stage_health import read_heartbeat
 from simulator.settings import SimulatorSettings
 from stack import netns, placement
 from support import wait_for
@@ -51,6 +55,7 @@ class PrivateHostsStack(PrivateStack):
         self.influxdb_port = 8086
         self.harness = placement.harness()
         self.frozen: dict[str, int] = {}
+        self.watch: RecoveryWatch | None = None
 
     def _supervisorctl(self, *args: str) -> subprocess.CompletedProcess:
         host = placement.inventory().host_of(args[-1]).name
@@ -69,6 +74,26 @@ class PrivateHostsStack(PrivateStack):
                               password=environ.get("INFLUXDB_PASSWORD"), headers=dict(JSON_ANSWERS))
 
     def inject(self, fault: Fault) -> None:
+        self._inject(fault)
+        if fault.action in HEALING:
+            if self.watch is None:
+                self.watch = RecoveryWatch(self.state_dir, sorted(self.stages()))
+                self.watch.start()
+            self.watch.healed.append((f"{fault.action} {fault.target} @{fault.at_s:.0f}s", time.time()))
+
+    def stages(self) -> set[str]:
+        joiners = ["spark-joiner"] if self.env["JOINER"] == "spark" else ["lsb-joiner-1", "lsb-joiner-2"]
+        return {"stream-connector", "db-connector-1", "db-connector-2", *joiners}
+
+    def recoveries(self) -> dict[str, float | None]:
+        """Each healing's recovery time (None: not caught up by the end of the run)."""
+        if self.watch is None:
+            return {}
+        self.watch.done.set()
+        self.watch.join()
+        return {what: self.watch.recovered_s.get(what) for what, _ in self.watch.healed}
+
+    def _inject(self, fault: Fault) -> None:
         if fault.action not in ("isolate", "rejoin", "cut", "heal", "freeze", "thaw", "lose-disk", "replace"):
             super().inject(fault)
             return
@@ -159,6 +184,33 @@ def _failure(error: str | None) -> str | None:
     return error if error not in (None, "ECONNREFUSED") else None
 
 
+# A stage is back at the live edge when at most this many records wait for it (or are in its hands): about 3 s of
+# the storm's replay (50 rows/s, 6 records each).
+CAUGHT_UP_RECORDS = 1_000
+HEALING = ("rejoin", "heal", "thaw", "replace")
+
+
+class RecoveryWatch(threading.Thread):
+    """Reads the stages' heartbeats every half second; for each fault healed, the seconds until every stage reported
+    itself caught up (CAUGHT_UP_RECORDS) in a report made after the healing."""
+
+    def __init__(self, state_dir: Path, stages: list[str]) -> None:
+        super().__init__(name="recovery-watch", daemon=True)
+        self.files = [state_dir / stage / "progress.json" for stage in stages]
+        self.healed: list[tuple[str, float]] = []  # (what, Unix time healed)
+        self.recovered_s: dict[str, float] = {}
+        self.done = threading.Event()
+
+    def run(self) -> None:
+        while not self.done.wait(0.5):
+            beats = [read_heartbeat(path) for path in self.files]
+            for what, healed_at in self.healed:
+                if what not in self.recovered_s and all(
+                        beat is not None and beat.reported_at > healed_at
+                        and (beat.lag or 0) + (beat.pending or 0) <= CAUGHT_UP_RECORDS for beat in beats):
+                    self.recovered_s[what] = max(beat.reported_at for beat in beats) - healed_at
+
+
 # How long a Kafka node stays frozen (SIGSTOP) and a host stays lost before its replacement, in the severe storm.
 FREEZE_S = 120.0
 DISK_LOSS_S = 60.0
@@ -201,9 +253,10 @@ def _stack(env: dict[str, str], *args: str, timeout_s: float = 900) -> subproces
                           text=True, timeout=timeout_s)
 
 
-def storm_across_hosts(joiner: str, rows: int, rate: float, severe: bool = False) -> dict:
+def storm_across_hosts(joiner: str, rows: int, rate: float, severe: bool = False, kills: bool = False) -> dict:
     """TOPOLOGY=hosts from nothing with `joiner`: every program checked to run healthy in its host's network
-    namespace, then the seeded storm (`run_storm`, on the operator host) of `rows` rows at `rate` rows/s; then
+    namespace, then the seeded storm (`run_storm`, on the operator host) of `rows` rows at `rate` rows/s (`severe`,
+    `kills`: with its severe faults, with the cluster's SIGKILLs); then
     `down`, after which nothing of the hosts may be left. The storm's report."""
     netns.preflight()  # root and `ip netns`, or a clear failure
     workdir = chaos_workdir(f"hosts-{joiner}")
@@ -226,7 +279,7 @@ def storm_across_hosts(joiner: str, rows: int, rate: float, severe: bool = False
                 os.stat(f"/run/netns/{network.namespace(host)}").st_ino, f"{service['name']} runs outside its host {host}"
         storm = _stack(env, "run", "--", sys.executable, str(Path(__file__).resolve()), "--joiner", joiner,
                        "--state-dir", str(state_dir), "--prefix", prefix, "--rows", str(rows), "--rate", str(rate),
-                       *(["--severe"] if severe else []), timeout_s=3000)
+                       *(["--severe"] if severe else []), *(["--kills"] if kills else []), timeout_s=3000)
         assert storm.returncode == 0, storm.stdout[-5000:] + storm.stderr[-20000:]
         report = json.loads(storm.stdout.strip().splitlines()[-1])
     finally:
@@ -249,14 +302,26 @@ def run_storm(argv: list[str] | None = None) -> int:
     parser.add_argument("--rate", type=float, default=50.0)
     parser.add_argument("--seed", type=int, default=20261129)
     parser.add_argument("--severe", action="store_true", help="add a frozen Kafka node and a host lost with its disk")
+    parser.add_argument("--kills", action="store_true",
+                        help="add the cluster's SIGKILLs (cluster_support.cluster_fault_schedule), once each")
     args = parser.parse_args(argv)
     plan = ChaosPlan(joiner=args.joiner, rows=args.rows, machines=20, rate=args.rate, seed=args.seed, bad_rows=8,
-                     faults_in_replay=True)
+                     kills_per_stage=1, faults_in_replay=True)
     workdir = args.state_dir.parent
-    report = run_chaos(plan, workdir, hosts_fault_schedule(plan, plan.rows / plan.rate, args.severe),
-                       stack_class=lambda state_dir, joiner: PrivateHostsStack(args.state_dir, joiner, args.prefix))
+    replay_s = plan.rows / plan.rate
+    faults = hosts_fault_schedule(plan, replay_s, args.severe)
+    if args.kills:
+        faults = sorted(faults + cluster_fault_schedule(plan, replay_s), key=lambda fault: fault.at_s)
+    stacks: list[PrivateHostsStack] = []
+
+    def hosts_stack(state_dir: Path, joiner: str) -> PrivateHostsStack:
+        stacks.append(PrivateHostsStack(args.state_dir, joiner, args.prefix))
+        return stacks[-1]
+
+    report = run_chaos(plan, workdir, faults, stack_class=hosts_stack)
     print(json.dumps({"summary": report.summary(), "confirmed": report.confirmed, "joins": report.joins,
-                      "dead_letters": report.dead_letters, "replay_s": report.replay_s, "settle_s": report.settle_s}))
+                      "dead_letters": report.dead_letters, "replay_s": report.replay_s, "settle_s": report.settle_s,
+                      "recovered_s": stacks[0].recoveries()}))
     return 0
 
 

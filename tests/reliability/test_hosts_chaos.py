@@ -21,7 +21,9 @@ pytestmark = [pytest.mark.slow, pytest.mark.integration]
 @pytest.mark.parametrize("joiner", ["spark", "lsb"])
 def test_the_cluster_across_hosts_survives_minutes_of_network_faults(joiner: str) -> None:
     report = storm_across_hosts(joiner, rows=32_000, rate=50.0, severe=True)
-    print(report["summary"])
+    print(report["summary"], "; recovered after each healing (s):", report["recovered_s"])
+    late = {what: seconds for what, seconds in report["recovered_s"].items() if seconds is None}
+    assert not late, f"stages not caught up after {late}"
     actions = [line.split(" ", 1)[0] for line in report["confirmed"]]
     for action in ("isolate", "cut", "freeze", "thaw", "lose-disk", "replace"):
         assert action in actions, report["confirmed"]
