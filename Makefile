@@ -54,7 +54,7 @@ export SECURITY STACK_TLS
 BENCHMARKS ?= benchmarks.join_engine benchmarks.mqtt_publish benchmarks.stream_connector \
 	benchmarks.kafka_joiner benchmarks.spark_joiner benchmarks.join_peers benchmarks.db_connector
 
-.PHONY: setup up down clean status logs restart data report dashboards test bench bench-topology reliability chaos spark-package
+.PHONY: setup up down clean status logs restart data report dashboards test bench bench-topology bench-links reliability chaos spark-package
 
 setup: $(INSTALLED)
 	@$(PY) -m stack.provision
@@ -183,6 +183,11 @@ bench: setup
 # BENCH_PORTS=first-last), the same rows through each (docs/scaling.md).
 bench-topology: setup
 	@env -u TOPOLOGY PYTHONPATH=$(CURDIR) $(PY) -m benchmarks.topology $(BENCH_ARGS)
+
+# The cluster across hosts (TOPOLOGY=hosts, as root) with the devices' link to Mosquitto undelayed and then with a
+# round-trip delay (BENCH_ARGS="--round-trip-ms 100"), the same rows through each, in one run (docs/scaling.md).
+bench-links: setup
+	@env -u TOPOLOGY PYTHONPATH=$(CURDIR) $(PY) -m benchmarks.slow_links $(BENCH_ARGS)
 
 # The Spark joiner as spark-submit takes it, in build/spark-joiner/: its entry script, the --py-files archive of
 # the packages its driver and executors import, and the Kafka connector jars for --jars

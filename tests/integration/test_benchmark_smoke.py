@@ -11,8 +11,9 @@ benchmark of HEAD beside the current code's.
 ``join_peers`` runs the project's joiners and Spark's interval join (peers a, b, c) only: the other peers (Quix
 Streams, Flink, Pathway) need virtualenvs of their own, minutes of installs that `make test` never makes.
 Tiny as they are, ``spark_joiner`` whole (three cold JVMs by design), ``join_peers`` with its Spark peers (fifteen
-Spark and joiner runs) and ``topology`` (two whole stacks) take minutes each on two shared cores: here they run in
-part, and whole in `make reliability` (tests/reliability/test_benchmark_full_runs.py).
+Spark and joiner runs), ``topology`` (two whole stacks) and ``slow_links`` (a stack across ten hosts) take minutes
+each on two shared cores: here they run in part, and whole in `make reliability`
+(tests/reliability/test_benchmark_full_runs.py).
 """
 from __future__ import annotations
 
@@ -55,6 +56,8 @@ SMOKE_RUNS: list[Run] = [
                                "--kill-rate", "400", "--queue", "0"], "delivered after the restart"),
     # Its two whole stacks run in the full run; here what `make bench-topology` loads first.
     ("topology", ["--help"], "usage: python -m benchmarks.topology"),
+    # Its stack across ten hosts likewise (`make bench-links`).
+    ("slow_links", ["--help"], "usage: python -m benchmarks.slow_links"),
 ]
 
 

@@ -1,7 +1,8 @@
 """The benchmarks `make test` smoke-runs only in part, whole and tiny (tests/integration/test_benchmark_smoke.py):
 the Spark joiner's benchmark with the previous code, the floor, the latency run and the standalone joiner's figures
-(three cold JVMs by design), the peers' benchmark with Spark's peers (fifteen Spark and joiner runs), and the
-topology benchmark (two whole stacks of its own). Minutes each on two shared cores."""
+(three cold JVMs by design), the peers' benchmark with Spark's peers (fifteen Spark and joiner runs), the
+topology benchmark (two whole stacks of its own) and the slow-links one (a stack across ten hosts). Minutes each on
+two shared cores."""
 from __future__ import annotations
 
 import os
@@ -25,6 +26,8 @@ FULL_RUNS: list[Run] = [
     ("topology", ["--rows", "200", "--machines", "2", "--joiner", "lsb", "--settled-s", "3",
                   *(["--ports", os.environ[PORT_RANGE_ENV]] if os.environ.get(PORT_RANGE_ENV) else [])],
      "cluster / single end to end:"),
+    # Its own stack across ten hosts (as root), undelayed and delayed, each run's joins compared.
+    ("slow_links", ["--joiner", "lsb", "--round-trip-ms", "50", "--settled-s", "5"], "RTT +  50 ms"),
 ]
 
 
