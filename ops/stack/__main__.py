@@ -64,6 +64,10 @@ def main(argv: list[str] | None = None) -> int:
         signal.signal(signal.SIGPIPE, signal.SIG_DFL)
 
     try:
+        if args.command == "run":
+            args.program = args.program[1:] if args.program[:1] == ["--"] else args.program
+            if not args.program:
+                raise StackError("name the command to run: python -m stack run -- <command> [arguments]")
         if topology.is_hosts():
             os.environ.update(placement.server_environment())  # every server by its host's name
         if topology.is_hosts() and not placement.inside_operator():
@@ -78,10 +82,7 @@ def main(argv: list[str] | None = None) -> int:
         if topology.is_cluster():  # every tool run from here bootstraps from all three nodes
             os.environ["KAFKA_BOOTSTRAP_SERVERS"] = kafka_cluster.bootstrap_servers()
         if args.command == "run":
-            program = args.program[1:] if args.program[:1] == ["--"] else args.program
-            if not program:
-                raise StackError("name the command to run: python -m stack run -- <command> [arguments]")
-            os.execvp(program[0], program)
+            os.execvp(args.program[0], args.program)
         if args.command == "up":
             security.ensure_credentials()  # SECURITY=on: before any server starts
             services = manager.servers() if args.servers_only else manager.all_services()
@@ -161,8 +162,7 @@ def from_operator(args: argparse.Namespace, argv: list[str]) -> int | None:
     elif not placement.network_exists():
         return None
     if args.command == "run":
-        program = args.program[1:] if args.program[:1] == ["--"] else args.program
-        return placement.run_on_operator(program, {
+        return placement.run_on_operator(args.program, {
             "KAFKA_BOOTSTRAP_SERVERS": kafka_cluster.bootstrap_servers(), **placement.mqtt_client_environment()})
     code = placement.run_on_operator([sys.executable, "-m", "stack", *argv])
     if args.command in ("down", "clean") and code == 0:
