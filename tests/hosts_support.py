@@ -289,6 +289,7 @@ def storm_across_hosts(joiner: str, rows: int, rate: float, severe: bool = False
     assert not [name for name in listed if name.startswith(f"{prefix}-")], f"namespaces left after down: {listed}"
     assert not list(netns.NETNS_ETC.glob(f"{prefix}-*")), "/etc/netns entries left after down"
     assert not netns.owner_file(prefix).exists(), "the run's owner record left after down"
+    shutil.rmtree(workdir, ignore_errors=True)  # what `down` wrote there (kept when the run failed)
     return report
 
 
