@@ -265,7 +265,8 @@ class PrivateInfluxDB:
         self.port = free_port()
         self.config = render(paths.INFLUXDB_GRAFANA_DIR / "influxdb.conf", directory / "influxdb.conf",
                              port=self.port, rpc_port=free_port(), data_dir=directory / "data",
-                             auth_enabled="false")
+                             bind_host="127.0.0.1", auth_enabled="false", https_enabled="false",
+                             https_certificate="", https_private_key="")
         self.process: subprocess.Popen | None = None
 
     def start(self) -> PrivateInfluxDB:

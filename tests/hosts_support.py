@@ -69,9 +69,11 @@ class PrivateHostsStack(PrivateStack):
 
     def influx(self) -> InfluxDBClient:
         environ = self.environ_for("reader")
+        # Over HTTPS, verified with the stack's CA, as every client across the hosts.
         return InfluxDBClient(placement.inventory().server_host_name("influxdb"), self.influxdb_port,
                               database="machinedata", timeout=30, username=environ.get("INFLUXDB_USERNAME"),
-                              password=environ.get("INFLUXDB_PASSWORD"), headers=dict(JSON_ANSWERS))
+                              password=environ.get("INFLUXDB_PASSWORD"), headers=dict(JSON_ANSWERS), ssl=True,
+                              verify_ssl=environ["INFLUXDB_TLS_CA_FILE"])
 
     def inject(self, fault: Fault) -> None:
         self._inject(fault)

@@ -37,6 +37,10 @@ class Principal:
 
 
 # Least privilege: each stage is its own Kafka principal with its own ACLs (docs/security.md).
+# In the file when InfluxDB takes HTTPS (TOPOLOGY=hosts, where it is reached across hosts): its CA, which every
+# InfluxDB client is given.
+INFLUXDB_TLS_CA_KEY = "INFLUXDB_TLS_CA_FILE"
+
 PRINCIPALS: dict[str, Principal] = {
     "admin": Principal(kafka_user="admin", influxdb_user="admin"),
     "monitor": Principal(kafka_user="monitor", influxdb_user="reader"),
@@ -161,6 +165,8 @@ def environment(principal: str, values: Mapping[str, str]) -> dict[str, str]:
     if who.influxdb_user:
         env.update({"INFLUXDB_USERNAME": who.influxdb_user,
                     "INFLUXDB_PASSWORD": values[influxdb_password_key(who.influxdb_user)]})
+        if values.get(INFLUXDB_TLS_CA_KEY):
+            env[INFLUXDB_TLS_CA_KEY] = values[INFLUXDB_TLS_CA_KEY]
     return env
 
 

@@ -2,8 +2,10 @@
 from __future__ import annotations
 
 import socket
+import ssl
 import urllib.error
 import urllib.request
+from pathlib import Path
 
 
 def mqtt_ready(host: str, port: int, timeout: float = 1.0, *, refusal_counts: bool = False) -> bool:
@@ -25,10 +27,12 @@ def mqtt_ready(host: str, port: int, timeout: float = 1.0, *, refusal_counts: bo
     return reply[:2] == b"\x20\x02" and reply[3:4] in ((b"\x00", b"\x05") if refusal_counts else (b"\x00",))
 
 
-def influxdb_ready(port: int, host: str = "127.0.0.1", timeout: float = 1.0) -> bool:
-    """InfluxDB answers `/ping` with 204 No Content once it serves queries."""
+def influxdb_ready(port: int, host: str = "127.0.0.1", timeout: float = 1.0, ca_file: Path | None = None) -> bool:
+    """InfluxDB answers `/ping` with 204 No Content once it serves queries (over HTTPS verified with `ca_file` when
+    given)."""
+    scheme, context = ("https", ssl.create_default_context(cafile=str(ca_file))) if ca_file else ("http", None)
     try:
-        with urllib.request.urlopen(f"http://{host}:{port}/ping", timeout=timeout) as reply:
+        with urllib.request.urlopen(f"{scheme}://{host}:{port}/ping", timeout=timeout, context=context) as reply:
             return reply.status == 204
     except (OSError, urllib.error.URLError):
         return False

@@ -17,7 +17,13 @@ def influx_client(settings: InfluxSettings, timeout_s: float = 30.0) -> InfluxDB
     return InfluxDBClient(host=settings.influxdb_host, port=settings.influxdb_port,
                           username=settings.influxdb_username or "root",
                           password=settings.influxdb_password or "root",
-                          database=settings.influxdb_database, timeout=timeout_s)
+                          database=settings.influxdb_database, timeout=timeout_s, **tls_arguments(settings))
+
+
+def tls_arguments(settings: InfluxSettings) -> dict[str, object]:
+    """HTTPS verified with INFLUXDB_TLS_CA_FILE when it is set (InfluxDB reached across hosts), else plain HTTP."""
+    ca_file = settings.influxdb_tls_ca_file
+    return {"ssl": True, "verify_ssl": str(ca_file)} if ca_file else {}
 
 
 def escape_measurement(name: str) -> str:

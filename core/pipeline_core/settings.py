@@ -223,6 +223,9 @@ class InfluxSettings:
     influxdb_username: str | None = setting(None, "INFLUXDB_USERNAME", "InfluxDB user, when auth is on")
     influxdb_password: str | None = setting(None, "INFLUXDB_PASSWORD", "InfluxDB password (set it in the "
                                             "environment or the credentials file, not as a flag)", secret=True)
+    influxdb_tls_ca_file: Path | None = setting(None, "INFLUXDB_TLS_CA_FILE",
+                                                "CA certificate (PEM) to verify InfluxDB by: connects with HTTPS "
+                                                "when set")
 
 
 @dataclasses.dataclass(frozen=True)

@@ -217,7 +217,7 @@ def stage_losses() -> tuple[dict[str, dict[str, int]] | None, str | None]:
     """What the stages lost outside the pipeline's control, from their health metrics in InfluxDB: the losses
     per stage, or None and why they are unknown."""
     settings = load_settings(ConnectionSettings, [], environ=credentials.environ_for("monitor"))
-    if not influxdb_ready(settings.influxdb_port, settings.influxdb_host):
+    if not influxdb_ready(settings.influxdb_port, settings.influxdb_host, ca_file=settings.influxdb_tls_ca_file):
         return None, "unknown while InfluxDB does not answer"
     try:
         return losses.stage_losses(influx_client(settings, timeout_s=5.0)), None

@@ -60,9 +60,12 @@ def admin_client(settings: InfluxSettings, values: Mapping[str, str]) -> InfluxD
     stack is secure (`values`: its credentials), else the anonymous one of the insecure stack."""
     if not values:
         return influx_client(settings)
+    # The CA of InfluxDB's HTTPS (TOPOLOGY=hosts) is the credentials file's when the environment does not name one.
+    ca_file = settings.influxdb_tls_ca_file or values.get(credentials.INFLUXDB_TLS_CA_KEY)
     return InfluxDBClient(host=settings.influxdb_host, port=settings.influxdb_port, username=ADMIN,
                           password=values[credentials.influxdb_password_key(ADMIN)],
-                          database=settings.influxdb_database, timeout=30)
+                          database=settings.influxdb_database, timeout=30,
+                          **({"ssl": True, "verify_ssl": str(ca_file)} if ca_file else {}))
 
 
 def _ensure_first_admin(client: InfluxDBClient, password: str) -> None:

@@ -16,7 +16,7 @@ from pathlib import Path
 from pipeline_core import credentials, paths
 from pipeline_core.settings import KafkaSettings, load_settings
 from . import certificates
-from .choice import KAFKA_NODES, is_cluster
+from .choice import KAFKA_NODES, is_cluster, is_hosts
 from .processes import StackError
 
 SECURITY_ENV = "SECURITY"
@@ -57,6 +57,8 @@ def ensure_credentials() -> dict[str, str] | None:
             credentials.write_credentials({**credentials.read_credentials(), **tls})
         if is_cluster():  # the Spark master, workers, executors and driver authenticate each other with it
             tls[SPARK_SECRET_KEY] = secrets.token_urlsafe(credentials.PASSWORD_BYTES)
+        if is_hosts():  # InfluxDB is reached across hosts: over HTTPS, verified with the stack's CA
+            tls[credentials.INFLUXDB_TLS_CA_KEY] = str(certificates.ensure_ca())
         return credentials.ensure_credentials(extra=tls)
     return credentials.ensure_credentials(extra={"KAFKA_SECURITY_PROTOCOL": "SASL_PLAINTEXT"})
 

@@ -272,15 +272,21 @@ class InfluxDB(Service):
 
     def prepare(self) -> None:
         ports = self.ports()
+        https = {"https_enabled": "false", "https_certificate": "", "https_private_key": ""}
+        if influxdb_tls_ca() is not None:
+            files = certificates.ensure_server_certificate("influxdb", [
+                "127.0.0.1", "localhost", socket.gethostname(), os.environ.get("INFLUXDB_HOST", ""),
+                self.bind_host("http")])
+            https = {"https_enabled": "true", "https_certificate": files.certificate, "https_private_key": files.key}
         render(paths.INFLUXDB_GRAFANA_DIR / "influxdb.conf", self.config_file,
                port=ports["http"], rpc_port=ports["rpc"], data_dir=self.state_dir / "data",
-               bind_host=self.bind_host("http"), auth_enabled=str(credentials.is_secure()).lower())
+               bind_host=self.bind_host("http"), auth_enabled=str(credentials.is_secure()).lower(), **https)
 
     def command(self) -> list[str]:
         return [require_binary("influxd", "influxdb"), "-config", str(self.config_file)]
 
     def is_ready(self, pid: int | None = None) -> bool:
-        return influxdb_ready(self.ports()["http"], self.bind_host("http"))
+        return influxdb_ready(self.ports()["http"], self.bind_host("http"), ca_file=influxdb_tls_ca())
 
     def after_ready(self) -> None:
         from pipeline_core.influx_retention import RetentionSettings, provision
@@ -359,6 +365,13 @@ class PipelineProcess(Service):
             if START_MARKER in text:
                 break
         return ready_marker(pid) in text.rsplit(START_MARKER, 1)[-1]
+
+
+def influxdb_tls_ca() -> Path | None:
+    """The CA InfluxDB's HTTPS certificate comes from, when the stack's credentials name one (TOPOLOGY=hosts):
+    InfluxDB then takes HTTPS only."""
+    ca_file = credentials.read_credentials().get(credentials.INFLUXDB_TLS_CA_KEY)
+    return Path(ca_file) if ca_file else None
 
 
 def tls_enabled() -> bool:

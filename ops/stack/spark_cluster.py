@@ -101,12 +101,13 @@ def spark_environment() -> dict[str, str]:
 
 def authentication_defaults() -> dict[str, str]:
     """spark.authenticate with the cluster's secret (the master and workers read it from their
-    spark-defaults.conf, executors get it from their worker)."""
+    spark-defaults.conf, executors get it from their worker), and RPC and block transfers encrypted with keys it
+    agrees (spark.network.crypto): across hosts they carry records."""
     secret = credentials.read_credentials().get(security.SPARK_SECRET_KEY)
     if not secret:
         raise StackError(f"{security.SPARK_SECRET_KEY} is missing from {credentials.credentials_file()}: "
                          "`python -m stack up` adds it")
-    return {"spark.authenticate": "true", "spark.authenticate.secret": secret}
+    return {"spark.authenticate": "true", "spark.authenticate.secret": secret, "spark.network.crypto.enabled": "true"}
 
 
 def write_defaults(conf_dir: Path, defaults: dict[str, str], comment: str) -> Path:
