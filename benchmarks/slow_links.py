@@ -4,8 +4,9 @@ devices' link to Mosquitto undelayed and then with a stated round-trip delay, in
 The stack is brought up on hosts of its own (`STACK_HOSTS_PREFIX`, a state dir of its own), so a running one is not
 touched. On the operator host a Toxiproxy (ops/stack/toxiproxy.py) forwards 127.0.0.1:PROXY_PORT to Mosquitto's
 TLS listener on host `mqtt`; the devices (the simulator) publish through it both times, so the delay is the only
-difference. Each run replays the same events file (`--ending-now`: each run's rows are new to the joiners) as fast
-as Mosquitto's acknowledgements allow, and waits until machine.out holds every join of the run. Figures per run:
+difference. A warm-up run (the joiner's first batches) comes first; each run replays the same events file
+(`--ending-now`: each run's rows are new to the joiners) as fast as Mosquitto's acknowledgements allow, and waits
+until machine.out holds every join of the run. Figures per run:
 the publisher's rows/s, rows/s end to end (first publish to the last join's timestamp), and the joins the run added,
 which must be the same in every run: the delay slows the pipeline, it must not change its output.
 """
@@ -50,18 +51,20 @@ class LinkResult:
 
 
 def measure(events_file: Path, round_trips_ms: list[int], settled_s: float) -> list[LinkResult]:
-    """On the operator host: each run through the proxy, with its delay; the joins each added."""
+    """On the operator host: a warm-up run (the joiner's first batches, not compared), then each run through the
+    proxy with its delay; the joins each added, which must be the warm-up's."""
     values = credentials.read_credentials()
     security = security_config(load_settings(KafkaSettings, [], environ={
         **os.environ, **credentials.environment("admin", values)}))
     bootstrap = os.environ["KAFKA_BOOTSTRAP_SERVERS"]
     # Mosquitto's certificate holds 127.0.0.1 too: the devices verify it through the proxy as they would directly.
     devices = {**os.environ, "MQTT_HOST": "127.0.0.1", "MQTT_PORT": str(PROXY_PORT)}
+    rows = sum(1 for line in events_file.open() if line.strip())
     results: list[LinkResult] = []
-    joins_before = 0
+    joins_before, joins_per_run = 0, None
     with toxiproxy.ToxiproxyServer(API_PORT) as server:
         server.client.create_proxy(PROXY, f"127.0.0.1:{PROXY_PORT}", f"{os.environ['MQTT_HOST']}:{os.environ['MQTT_PORT']}")
-        for round_trip_ms in round_trips_ms:
+        for run, round_trip_ms in enumerate([0, *round_trips_ms]):
             if round_trip_ms:
                 toxiproxy.delay_link(server.client, PROXY, round_trip_ms)
             published_at, began = time.time(), time.monotonic()
@@ -71,24 +74,27 @@ def measure(events_file: Path, round_trips_ms: list[int], settled_s: float) -> l
             if done.returncode != 0:
                 raise SystemExit(f"the replay failed:\n{done.stdout}{done.stderr}")
             publish_s = time.monotonic() - began
-            rows = sum(1 for line in events_file.open() if line.strip())
-            expected = 2 * joins_before if results else None  # every run adds as many joins as the first
+            expected = None if joins_per_run is None else joins_before + joins_per_run
             total, last_ms = read_joins(bootstrap, expected, security, settled_s=settled_s)
-            added = total - joins_before
-            if results and added != results[0].joins:
-                raise SystemExit(f"the run with +{round_trip_ms} ms added {added} joins, the first "
-                                 f"{results[0].joins}: the delay changed the output")
-            joins_before = total
-            results.append(LinkResult(round_trip_ms, rows, publish_s, last_ms / 1000 - published_at, added))
-            print(results[-1].line(), flush=True)
+            added, joins_before = total - joins_before, total
             if round_trip_ms:
                 toxiproxy.restore_link(server.client, PROXY)
+            if joins_per_run is None:
+                joins_per_run = added
+                print(f"warm-up: {added:,} joins (each run must add as many)", flush=True)
+                continue
+            if added != joins_per_run:
+                raise SystemExit(f"the run with +{round_trip_ms} ms added {added} joins, the warm-up "
+                                 f"{joins_per_run}: the delay changed the output")
+            results.append(LinkResult(round_trip_ms, rows, publish_s, last_ms / 1000 - published_at, added))
+            print(results[-1].line(), flush=True)
     return results
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.slow_links", description=__doc__.splitlines()[0])
     parser.add_argument("--round-trip-ms", type=int, default=50, help="the delayed run's added round-trip time")
+    parser.add_argument("--rounds", type=int, default=2, help="undelayed and delayed runs, alternating, this often")
     parser.add_argument("--events-file", type=Path, default=DEFAULT_EVENTS_FILE)
     parser.add_argument("--joiner", choices=("spark", "lsb"), default=os.environ.get("JOINER", "spark"))
     parser.add_argument("--settled-s", type=float, default=20.0,
@@ -96,9 +102,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--on-operator", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.on_operator:
-        measure(args.events_file.resolve(), [0, args.round_trip_ms], args.settled_s)
+        measure(args.events_file.resolve(), [0, args.round_trip_ms] * args.rounds, args.settled_s)
         return 0
     netns.preflight()
+    toxiproxy.ensure_installed()  # here: the hosts reach no module proxy
     state_dir = Path(tempfile.mkdtemp(prefix="bench-links-"))
     env = {**os.environ, "TOPOLOGY": "hosts", "JOINER": args.joiner, "STACK_STATE_DIR": str(state_dir),
            "STACK_HOSTS_PREFIX": f"bl{uuid.uuid4().hex[:8]}"}
@@ -115,7 +122,8 @@ def main(argv: list[str] | None = None) -> int:
             return 1
         print(f"up in {time.monotonic() - began:.1f} s", flush=True)
         code = stack("run", "--", sys.executable, "-m", "benchmarks.slow_links", "--on-operator",
-                     "--round-trip-ms", str(args.round_trip_ms), "--events-file", str(args.events_file.resolve()),
+                     "--round-trip-ms", str(args.round_trip_ms), "--rounds", str(args.rounds),
+                     "--events-file", str(args.events_file.resolve()),
                      "--settled-s", str(args.settled_s), quiet=False)
     finally:
         stack("clean")
