@@ -111,8 +111,8 @@ class PrivateHostsStack(PrivateStack):
             wait_for(lambda: _state(pid) != "T", 30, f"{fault.target} running again")
             self.confirmed.append(f"thaw {fault.target}: process group {pid} running again")
         elif fault.action == "lose-disk":
-            # The host goes, and the node with it: cut off, killed, its storage deleted; supervision must not bring
-            # the dead node back meanwhile.
+            # The host goes, and the program with it (a Kafka node, a Spark worker with its executors): cut off,
+            # killed, its storage deleted; supervision must not bring the dead program back meanwhile.
             host = placement.inventory().host_of(fault.target).name
             self.harness.isolate(host)
             wait_for(lambda: _failure(self._reach("operator", host)), 30, f"{host} cut off")
@@ -121,20 +121,23 @@ class PrivateHostsStack(PrivateStack):
             wait_for(lambda: group_gone(pid), 60, f"every process of {fault.target} gone")
             self._supervisorctl("stop", fault.target)
             assert self.running_pid(fault.target) == 0, f"{fault.target} runs again after its host was lost"
-            data = self.state_dir / fault.target / "data"
-            shutil.rmtree(data)
-            assert not data.exists()
+            storage = [path for path in (self.state_dir / fault.target / name for name in ("data", "work"))
+                       if path.exists()]
+            assert storage, f"{fault.target} has no storage to lose"
+            for path in storage:
+                shutil.rmtree(path)
+                assert not path.exists()
             self.confirmed.append(f"lose-disk {fault.target}: host {host} cut off, process group {pid} killed, "
-                                  f"{data} deleted")
+                                  f"{', '.join(map(str, storage))} deleted")
         elif fault.action == "replace":
-            # A new host in its place: same name and address, empty storage, formatted with the cluster's id by
-            # `make restart`, which waits until the node has joined.
+            # A new host in its place: same name and address, empty storage; `make restart` starts the program
+            # (a Kafka node formatted with the cluster's id) and waits until it has joined.
             host = placement.inventory().host_of(fault.target).name
             self.harness.rejoin(host)
             wait_for(lambda: self._reach("operator", host) == "ECONNREFUSED", 60, f"{host} back")
             self.stack("restart", fault.target)
-            self.confirmed.append(f"replace {fault.target}: host {host} back with empty storage, the node "
-                                  f"formatted again and joined (pid {self.pid(fault.target)})")
+            self.confirmed.append(f"replace {fault.target}: host {host} back with empty storage, "
+                                  f"{fault.target} started again and joined (pid {self.pid(fault.target)})")
         elif fault.action == "isolate":
             self.harness.isolate(fault.target)
             wait_for(lambda: _failure(self._reach("operator", fault.target)), 30, f"{fault.target} cut off")
@@ -150,22 +153,26 @@ class PrivateHostsStack(PrivateStack):
             wait_for(lambda: self._reach("operator", fault.target) == "ECONNREFUSED", 60, f"{fault.target} back")
             self.confirmed.append(f"rejoin {fault.target}: reached from the operator again")
         else:
-            a, b = fault.target.split("|")
-            if fault.action == "cut":
-                self.harness.cut_between(a, b)
-                error = wait_for(lambda: _failure(self._reach(a, b)), 30, f"the path {a}-{b} cut")
-                assert self._reach("operator", b) == "ECONNREFUSED", f"{b} cut off from more than {a}"
-                servers = [program for program, host, _ in placement.server_endpoints() if host == b]
-                said = ""
-                if servers:
-                    said = "; status: " + wait_for(lambda: self._status_line(a, servers[0]), 120,
-                                                   f"make status to say {a} cannot reach {servers[0]}", interval_s=1.0)
-                self.confirmed.append(f"cut {a}-{b}: a connect from {a} to {b} failed ({error}), the operator "
-                                      f"still reaches {b}{said}")
-            else:
-                self.harness.heal_between(a, b)
-                wait_for(lambda: self._reach(a, b) == "ECONNREFUSED", 60, f"the path {a}-{b} healed")
-                self.confirmed.append(f"heal {a}-{b}: {a} reaches {b} again")
+            a, targets = fault.target.split("|")
+            for b in targets.split("+"):
+                self._cut_or_heal(fault.action, a, b)
+
+    def _cut_or_heal(self, action: str, a: str, b: str) -> None:
+        if action == "cut":
+            self.harness.cut_between(a, b)
+            error = wait_for(lambda: _failure(self._reach(a, b)), 30, f"the path {a}-{b} cut")
+            assert self._reach("operator", b) == "ECONNREFUSED", f"{b} cut off from more than {a}"
+            servers = [program for program, host, _ in placement.server_endpoints() if host == b]
+            said = ""
+            if servers:
+                said = "; status: " + wait_for(lambda: self._status_line(a, servers[0]), 120,
+                                               f"make status to say {a} cannot reach {servers[0]}", interval_s=1.0)
+            self.confirmed.append(f"cut {a}-{b}: a connect from {a} to {b} failed ({error}), the operator "
+                                  f"still reaches {b}{said}")
+        else:
+            self.harness.heal_between(a, b)
+            wait_for(lambda: self._reach(a, b) == "ECONNREFUSED", 60, f"the path {a}-{b} healed")
+            self.confirmed.append(f"heal {a}-{b}: {a} reaches {b} again")
 
     def _reach(self, source: str, target: str) -> str | None:
         """The error of a connect from `source` to an unused port of `target`: ECONNREFUSED when it is reached."""
@@ -223,8 +230,9 @@ def hosts_fault_schedule(plan: ChaosPlan, replay_s: float, severe: bool = False)
     alike when the replay is too short for that): a Kafka node's host cut off from every other; the stream connector's path to
     Mosquitto cut; a DB connector's path to InfluxDB cut; with Spark, the driver's path to a worker's host cut, with
     the standalone joiners the host of one of them cut off (its partitions move to the other instance, and it comes
-    back fenced). `severe` adds another Kafka node frozen (SIGSTOP) for FREEZE_S, and the third one's host lost with
-    its disk for DISK_LOSS_S, then replaced by a node with empty storage."""
+    back fenced). `severe` adds another Kafka node frozen (SIGSTOP) for FREEZE_S; the third one's host lost with its
+    disk for DISK_LOSS_S, then replaced by a node with empty storage; the stream connector's host cut off from every
+    Kafka node; and a Spark worker's host lost (then replaced) or a standalone joiner frozen past its session."""
     rng = random.Random(plan.seed)
     nodes = [1, 2, 3]
     rng.shuffle(nodes)
@@ -236,7 +244,12 @@ def hosts_fault_schedule(plan: ChaosPlan, replay_s: float, severe: bool = False)
         faults.append(("isolate", "rejoin", "worker-1", HOLD_S))
     if severe:
         faults += [("freeze", "thaw", f"kafka-{nodes[1]}", FREEZE_S),
-                   ("lose-disk", "replace", f"kafka-{nodes[2]}", DISK_LOSS_S)]
+                   ("lose-disk", "replace", f"kafka-{nodes[2]}", DISK_LOSS_S),
+                   # The stream connector (and a DB connector) cut off from every Kafka node.
+                   ("cut", "heal", "ingest|kafka-1+kafka-2+kafka-3", HOLD_S),
+                   # A Spark worker's host lost with its executors; a standalone joiner frozen past its session.
+                   ("lose-disk", "replace", "spark-worker-2", DISK_LOSS_S) if plan.joiner == "spark" else
+                   ("freeze", "thaw", "lsb-joiner-2", DISK_LOSS_S)]
     rng.shuffle(faults)
     # Each fault's slot is its hold and a quarter more, where it starts at a seeded moment; all slots fit in 75% of
     # the replay, every hold shortened alike when they would not.
