@@ -153,11 +153,12 @@ class PrivateHostsStack(PrivateStack):
             wait_for(lambda: self._reach("operator", fault.target) == "ECONNREFUSED", 60, f"{fault.target} back")
             self.confirmed.append(f"rejoin {fault.target}: reached from the operator again")
         else:
+            # One fault, one confirmation, however many paths it cuts or heals.
             a, targets = fault.target.split("|")
-            for b in targets.split("+"):
-                self._cut_or_heal(fault.action, a, b)
+            self.confirmed.append("; ".join(self._cut_or_heal(fault.action, a, b) for b in targets.split("+")))
 
-    def _cut_or_heal(self, action: str, a: str, b: str) -> None:
+    def _cut_or_heal(self, action: str, a: str, b: str) -> str:
+        """Cut or heal the path between hosts `a` and `b`, confirmed; what confirmed it."""
         if action == "cut":
             self.harness.cut_between(a, b)
             error = wait_for(lambda: _failure(self._reach(a, b)), 30, f"the path {a}-{b} cut")
@@ -167,12 +168,10 @@ class PrivateHostsStack(PrivateStack):
             if servers:
                 said = "; status: " + wait_for(lambda: self._status_line(a, servers[0]), 120,
                                                f"make status to say {a} cannot reach {servers[0]}", interval_s=1.0)
-            self.confirmed.append(f"cut {a}-{b}: a connect from {a} to {b} failed ({error}), the operator "
-                                  f"still reaches {b}{said}")
-        else:
-            self.harness.heal_between(a, b)
-            wait_for(lambda: self._reach(a, b) == "ECONNREFUSED", 60, f"the path {a}-{b} healed")
-            self.confirmed.append(f"heal {a}-{b}: {a} reaches {b} again")
+            return f"cut {a}-{b}: a connect from {a} to {b} failed ({error}), the operator still reaches {b}{said}"
+        self.harness.heal_between(a, b)
+        wait_for(lambda: self._reach(a, b) == "ECONNREFUSED", 60, f"the path {a}-{b} healed")
+        return f"heal {a}-{b}: {a} reaches {b} again"
 
     def _reach(self, source: str, target: str) -> str | None:
         """The error of a connect from `source` to an unused port of `target`: ECONNREFUSED when it is reached."""
