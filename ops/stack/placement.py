@@ -151,9 +151,9 @@ def inside_operator() -> bool:
 
 
 def run_on_operator(argv: list[str], extra_environment: Mapping[str, str] | None = None) -> int:
-    """Run `argv` on the operator host (its network stack and /etc/hosts), with the hosts' settings; its exit
-    code."""
-    environment = {**os.environ, **server_environment(), **(extra_environment or {})}
+    """Run `argv` on the operator host (its network stack and /etc/hosts), with this process's environment (which
+    holds the hosts' settings: `python -m stack` takes them first) and `extra_environment`; its exit code."""
+    environment = {**os.environ, **(extra_environment or {})}
     return subprocess.run([*netns.exec_prefix(operator_namespace()), *argv], env=environment).returncode
 
 

@@ -97,14 +97,6 @@ def config_file() -> Path:
     return daemons()[0].config_file
 
 
-def socket_file() -> Path:
-    return daemons()[0].socket_file
-
-
-def pid_file() -> Path:
-    return daemons()[0].pid_file
-
-
 def daemon_log() -> Path:
     return daemons()[0].log
 
