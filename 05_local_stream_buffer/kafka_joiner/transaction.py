@@ -19,14 +19,15 @@ from collections.abc import Callable
 
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 
-from pipeline_core.kafka_clients import KafkaCallWedged, call_bounded, drop_producer, is_transient
+from pipeline_core.kafka_clients import (TRANSACTIONAL_CALL_TIMEOUT_S, KafkaCallWedged, call_bounded, drop_producer,
+                                         is_transient)
 from pipeline_core.retry import Backoff
 
 from .progress import JoinerStats
 
 log = logging.getLogger(__name__)
 
-KAFKA_TIMEOUT_S = 30.0
+KAFKA_TIMEOUT_S = TRANSACTIONAL_CALL_TIMEOUT_S
 # What a bounded call may take beyond the timeout it passes to librdkafka before it counts as wedged.
 _WEDGED_AFTER_S = 5.0
 # A call unanswered this long means Kafka is away: the heartbeat says the joiner waits for it.

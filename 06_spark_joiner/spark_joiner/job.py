@@ -5,7 +5,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
 from local_stream_buffer.specs import load_join_specs
-from pipeline_core.kafka_clients import java_security_options
+from pipeline_core.kafka_clients import REQUEST_TIMEOUT_MS, java_security_options
 
 from .parse import KAFKA_COLUMNS, PACKED_SCHEMA, RecordRouter
 from .processor import IDLE_RELEASE_LAYOUT, OUTPUT_SCHEMA, STATE_LAYOUT, BucketJoinProcessor
@@ -68,6 +68,19 @@ def has_started(query: StreamingQuery) -> bool:
     return query.lastProgress is not None or query.status["message"] == "Waiting for data to arrive"
 
 
+# How long Spark's Kafka clients (the driver's offset reader, the executors' consumers) wait on one node before they
+# ask another, as every client of the pipeline (`pipeline_core.kafka_clients.REQUEST_TIMEOUT_MS`). With the Java
+# clients' defaults (30 s a request, 60 s a call, each retried by Spark) the source held the query for about 70 s of
+# a Kafka node's freeze beyond what the stream connector was held, long after the node's partitions led from the
+# others (measured on the cluster, docs/reliability.md).
+FROZEN_NODE_TIMEOUTS = {
+    "kafka.request.timeout.ms": str(REQUEST_TIMEOUT_MS),
+    "kafka.default.api.timeout.ms": str(2 * REQUEST_TIMEOUT_MS),
+    "kafka.socket.connection.setup.timeout.ms": str(REQUEST_TIMEOUT_MS // 2),
+    "kafka.socket.connection.setup.timeout.max.ms": str(REQUEST_TIMEOUT_MS),
+}
+
+
 def kafka_source(spark: SparkSession, settings: SparkJoinerSettings) -> DataFrame:
     """The input records as the job reads them: value, partition and offset of each, from Spark's Kafka source."""
     reader = (
@@ -82,6 +95,7 @@ def kafka_source(spark: SparkSession, settings: SparkJoinerSettings) -> DataFram
         # Records past retention are gone for every reader: go on rather than stop the pipeline. The progress
         # updates show what was lost, and the joiner counts it (progress.batch_loss).
         .option("failOnDataLoss", "false")
+        .options(**FROZEN_NODE_TIMEOUTS)
     )
     if settings.max_offsets_per_trigger > 0:
         reader = reader.option("maxOffsetsPerTrigger", settings.max_offsets_per_trigger)

@@ -37,9 +37,10 @@ import pyarrow.compute as pc
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from pyspark.sql import DataFrame, SparkSession
 
-from pipeline_core.kafka_clients import (DEFAULT_STARTUP_DEADLINE_S, KafkaCallWedged, admin_client, call_bounded,
-                                         consumer_config, drop_producer, is_transient, produce,
-                                         raise_partition_errors, retry_transient, transactional_producer_config)
+from pipeline_core.kafka_clients import (DEFAULT_STARTUP_DEADLINE_S, TRANSACTIONAL_CALL_TIMEOUT_S, KafkaCallWedged,
+                                         admin_client, call_bounded, consumer_config, drop_producer, is_transient,
+                                         produce, raise_partition_errors, retry_transient,
+                                         transactional_producer_config)
 from pipeline_core.records import payload_omitted
 from pipeline_core.retry import Backoff
 from pipeline_core.topics import dead_letter_limit
@@ -99,6 +100,8 @@ class TransactionalBatchSink:
         self._request_timeout = min(30.0, startup_deadline_s)
         self._startup_deadline_s = startup_deadline_s
         self._transaction_timeout_s = transaction_timeout_s
+        # One call's bound: the transaction's retries go on up to its timeout, each call for at most this.
+        self._call_timeout_s = min(transaction_timeout_s, TRANSACTIONAL_CALL_TIMEOUT_S)
         # Called while the job's main thread waits for Kafka in `resume()` (the progress report).
         self.while_waiting: Callable[[], object] | None = None
         # "Kafka" while a transaction waits for it or a new producer cannot be made: the heartbeat says stuck.
@@ -220,8 +223,8 @@ class TransactionalBatchSink:
             if positions:
                 metadata = self._group.consumer_group_metadata()
                 self._transactional(lambda: producer.send_offsets_to_transaction(
-                    positions, metadata, self._transaction_timeout_s), f"committing batch {batch_id}'s input offsets")
-            self._transactional(lambda: producer.commit_transaction(self._transaction_timeout_s),
+                    positions, metadata, self._call_timeout_s), f"committing batch {batch_id}'s input offsets")
+            self._transactional(lambda: producer.commit_transaction(self._call_timeout_s),
                                 f"committing batch {batch_id}")
         except BaseException as failure:
             # Whatever failed (Kafka away, a record the producer refused, an interrupt), nothing of the batch may
@@ -256,7 +259,7 @@ class TransactionalBatchSink:
         pauses_s = _RETRY_BACKOFF.pauses_s()
         while True:
             try:
-                call_bounded(call, self._transaction_timeout_s + _WEDGED_AFTER_S, what=what, while_waiting=waiting)
+                call_bounded(call, self._call_timeout_s + _WEDGED_AFTER_S, what=what, while_waiting=waiting)
                 return
             except KafkaException as exception:
                 error = exception.args[0]
@@ -271,8 +274,8 @@ class TransactionalBatchSink:
         fences it and aborts its transaction."""
         if not isinstance(failure, KafkaCallWedged):
             try:
-                call_bounded(lambda: self.producer.abort_transaction(self._transaction_timeout_s),
-                             self._transaction_timeout_s + _WEDGED_AFTER_S, what=f"aborting batch {batch_id}")
+                call_bounded(lambda: self.producer.abort_transaction(self._call_timeout_s),
+                             self._call_timeout_s + _WEDGED_AFTER_S, what=f"aborting batch {batch_id}")
                 log.warning("batch %d failed and was aborted (Spark runs it again): %s", batch_id, failure)
                 return
             except (KafkaException, KafkaCallWedged) as error:

@@ -153,11 +153,20 @@ def java_security_options(settings: KafkaSettings, prefix: str = "kafka.") -> di
     return {prefix + key: value for key, value in options.items()}
 
 
-# How long a transactional producer's request waits for a broker's answer. A frozen node (a hung JVM, a host cut
-# off without a reset) holding the transaction coordinator kept each transactional call waiting for librdkafka's
-# default minute, and the exactly-once stages with it, long after the coordinator had moved to another node
-# (measured: a Kafka node of the cluster SIGSTOPped for 60 s stalled the Spark joiner's commits for 62.5 s).
-TRANSACTIONAL_REQUEST_TIMEOUT_MS = 15_000
+# How long any client's request waits for a broker's answer (librdkafka's socket.timeout.ms, a minute by default;
+# the Java clients' request.timeout.ms in Spark's source). A frozen node (a hung JVM, a host cut off without a reset)
+# keeps its connections open, so only this ends a request to it: with the default minute, a Kafka node of the
+# cluster SIGSTOPped held the stream connector's produce requests, and the whole pipeline behind them, for 60-68 s,
+# long after the controller had fenced the node (9 s) and its partitions led from the others; transactional commits
+# waited alike. After this long the client asks the node's successor. Ten seconds leave a loaded machine's slowest
+# answers (a transaction's commit, a fetch's 0.5 s wait) far inside it.
+REQUEST_TIMEOUT_MS = 10_000
+# How long one transactional call (sending the input offsets, a commit, an abort) may take: a request to a frozen
+# coordinator timing out, the coordinator moving, the call asked again. librdkafka may wait without bound while
+# the group coordinator is unknown (see `call_bounded`): past this the exactly-once stages let go of the producer
+# and its transaction. With the transaction timeout (a minute) as the bound, a frozen node coordinating the Spark
+# joiner's group held it for 94 s of a 120 s freeze.
+TRANSACTIONAL_CALL_TIMEOUT_S = 3 * REQUEST_TIMEOUT_MS / 1000
 
 
 def producer_config(bootstrap_servers: str, **overrides: Any) -> dict[str, Any]:
@@ -170,6 +179,7 @@ def producer_config(bootstrap_servers: str, **overrides: Any) -> dict[str, Any]:
         "compression.type": "lz4",
         # Large enough for a dead letter that carries a rejected oversized payload.
         "message.max.bytes": DLQ_MAX_MESSAGE_BYTES + 64 * 1024,
+        "socket.timeout.ms": REQUEST_TIMEOUT_MS,
     }
     config.update(overrides)
     return config
@@ -179,8 +189,7 @@ def transactional_producer_config(bootstrap_servers: str, transactional_id: str,
                                   **overrides: Any) -> dict[str, Any]:
     """A producer whose writes and consumer offsets commit atomically (exactly-once stages)."""
     # librdkafka refuses a request timeout longer than the transaction timeout (+100 ms).
-    request_timeout_ms = min(TRANSACTIONAL_REQUEST_TIMEOUT_MS,
-                             int(overrides.get("transaction.timeout.ms", TRANSACTIONAL_REQUEST_TIMEOUT_MS)))
+    request_timeout_ms = min(REQUEST_TIMEOUT_MS, int(overrides.get("transaction.timeout.ms", REQUEST_TIMEOUT_MS)))
     return producer_config(bootstrap_servers, **{"transactional.id": transactional_id,
                                                  "socket.timeout.ms": request_timeout_ms, **overrides})
 
@@ -198,6 +207,7 @@ def consumer_config(bootstrap_servers: str, group_id: str, **overrides: Any) -> 
         # A subscribed topic deleted and created again is noticed (and assigned again) within this, not the
         # default five minutes (see pipeline_core.data_loss).
         "topic.metadata.refresh.interval.ms": 10_000,
+        "socket.timeout.ms": REQUEST_TIMEOUT_MS,
     }
     config.update(overrides)
     return config
@@ -277,7 +287,7 @@ def drop_producer(producer: Producer) -> None:
 
 
 def admin_client(bootstrap_servers: str, **overrides: Any) -> AdminClient:
-    return AdminClient({"bootstrap.servers": bootstrap_servers, **overrides})
+    return AdminClient({"bootstrap.servers": bootstrap_servers, "socket.timeout.ms": REQUEST_TIMEOUT_MS, **overrides})
 
 
 def kafka_ready(bootstrap_servers: str, timeout: float = 2.0, security: Mapping[str, str] | None = None) -> bool:

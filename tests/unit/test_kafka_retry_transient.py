@@ -8,10 +8,11 @@ import threading
 from types import SimpleNamespace
 
 import pytest
-from confluent_kafka import KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
-from pipeline_core.kafka_clients import (TRANSACTIONAL_REQUEST_TIMEOUT_MS, KafkaCallWedged, KafkaStartupError,
-                                         call_bounded, is_transient, raise_partition_errors, retry_transient,
+from pipeline_core.kafka_clients import (REQUEST_TIMEOUT_MS, KafkaCallWedged, KafkaStartupError,
+                                         call_bounded, consumer_config, is_transient, producer_config,
+                                         raise_partition_errors, retry_transient,
                                          transactional_producer_config)
 
 # What a broker answers while it starts, creates __consumer_offsets or __transaction_state, loads a
@@ -141,7 +142,7 @@ def test_a_call_past_its_bound_is_wedged_and_the_caller_reports_meanwhile():
         release.set()  # the abandoned call ends
 
 
-@pytest.mark.parametrize("transaction_timeout_ms, request_timeout_ms", [(None, 15_000), (120_000, 15_000),
+@pytest.mark.parametrize("transaction_timeout_ms, request_timeout_ms", [(None, 10_000), (120_000, 10_000),
                                                                         (5_000, 5_000)])
 def test_a_transactional_request_waits_for_a_silent_broker_at_most_its_bound(transaction_timeout_ms,
                                                                              request_timeout_ms) -> None:
@@ -149,6 +150,16 @@ def test_a_transactional_request_waits_for_a_silent_broker_at_most_its_bound(tra
     than the transaction timeout, which librdkafka refuses (the producer is made, so it accepted the pair)."""
     overrides = {} if transaction_timeout_ms is None else {"transaction.timeout.ms": transaction_timeout_ms}
     config = transactional_producer_config("127.0.0.1:9", "t.bound", **overrides)
-    assert config["socket.timeout.ms"] == request_timeout_ms == min(TRANSACTIONAL_REQUEST_TIMEOUT_MS,
-                                                                    transaction_timeout_ms or 15_000)
+    assert config["socket.timeout.ms"] == request_timeout_ms == min(REQUEST_TIMEOUT_MS,
+                                                                    transaction_timeout_ms or REQUEST_TIMEOUT_MS)
     Producer(config).flush(0)
+
+
+@pytest.mark.parametrize("make_config", [lambda: producer_config("127.0.0.1:9"),
+                                         lambda: consumer_config("127.0.0.1:9", "g.bound")])
+def test_every_client_waits_for_a_silent_broker_at_most_the_request_timeout(make_config) -> None:
+    """A frozen node holds a request of any client for REQUEST_TIMEOUT_MS, not librdkafka's minute: the stream
+    connector's produce requests held the whole pipeline that long. librdkafka accepts the setting."""
+    config = make_config()
+    assert config["socket.timeout.ms"] == REQUEST_TIMEOUT_MS < 60_000
+    (Producer if "group.id" not in config else Consumer)(config)
