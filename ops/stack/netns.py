@@ -267,14 +267,44 @@ def _owner_alive(prefix: str) -> int | None:
         owner = json.loads(owner_file(prefix).read_text())
     except (OSError, ValueError):
         return None
-    pid = owner.get("pid")
-    if not isinstance(pid, int) or process_start_ticks(pid) != owner.get("start_ticks"):
+    return _alive(owner)
+
+
+def _alive(process: object) -> int | None:
+    """The PID of the process a record names ({"pid", "start_ticks"}) while it lives, else None."""
+    pid = process.get("pid") if isinstance(process, dict) else None
+    if not isinstance(pid, int) or process_start_ticks(pid) != process.get("start_ticks"):
         return None  # gone, or its PID taken by a later process
     try:
         state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
     except (OSError, IndexError):
         return None
     return None if state == "Z" else pid  # a zombie's teardown will never run
+
+
+def _process_record(pid: int) -> dict[str, int | None]:
+    return {"pid": pid, "start_ticks": process_start_ticks(pid)}
+
+
+def orphans() -> list[str]:
+    """The prefixes of runs whose owner died without removing them: a run built by a process that is gone, or a
+    lasting one (a stack's hosts) whose guardian is gone (a test killed with SIGKILL before its `down`). A lasting
+    run without a guardian (`make up TOPOLOGY=hosts`) is never an orphan: `make down` removes it."""
+    found = []
+    for record_file in sorted(OWNER_DIR.glob("netns-harness-*.json")):
+        try:
+            owner = json.loads(record_file.read_text())
+        except (OSError, ValueError):
+            continue
+        process = owner.get("guardian") if "lasting" in owner else owner
+        if process is not None and _alive(process) is None:
+            found.append(record_file.name.removeprefix("netns-harness-").removesuffix(".json"))
+    return found
+
+
+def sweep_orphans() -> list[str]:
+    """Sweep every orphaned run (`orphans`); the namespaces removed."""
+    return [namespace for prefix in orphans() for namespace in sweep(prefix)]
 
 
 def _namespaces() -> list[str]:
@@ -392,11 +422,12 @@ class Harness:
         """Every namespace of the run, the switch's last."""
         return [self.network.namespace(name) for name in self.hosts] + [self.network.switch]
 
-    def build_lasting(self, owner: str) -> Harness:
+    def build_lasting(self, owner: str, guardian_pid: int | None = None) -> Harness:
         """Build the run's namespaces to outlive this process (a stack's hosts, which `sweep(prefix)` removes): its
-        owner record names `owner` and no process, so that no teardown runs when this object goes."""
+        owner record names `owner` and no process, so that no teardown runs when this object goes. With a
+        `guardian_pid` (the test that made the stack), `sweep_orphans` removes them once that process is gone."""
         try:
-            self._build(owner)
+            self._build(owner, guardian_pid)
         except BaseException:
             self._teardown()
             raise
@@ -417,7 +448,7 @@ class Harness:
                  traceback: TracebackType | None) -> None:
         self._teardown()
 
-    def _claim(self, lasting_owner: str | None = None) -> None:
+    def _claim(self, lasting_owner: str | None = None, guardian_pid: int | None = None) -> None:
         """Record this process as the run's owner, so that `sweep` leaves a live run alone; fails when the prefix
         is taken."""
         prefix = self.network.prefix
@@ -428,15 +459,15 @@ class Harness:
         if taken or owner_file(prefix).exists():
             raise NetnsError(f"a dead run left namespaces of prefix {prefix} ({', '.join(taken) or 'its record'}): "
                              f"remove them with stack.netns.sweep({prefix!r})")
-        record = json.dumps({"lasting": lasting_owner} if lasting_owner else
-                            {"pid": os.getpid(), "start_ticks": process_start_ticks(os.getpid())})
+        lasting = {"lasting": lasting_owner, **({"guardian": _process_record(guardian_pid)} if guardian_pid else {})}
+        record = json.dumps(lasting if lasting_owner else _process_record(os.getpid()))
         # O_EXCL: of two runs claiming one prefix at once, one fails here instead of both sharing namespaces.
         with open(os.open(owner_file(prefix), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644), "w") as file:
             file.write(record)
         self._claimed = True
 
-    def _build(self, lasting_owner: str | None = None) -> None:
-        self._claim(lasting_owner)
+    def _build(self, lasting_owner: str | None = None, guardian_pid: int | None = None) -> None:
+        self._claim(lasting_owner, guardian_pid)
         switch = self.network.switch
         log.info("building run %s: %d hosts on %s", self.network.prefix, len(self.hosts), self.network.subnet)
         _ip("netns", "add", switch)

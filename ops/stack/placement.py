@@ -129,6 +129,11 @@ def network_exists() -> bool:
     return netns.exists(operator_namespace())
 
 
+# A test's stack names its own process here: should the test die without `down`, `netns.sweep_orphans` (run by
+# the next test) removes the hosts it left.
+GUARDIAN_PID_ENV = "STACK_HOSTS_GUARDIAN_PID"
+
+
 def ensure_network(programs: set[str]) -> bool:
     """Build the hosts' namespaces unless they exist, once the inventory is found to place each of `programs` (the
     cluster's) and nothing else; True when built now."""
@@ -137,7 +142,8 @@ def ensure_network(programs: set[str]) -> bool:
     parse_inventory(INVENTORY.read_text(), programs)
     netns.preflight()
     netns.sweep(prefix())  # what a stack killed halfway through its network's build left
-    harness().build_lasting(owner=str(paths.STATE_DIR))
+    guardian = os.environ.get(GUARDIAN_PID_ENV)
+    harness().build_lasting(owner=str(paths.STATE_DIR), guardian_pid=int(guardian) if guardian else None)
     return True
 
 

@@ -195,6 +195,27 @@ def test_sweep_removes_what_a_killed_run_left_and_spares_a_live_one(prefix: str,
     wait_for(lambda: not running(sleeper, started), 10, "the process in a host to end")
 
 
+def test_a_lasting_run_is_an_orphan_once_its_guardian_is_gone_and_never_without_one(prefix: str) -> None:
+    """A stack's hosts outlive the process that built them; a test's stack names the test as guardian, so that a
+    test killed before its `down` leaves nothing the next one does not sweep. A user's stack has no guardian."""
+    guardian = subprocess.Popen(["sleep", "300"])
+    unguarded = f"{prefix}u"
+    try:
+        netns.Harness(netns.Network(prefix), netns.Network(prefix).hosts("a")).build_lasting("a test", guardian.pid)
+        netns.Harness(netns.Network(unguarded), netns.Network(unguarded).hosts("a")).build_lasting("a user's stack")
+        assert prefix not in netns.orphans() and unguarded not in netns.orphans()
+        guardian.kill()
+        guardian.wait()
+        assert prefix in netns.orphans() and unguarded not in netns.orphans()
+        assert {f"{prefix}-a", f"{prefix}-switch"} <= set(netns.sweep_orphans())
+        assert leftovers(prefix) == NOTHING
+        assert leftovers(unguarded)["namespaces"] == [f"{unguarded}-a", f"{unguarded}-switch"]
+    finally:
+        guardian.kill()
+        netns.sweep(unguarded)
+    assert leftovers(unguarded) == NOTHING
+
+
 def test_preflight_says_what_is_missing(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     with pytest.raises(netns.PreflightError, match=r"^needs root: run as root or with sudo$"):
         netns.preflight(euid=1000)
