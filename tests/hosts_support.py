@@ -20,8 +20,10 @@ import time
 import uuid
 from pathlib import Path
 
-from chaos_support import REPO_ROOT, ChaosPlan, Fault, PrivateStack, chaos_workdir, group_gone, run_chaos
+from chaos_support import (MOSQUITTO_SAVE_WINDOW_S, REPO_ROOT, BrokerKill, ChaosPlan, Fault, PrivateStack,
+                           chaos_workdir, group_gone, run_chaos)
 from cluster_support import cluster_fault_schedule
+from confluent_kafka.admin import AdminClient
 from influxdb import InfluxDBClient
 from db_connector_support import JSON_ANSWERS
 from pipeline_core.settings import MqttSettings, load_settings
@@ -35,6 +37,9 @@ UNUSED_PORT = 9
 # How long a host stays cut off, or a path cut: past the clients' session and request timeouts (45 s sessions in
 # librdkafka by default, 30 s requests), so that what follows a real outage follows here.
 HOLD_S = 50.0
+# The Kafka node that coordinates the joiner's consumer group (its offsets and, for the exactly-once joiners, the
+# group a transaction commits to), named when the fault begins: the node whose loss moves the most.
+LEADING_NODE = "kafka-leading"
 
 
 class PrivateHostsStack(PrivateStack):
@@ -56,6 +61,8 @@ class PrivateHostsStack(PrivateStack):
         self.harness = placement.harness()
         self.frozen: dict[str, int] = {}
         self.watch: RecoveryWatch | None = None
+        self.resolved: dict[str, str] = {}  # LEADING_NODE -> the node it named
+        self.leading_note = ""
 
     def _supervisorctl(self, *args: str) -> subprocess.CompletedProcess:
         host = placement.inventory().host_of(args[-1]).name
@@ -76,11 +83,17 @@ class PrivateHostsStack(PrivateStack):
                               verify_ssl=environ["INFLUXDB_TLS_CA_FILE"])
 
     def inject(self, fault: Fault) -> None:
+        if fault.target == LEADING_NODE:
+            if fault.action not in HEALING:
+                self.resolved[LEADING_NODE] = self._leading_node()
+            fault = Fault(fault.at_s, fault.action, self.resolved[LEADING_NODE])
+        if self.watch is None:
+            self.watch = RecoveryWatch(self.state_dir, sorted(self.stages()))
+            self.watch.start()
+        if fault.action == "freeze" and fault.target.startswith("kafka-"):
+            self.watch.frozen_at[f"freeze {fault.target} @{fault.at_s:.0f}s"] = time.time()
         self._inject(fault)
         if fault.action in HEALING:
-            if self.watch is None:
-                self.watch = RecoveryWatch(self.state_dir, sorted(self.stages()))
-                self.watch.start()
             self.watch.healed.append((f"{fault.action} {fault.target} @{fault.at_s:.0f}s", time.time()))
 
     def stages(self) -> set[str]:
@@ -94,6 +107,27 @@ class PrivateHostsStack(PrivateStack):
         self.watch.done.set()
         self.watch.join()
         return {what: self.watch.recovered_s.get(what) for what, _ in self.watch.healed}
+
+    def went_on(self) -> dict[str, float | None]:
+        """For each Kafka node frozen, the seconds into the freeze after which every stage stayed at the live edge
+        until the thaw (None: not for the last WENT_ON_FOR_S of the freeze)."""
+        return {} if self.watch is None else dict(self.watch.went_on_s)
+
+    def _leading_node(self) -> str:
+        """The Kafka node that coordinates the joiner's group (the Spark sink's transactional group, or the
+        standalone joiners' group), as Kafka says now."""
+        admin = AdminClient({"bootstrap.servers": self.bootstrap, **self.kafka_security})
+        groups = [group.group_id for group in admin.list_consumer_groups(request_timeout=30).result().valid]
+        joiner_groups = [group for group in groups
+                         if group.startswith("spark-joiner.") or group == "kafka-joiner"]
+        assert joiner_groups, f"no joiner group among {groups}"
+        description = admin.describe_consumer_groups(joiner_groups[:1], request_timeout=30)[joiner_groups[0]].result()
+        node = f"kafka-{description.coordinator.id}"
+        topic = admin.list_topics("machine.data", timeout=30).topics["machine.data"]
+        led = sum(partition.leader == description.coordinator.id for partition in topic.partitions.values())
+        self.leading_note = (f"{node} coordinated group {joiner_groups[0]} and led {led} of "
+                             f"{len(topic.partitions)} machine.data partitions")
+        return node
 
     def _inject(self, fault: Fault) -> None:
         if fault.action not in ("isolate", "rejoin", "cut", "heal", "freeze", "thaw", "lose-disk", "replace"):
@@ -114,8 +148,16 @@ class PrivateHostsStack(PrivateStack):
             # The host goes, and the program with it (a Kafka node, a Spark worker with its executors): cut off,
             # killed, its storage deleted; supervision must not bring the dead program back meanwhile.
             host = placement.inventory().host_of(fault.target).name
+            if fault.target == "mosquitto":
+                self._await_connector_at_live_edge()
+            lost_at = time.time()
             self.harness.isolate(host)
             wait_for(lambda: _failure(self._reach("operator", host)), 30, f"{host} cut off")
+            if fault.target == "mosquitto":
+                # What it had acknowledged and the connector had not yet taken goes with its disk: the rows it
+                # acknowledged in the window before the host went (the connector acknowledges a row once Kafka
+                # has it, within a second at the live edge). chaos_support bounds and checks the loss exactly so.
+                self.broker_kills.append(BrokerKill(lost_at, lost_at - MOSQUITTO_SAVE_WINDOW_S))
             pid = self.pid(fault.target)
             os.killpg(pid, signal.SIGKILL)
             wait_for(lambda: group_gone(pid), 60, f"every process of {fault.target} gone")
@@ -145,7 +187,10 @@ class PrivateHostsStack(PrivateStack):
             if servers:
                 line = wait_for(lambda: self._status_line("operator", servers[0]), 120,
                                 f"make status to say the operator cannot reach {servers[0]}", interval_s=1.0)
-                self.confirmed.append(f"isolate {fault.target}: a connect from the operator failed; status: {line}")
+                leading = (f" ({self.leading_note})" if self.resolved.get(LEADING_NODE) == fault.target
+                           and fault.action == "isolate" else "")
+                self.confirmed.append(f"isolate {fault.target}{leading}: a connect from the operator failed; "
+                                      f"status: {line}")
             else:
                 self.confirmed.append(f"isolate {fault.target}: a connect from the operator failed")
         elif fault.action == "rejoin":
@@ -156,6 +201,18 @@ class PrivateHostsStack(PrivateStack):
             # One fault, one confirmation, however many paths it cuts or heals.
             a, targets = fault.target.split("|")
             self.confirmed.append("; ".join(self._cut_or_heal(fault.action, a, b) for b in targets.split("+")))
+
+    def _await_connector_at_live_edge(self) -> None:
+        """Until the stream connector reports (after this call) no more than a second of rows in its hands: the
+        loss of Mosquitto's queue is then the window before the loss, not the backlog of an earlier fault."""
+        since = time.time()
+        path = self.state_dir / "stream-connector" / "progress.json"
+
+        def at_edge() -> bool:
+            beat = read_heartbeat(path)
+            return beat is not None and beat.reported_at > since and (beat.lag or 0) + (beat.pending or 0) <= 100
+
+        wait_for(at_edge, 300, "the stream connector at the live edge", interval_s=0.5)
 
     def _cut_or_heal(self, action: str, a: str, b: str) -> str:
         """Cut or heal the path between hosts `a` and `b`, confirmed; what confirmed it."""
@@ -196,6 +253,9 @@ def _failure(error: str | None) -> str | None:
 # the storm's replay (50 rows/s, 6 records each).
 CAUGHT_UP_RECORDS = 1_000
 HEALING = ("rejoin", "heal", "thaw", "replace")
+# A frozen Kafka node is gone around when every stage stays at the live edge this long before the thaw (lag known
+# and small at each report; a stage held up reports its lag growing, or none).
+WENT_ON_FOR_S = 20.0
 
 
 class RecoveryWatch(threading.Thread):
@@ -207,11 +267,27 @@ class RecoveryWatch(threading.Thread):
         self.files = [state_dir / stage / "progress.json" for stage in stages]
         self.healed: list[tuple[str, float]] = []  # (what, Unix time healed)
         self.recovered_s: dict[str, float] = {}
+        self.frozen_at: dict[str, float] = {}  # a Kafka node's freeze -> Unix time frozen
+        self.behind_at: dict[str, float] = {}  # the freeze -> the last time a stage was seen behind
+        self.went_on_s: dict[str, float | None] = {}
         self.done = threading.Event()
 
     def run(self) -> None:
         while not self.done.wait(0.5):
             beats = [read_heartbeat(path) for path in self.files]
+            now = time.time()
+            for what, frozen_at in self.frozen_at.items():
+                if what in self.went_on_s:
+                    continue
+                thawed = [at for healed, at in self.healed if healed.startswith("thaw " + what.split(" ")[1] + " ")
+                          and at > frozen_at]
+                if thawed:
+                    last_behind = self.behind_at.get(what, frozen_at)
+                    self.went_on_s[what] = (last_behind - frozen_at
+                                            if thawed[0] - last_behind >= WENT_ON_FOR_S else None)
+                elif not all(beat is not None and beat.reported_at > frozen_at and beat.lag is not None
+                             and beat.lag + (beat.pending or 0) <= CAUGHT_UP_RECORDS for beat in beats):
+                    self.behind_at[what] = now
             for what, healed_at in self.healed:
                 if what not in self.recovered_s and all(
                         beat is not None and beat.reported_at > healed_at
@@ -219,23 +295,28 @@ class RecoveryWatch(threading.Thread):
                     self.recovered_s[what] = max(beat.reported_at for beat in beats) - healed_at
 
 
-# How long a Kafka node stays frozen (SIGSTOP) and a host stays lost before its replacement, in the severe storm.
+# How long a Kafka node stays frozen (SIGSTOP) and a host stays lost before its replacement, in the severe storm;
+# Mosquitto's host is away for less, as the devices' queues hold what they cannot send meanwhile.
 FREEZE_S = 120.0
 DISK_LOSS_S = 60.0
+BROKER_LOSS_S = 30.0
 
 
 def hosts_fault_schedule(plan: ChaosPlan, replay_s: float, severe: bool = False) -> list[Fault]:
     """Seeded network faults, one after another over 10-85% of the replay, each healed HOLD_S later (all shorter
-    alike when the replay is too short for that): a Kafka node's host cut off from every other; the stream connector's path to
+    alike when the replay is too short for that): the host of the Kafka node coordinating the joiner's group
+    (LEADING_NODE) cut off from every other; the stream connector's path to
     Mosquitto cut; a DB connector's path to InfluxDB cut; with Spark, the driver's path to a worker's host cut, with
     the standalone joiners the host of one of them cut off (its partitions move to the other instance, and it comes
     back fenced). `severe` adds another Kafka node frozen (SIGSTOP) for FREEZE_S; the third one's host lost with its
     disk for DISK_LOSS_S, then replaced by a node with empty storage; the stream connector's host cut off from every
-    Kafka node; and a Spark worker's host lost (then replaced) or a standalone joiner frozen past its session."""
+    Kafka node; a Spark worker's host lost (then replaced) or a standalone joiner frozen past its session; and
+    Mosquitto's host lost with its disk for BROKER_LOSS_S, then replaced (the rows it had acknowledged and not yet
+    handed on are lost, within a bound the checks hold it to)."""
     rng = random.Random(plan.seed)
     nodes = [1, 2, 3]
     rng.shuffle(nodes)
-    faults = [("isolate", "rejoin", f"kafka-{nodes[0]}", HOLD_S), ("cut", "heal", "ingest|mqtt", HOLD_S),
+    faults = [("isolate", "rejoin", LEADING_NODE, HOLD_S), ("cut", "heal", "ingest|mqtt", HOLD_S),
               ("cut", "heal", "ingest|influx", HOLD_S)]
     if plan.joiner == "spark":
         faults.append(("cut", "heal", f"driver|worker-{rng.choice((1, 2))}", HOLD_S))
@@ -248,7 +329,8 @@ def hosts_fault_schedule(plan: ChaosPlan, replay_s: float, severe: bool = False)
                    ("cut", "heal", "ingest|kafka-1+kafka-2+kafka-3", HOLD_S),
                    # A Spark worker's host lost with its executors; a standalone joiner frozen past its session.
                    ("lose-disk", "replace", "spark-worker-2", DISK_LOSS_S) if plan.joiner == "spark" else
-                   ("freeze", "thaw", "lsb-joiner-2", DISK_LOSS_S)]
+                   ("freeze", "thaw", "lsb-joiner-2", DISK_LOSS_S),
+                   ("lose-disk", "replace", "mosquitto", BROKER_LOSS_S)]
     rng.shuffle(faults)
     # Each fault's slot is its hold and a quarter more, where it starts at a seeded moment; all slots fit in 75% of
     # the replay, every hold shortened alike when they would not.
@@ -273,11 +355,14 @@ def storm_across_hosts(joiner: str, rows: int, rate: float, severe: bool = False
     `kills`: with its severe faults, with the cluster's SIGKILLs); then
     `down`, after which nothing of the hosts may be left. The storm's report."""
     netns.preflight()  # root and `ip netns`, or a clear failure
+    swept = netns.sweep_orphans()  # what a test killed before its `down` left
+    if swept:
+        print(f"removed the namespaces a killed test left: {', '.join(swept)}")
     workdir = chaos_workdir(f"hosts-{joiner}")
     state_dir = workdir / "stack"
     prefix = f"h{uuid.uuid4().hex[:8]}"
     env = {**os.environ, "TOPOLOGY": "hosts", "JOINER": joiner, "STACK_STATE_DIR": str(state_dir),
-           "STACK_HOSTS_PREFIX": prefix}
+           "STACK_HOSTS_PREFIX": prefix, placement.GUARDIAN_PID_ENV: str(os.getpid())}
     network = netns.Network(prefix, placement.inventory().subnet)
     try:
         up = _stack(env, "up")
@@ -336,7 +421,9 @@ def run_storm(argv: list[str] | None = None) -> int:
     report = run_chaos(plan, workdir, faults, stack_class=hosts_stack)
     print(json.dumps({"summary": report.summary(), "confirmed": report.confirmed, "joins": report.joins,
                       "dead_letters": report.dead_letters, "replay_s": report.replay_s, "settle_s": report.settle_s,
-                      "recovered_s": stacks[0].recoveries()}))
+                      "recovered_s": stacks[0].recoveries(), "went_on_s": stacks[0].went_on(),
+                      "rows_at_risk": report.at_risk_in_broker_kills,
+                      "rows_lost": len(report.lost_to_broker_kills)}))
     return 0
 
 

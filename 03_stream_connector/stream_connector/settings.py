@@ -3,7 +3,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from pipeline_core.settings import MACHINE_STATES_TOPIC, KafkaSettings, MqttSettings, ProgressSettings, setting
+from pipeline_core.mqtt import CONNECTOR_CLIENT_ID, CONNECTOR_TOPIC_FILTER
+from pipeline_core.settings import KafkaSettings, MqttSettings, ProgressSettings, setting
 from pipeline_core.topics import MACHINE_DATA, MACHINE_DLQ
 from pipeline_core.validation import DEFAULT_MAX_QUANTITIES, DEFAULT_MAX_ROW_BYTES
 
@@ -12,12 +13,12 @@ from pipeline_core.validation import DEFAULT_MAX_QUANTITIES, DEFAULT_MAX_ROW_BYT
 class ConnectorSettings(MqttSettings, KafkaSettings, ProgressSettings):
     """Bridge machine-state rows from MQTT into one Kafka record per quantity."""
 
-    topic_filters: str = setting(f"{MACHINE_STATES_TOPIC}/#", "STREAM_CONNECTOR_TOPIC_FILTERS",
+    topic_filters: str = setting(CONNECTOR_TOPIC_FILTER, "STREAM_CONNECTOR_TOPIC_FILTERS",
                                  "MQTT topic filters to subscribe to, comma-separated; several instances share the "
                                  "input by taking disjoint filters that together cover machine/states/# (README, "
                                  "\"Several instances\")")
     # The variables' former names (before every one started with the stage's name) are still read, with a warning.
-    mqtt_client_id: str = setting("stream-connector", "STREAM_CONNECTOR_CLIENT_ID",
+    mqtt_client_id: str = setting(CONNECTOR_CLIENT_ID, "STREAM_CONNECTOR_CLIENT_ID",
                                   "MQTT client id; fixed, so the broker keeps the session across restarts; one of "
                                   "its own per instance (stream-connector-<shard>)",
                                   formerly=(None, "CONNECTOR_CLIENT_ID"))

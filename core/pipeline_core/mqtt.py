@@ -23,7 +23,7 @@ from paho.mqtt.properties import Properties
 from paho.mqtt.reasoncodes import ReasonCode
 
 from pipeline_core.retry import Backoff
-from pipeline_core.settings import MqttSettings
+from pipeline_core.settings import MACHINE_STATES_TOPIC, MqttSettings
 
 READ_CHUNK_BYTES = 256 * 1024
 PUBLISH_QOS1 = 0x32  # packet type PUBLISH (0x30) with QoS bits 01; DUP and RETAIN masked out
@@ -36,6 +36,9 @@ MAX_PACKETS_PER_PUMP = 2000
 # The one client id the device user may connect with when the broker authenticates (02_mqtt_broker,
 # "Security"): bound to its user, so no other user can take a session such as the stream connector's.
 DEVICE_CLIENT_ID = "simulator"
+# The stream connector's client id and subscription by default: the stack gives a new broker store its session.
+CONNECTOR_CLIENT_ID = "stream-connector"
+CONNECTOR_TOPIC_FILTER = f"{MACHINE_STATES_TOPIC}/#"
 # Reconnecting to the broker (the simulator and the stream connector): no deadline, the broker is waited for;
 # a restarted broker is found again within MAX_RECONNECT_DELAY_S.
 MAX_RECONNECT_DELAY_S = 5.0

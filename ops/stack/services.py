@@ -9,6 +9,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import time
 import uuid
 from abc import ABC, abstractmethod
 from pathlib import Path
@@ -16,6 +17,8 @@ from string import Template
 
 from pipeline_core import credentials, paths
 from pipeline_core.health import influxdb_ready, mqtt_ready
+from pipeline_core.mqtt import CONNECTOR_CLIENT_ID, CONNECTOR_TOPIC_FILTER, open_session
+from pipeline_core.settings import MqttSettings, load_settings
 from pipeline_core.logs import ready_marker
 from pipeline_core.stage_health import StageHealth, assess, read_heartbeat
 from . import certificates, influxdb_users, mqtt_security, security
@@ -113,6 +116,11 @@ class Service(ABC):
         """Idempotent set-up that needs the running service (topics, databases)."""
 
 
+# Mosquitto's persistence file in its data folder; a new store has none.
+MOSQUITTO_STORE = "mosquitto.db"
+PROVISION_DEADLINE_S = 15.0
+
+
 class Mosquitto(Service):
     name = "mosquitto"
     start_group = SERVERS
@@ -138,10 +146,48 @@ class Mosquitto(Service):
             raise StackError("STACK_TLS=on opens Mosquitto to other hosts: it needs a secure stack "
                              "(`make up SECURITY=on`)")
         ports = self.ports()
+        security_lines = mqtt_security.security_config(values, self.state_dir)
         render(paths.MQTT_BROKER_DIR / "mosquitto.conf", self.config_file,
-               port=ports["mqtt"], data_dir=self.state_dir / "data", user=_current_user(),
-               security=mqtt_security.security_config(values, self.state_dir),
+               port=ports["mqtt"], data_dir=self.state_dir / "data", user=_current_user(), security=security_lines,
                tls_listener=mqtt_security.tls_listener_config(ports.get("mqtt-tls", 0), mqtt_tls_host(), tls))
+        if not (self.state_dir / "data" / MOSQUITTO_STORE).exists():
+            self._provision_connector_session(values, security_lines)
+
+    def _provision_connector_session(self, values: dict[str, str], security_lines: str) -> None:
+        """Give a new store (a first start, a host replaced with an empty disk) the stream connector's persistent
+        session before any device can connect. Without it a device that reconnects first publishes to a broker
+        that has no subscriber yet, which acknowledges its rows and drops them (seen: a row lost when Mosquitto's
+        host was replaced). A broker of this store alone, on a loopback port no device knows, takes the
+        connector's subscription and saves it as it stops; the real start loads it."""
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            port = probe.getsockname()[1]
+        config = self.state_dir / "mosquitto-provision.conf"
+        render(paths.MQTT_BROKER_DIR / "mosquitto.conf", config, port=port, data_dir=self.state_dir / "data",
+               user=_current_user(), security=security_lines, tls_listener="")
+        broker = subprocess.Popen([require_binary("mosquitto", "mosquitto"), "-c", str(config)],
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            deadline = time.monotonic() + PROVISION_DEADLINE_S
+            while not mqtt_ready("127.0.0.1", port, refusal_counts=bool(values)):
+                if broker.poll() is not None or time.monotonic() > deadline:
+                    raise StackError(f"Mosquitto did not start to provision the connector's session: see {config}")
+                time.sleep(0.05)
+            environ = {**(credentials.environment("stream-connector", values) if values else {}),
+                       "MQTT_HOST": "127.0.0.1", "MQTT_PORT": str(port)}
+            environ.pop("MQTT_TLS_CA_FILE", None)
+            settings = load_settings(MqttSettings, [], environ=environ)
+            client_id = os.environ.get("STREAM_CONNECTOR_CLIENT_ID") or CONNECTOR_CLIENT_ID
+            topic_filters = os.environ.get("STREAM_CONNECTOR_TOPIC_FILTERS") or CONNECTOR_TOPIC_FILTER
+            for topic_filter in filter(None, (part.strip() for part in topic_filters.split(","))):
+                open_session(settings, client_id, topic_filter)
+        finally:
+            broker.terminate()  # Mosquitto saves its store as it stops
+            broker.wait(timeout=30)
+            config.unlink(missing_ok=True)
+        if not (self.state_dir / "data" / MOSQUITTO_STORE).exists():
+            raise StackError("Mosquitto saved no store with the connector's session")
+        log.info("mosquitto: a new store, given the stream connector's session (%s)", client_id)
 
     def command(self) -> list[str]:
         return [require_binary("mosquitto", "mosquitto"), "-c", str(self.config_file)]
