@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import logging
+import shutil
 import subprocess
 import sys
 import threading
@@ -25,8 +26,8 @@ from paho.mqtt.enums import MQTTErrorCode, MQTTProtocolVersion
 
 from connector_support import read_rows
 from pipeline_core import paths
-from pipeline_core.mqtt import ReceivedMessage, new_client, pump
-from pipeline_core.settings import MqttSettings
+from pipeline_core.mqtt import CONNECTOR_CLIENT_ID, ReceivedMessage, new_client, pump
+from pipeline_core.settings import MACHINE_STATES_TOPIC, MqttSettings
 from stack import manager, supervision
 from stack.services import Mosquitto
 from chaos_support import group_gone
@@ -168,3 +169,38 @@ def test_a_broker_restart_under_load_keeps_every_row_and_each_machines_order(pri
         latest[thing] = max(timestamp, latest.get(thing, timestamp))
     log.info("%d messages for %d rows", len(subscriber.received), len(first_seen))
     assert not late, f"{len(late)} rows first seen after a later row of their machine, e.g. {late[:3]}"
+
+
+def _row_reaches_a_connector_that_never_subscribed(settings: MqttSettings, payload: bytes) -> bool:
+    """A device publishes `payload` (QoS 1, acknowledged) before the stream connector has connected; the connector
+    then connects with its persistent session and subscribes to nothing: it gets the row only when the broker
+    already held its session."""
+    device = new_client(settings, unique("device"), protocol=MQTTProtocolVersion.MQTTv311, clean_session=True)
+    acknowledged: list[int] = []
+    device.on_publish = lambda _c, _u, mid, _code, _p: acknowledged.append(mid)
+    device.connect(settings.mqtt_host, settings.mqtt_port)
+    info = device.publish(f"{MACHINE_STATES_TOPIC}/M1", payload, qos=1)
+    wait_for(lambda: pump(device, 0.05) == MQTTErrorCode.MQTT_ERR_SUCCESS and info.mid in acknowledged, 10,
+             "the broker's PUBACK")
+    device.disconnect()
+    received: list[bytes] = []
+    present: list[bool] = []
+    connector = new_client(settings, CONNECTOR_CLIENT_ID, protocol=MQTTProtocolVersion.MQTTv311, clean_session=False)
+    connector.on_connect = lambda _c, _u, flags, _code, _p: present.append(flags.session_present)
+    connector.on_message = lambda _c, _u, message: received.append(message.payload)
+    connector.connect(settings.mqtt_host, settings.mqtt_port)
+    end = time.monotonic() + 5
+    while payload not in received and time.monotonic() < end:
+        pump(connector, 0.05)
+    connector.disconnect()
+    return present == [True] and payload in received
+
+
+def test_a_new_store_holds_the_connectors_session_before_any_device_connects(private_mosquitto: MqttSettings) -> None:
+    """A first start, and a broker whose store is lost (its host replaced with an empty disk): rows published
+    before the connector is back are queued for it, not acknowledged and dropped for want of a subscriber."""
+    assert _row_reaches_a_connector_that_never_subscribed(private_mosquitto, b'{"first": "start"}')
+    manager.down([Mosquitto()])
+    shutil.rmtree(paths.STATE_DIR / "mosquitto" / "data")
+    manager.up([Mosquitto()])
+    assert _row_reaches_a_connector_that_never_subscribed(private_mosquitto, b'{"store": "lost"}')
