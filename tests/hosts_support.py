@@ -23,11 +23,12 @@ from pathlib import Path
 from chaos_support import (MOSQUITTO_SAVE_WINDOW_S, REPO_ROOT, BrokerKill, ChaosPlan, Fault, PrivateStack,
                            chaos_workdir, group_gone, run_chaos)
 from cluster_support import cluster_fault_schedule
+from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
 from influxdb import InfluxDBClient
 from db_connector_support import JSON_ANSWERS
 from pipeline_core.settings import MqttSettings, load_settings
-from pipeline_core.stage_health import read_heartbeat
+from pipeline_core.stage_health import Heartbeat, read_heartbeat
 from simulator.settings import SimulatorSettings
 from stack import netns, placement
 from support import wait_for
@@ -108,22 +109,31 @@ class PrivateHostsStack(PrivateStack):
         self.watch.join()
         return {what: self.watch.recovered_s.get(what) for what, _ in self.watch.healed}
 
-    def went_on(self) -> dict[str, float | None]:
+    def went_on(self) -> dict[str, float | str]:
         """For each Kafka node frozen, the seconds into the freeze after which every stage stayed at the live edge
-        until the thaw (None: not for the last WENT_ON_FOR_S of the freeze)."""
+        until the thaw, or why they did not for the last WENT_ON_FOR_S of the freeze."""
         return {} if self.watch is None else dict(self.watch.went_on_s)
 
     def _leading_node(self) -> str:
         """The Kafka node that coordinates the joiner's group (the Spark sink's transactional group, or the
-        standalone joiners' group), as Kafka says now."""
+        standalone joiners' group), as Kafka says now: asked again while the group or its coordinator moves (a
+        node was just killed, say)."""
+        return wait_for(self._coordinator_now, 90, "Kafka to name the coordinator of the joiner's group",
+                        interval_s=1.0)
+
+    def _coordinator_now(self) -> str | None:
         admin = AdminClient({"bootstrap.servers": self.bootstrap, **self.kafka_security})
-        groups = [group.group_id for group in admin.list_consumer_groups(request_timeout=30).result().valid]
-        joiner_groups = [group for group in groups
-                         if group.startswith("spark-joiner.") or group == "kafka-joiner"]
-        assert joiner_groups, f"no joiner group among {groups}"
-        description = admin.describe_consumer_groups(joiner_groups[:1], request_timeout=30)[joiner_groups[0]].result()
+        try:
+            groups = [group.group_id for group in admin.list_consumer_groups(request_timeout=15).result().valid]
+            joiner_groups = [group for group in groups if group.startswith("spark-joiner.") or group == "kafka-joiner"]
+            if not joiner_groups:
+                return None
+            description = admin.describe_consumer_groups(joiner_groups[:1],
+                                                         request_timeout=15)[joiner_groups[0]].result()
+            topic = admin.list_topics("machine.data", timeout=15).topics["machine.data"]
+        except KafkaException:
+            return None
         node = f"kafka-{description.coordinator.id}"
-        topic = admin.list_topics("machine.data", timeout=30).topics["machine.data"]
         led = sum(partition.leader == description.coordinator.id for partition in topic.partitions.values())
         self.leading_note = (f"{node} coordinated group {joiner_groups[0]} and led {led} of "
                              f"{len(topic.partitions)} machine.data partitions")
@@ -258,6 +268,19 @@ HEALING = ("rejoin", "heal", "thaw", "replace")
 WENT_ON_FOR_S = 20.0
 
 
+def _behind(stage: str, beat: Heartbeat | None, since: float, now: float) -> str | None:
+    """Why `stage` is not at the live edge by its heartbeat `beat` (None when it is): reported since `since`, with
+    at most CAUGHT_UP_RECORDS waiting or in its hands. A stage that cannot tell its lag (the broker's offsets
+    unanswered while a node is frozen) counts as at the edge when its work moved within two report intervals."""
+    if beat is None or beat.reported_at <= since:
+        return f"{stage}: no report since the fault"
+    if (beat.lag or 0) + (beat.pending or 0) > CAUGHT_UP_RECORDS:
+        return f"{stage}: lag {beat.lag}, pending {beat.pending}"
+    if beat.lag is None and (beat.last_progress_at is None or now - beat.last_progress_at > 2 * beat.interval_s):
+        return f"{stage}: lag unknown and no progress since {beat.last_progress_at}"
+    return None
+
+
 class RecoveryWatch(threading.Thread):
     """Reads the stages' heartbeats every half second; for each fault healed, the seconds until every stage reported
     itself caught up (CAUGHT_UP_RECORDS) in a report made after the healing."""
@@ -269,7 +292,8 @@ class RecoveryWatch(threading.Thread):
         self.recovered_s: dict[str, float] = {}
         self.frozen_at: dict[str, float] = {}  # a Kafka node's freeze -> Unix time frozen
         self.behind_at: dict[str, float] = {}  # the freeze -> the last time a stage was seen behind
-        self.went_on_s: dict[str, float | None] = {}
+        self.behind_why: dict[str, str] = {}  # the freeze -> which stages were behind then, and how
+        self.went_on_s: dict[str, float | str] = {}  # the freeze -> seconds, or why the stages never went on
         self.done = threading.Event()
 
     def run(self) -> None:
@@ -283,11 +307,14 @@ class RecoveryWatch(threading.Thread):
                           and at > frozen_at]
                 if thawed:
                     last_behind = self.behind_at.get(what, frozen_at)
-                    self.went_on_s[what] = (last_behind - frozen_at
-                                            if thawed[0] - last_behind >= WENT_ON_FOR_S else None)
-                elif not all(beat is not None and beat.reported_at > frozen_at and beat.lag is not None
-                             and beat.lag + (beat.pending or 0) <= CAUGHT_UP_RECORDS for beat in beats):
-                    self.behind_at[what] = now
+                    self.went_on_s[what] = (last_behind - frozen_at if thawed[0] - last_behind >= WENT_ON_FOR_S
+                                            else f"behind {thawed[0] - last_behind:.0f} s before the thaw: "
+                                                 f"{self.behind_why.get(what)}")
+                    continue
+                behind = [why for path, beat in zip(self.files, beats)
+                          if (why := _behind(path.parent.name, beat, frozen_at, now)) is not None]
+                if behind:
+                    self.behind_at[what], self.behind_why[what] = now, "; ".join(behind)
             for what, healed_at in self.healed:
                 if what not in self.recovered_s and all(
                         beat is not None and beat.reported_at > healed_at
