@@ -163,6 +163,11 @@ class PrivateHostsStack(PrivateStack):
             lost_at = time.time()
             self.harness.isolate(host)
             wait_for(lambda: _failure(self._reach("operator", host)), 30, f"{host} cut off")
+            status = ""
+            if fault.target in (program for program, _, _ in placement.server_endpoints()):
+                status = "; status: " + wait_for(lambda: self._status_line("operator", fault.target), 120,
+                                                 f"make status to say the operator cannot reach {fault.target}",
+                                                 interval_s=1.0)
             if fault.target == "mosquitto":
                 # What it had acknowledged and the connector had not yet taken goes with its disk: the rows it
                 # acknowledged in the window before the host went (the connector acknowledges a row once Kafka
@@ -180,7 +185,7 @@ class PrivateHostsStack(PrivateStack):
                 shutil.rmtree(path)
                 assert not path.exists()
             self.confirmed.append(f"lose-disk {fault.target}: host {host} cut off, process group {pid} killed, "
-                                  f"{', '.join(map(str, storage))} deleted")
+                                  f"{', '.join(map(str, storage))} deleted{status}")
         elif fault.action == "replace":
             # A new host in its place: same name and address, empty storage; `make restart` starts the program
             # (a Kafka node formatted with the cluster's id) and waits until it has joined.
