@@ -276,13 +276,19 @@ WENT_ON_FOR_S = 20.0
 def _behind(stage: str, beat: Heartbeat | None, since: float, now: float) -> str | None:
     """Why `stage` is not at the live edge by its heartbeat `beat` (None when it is): reported since `since`, with
     at most CAUGHT_UP_RECORDS waiting or in its hands. A stage that cannot tell its lag (the broker's offsets
-    unanswered while a node is frozen) counts as at the edge when its work moved within two report intervals."""
+    unanswered while a node is frozen) is at the edge unless it says it waits, or its work stopped moving while it
+    had work: its last progress is recent, or older than the fault (a DB connector whose partitions all went to
+    the other one has none)."""
     if beat is None or beat.reported_at <= since:
         return f"{stage}: no report since the fault"
     if (beat.lag or 0) + (beat.pending or 0) > CAUGHT_UP_RECORDS:
         return f"{stage}: lag {beat.lag}, pending {beat.pending}"
-    if beat.lag is None and (beat.last_progress_at is None or now - beat.last_progress_at > 2 * beat.interval_s):
-        return f"{stage}: lag unknown and no progress since {beat.last_progress_at}"
+    if beat.lag is None:
+        if beat.waiting_for or beat.work_waiting:
+            return f"{stage}: lag unknown, waiting for {beat.waiting_for or 'its work'}"
+        idle_for_s = now - (beat.last_progress_at or 0.0)
+        if idle_for_s > 2 * beat.interval_s and (beat.last_progress_at or 0.0) >= since - 2 * beat.interval_s:
+            return f"{stage}: lag unknown and no progress for {idle_for_s:.0f} s"
     return None
 
 
