@@ -2,14 +2,14 @@
 seeded storm of network faults held past the clients' session and request timeouts, with each joiner.
 
 41,000 synthetic rows of 20 machines at 50 rows/s (about fourteen minutes) with bad rows mixed in, and one fault
-after another: a Kafka node's host cut off from every other host, the stream connector's path to Mosquitto cut, its
-host cut off from every Kafka node, a DB connector's path to InfluxDB cut, and the Spark driver's path to a worker's
-host cut (Spark) or a standalone joiner's host cut off while its partitions move to the other instance (lsb), each
-for 50 s, the Kafka node cut off being the one that coordinates the joiner's group; another Kafka node frozen
-(SIGSTOP) for two minutes, through which every stage must be back at the live edge before the thaw; Mosquitto's
-host lost with its disk for 30 s, losing what it had acknowledged and not yet handed on, and no more; the third node's host lost with its disk for a
-minute, then replaced by a node with empty storage, which re-replicates from its peers; and a Spark worker's host
-lost with its executors, then replaced (Spark), or a standalone joiner frozen for a minute, past its session
+after another: the host of the Kafka node coordinating the joiner's group cut off from every other host, the stream
+connector's path to Mosquitto cut, its host cut off from every Kafka node, a DB connector's path to InfluxDB cut,
+and the Spark driver's path to a worker's host cut (Spark) or a standalone joiner's host cut off while its
+partitions move to the other instance (lsb), each for 50 s; another Kafka node frozen (SIGSTOP) for two minutes,
+through which every stage must be back at the live edge before the thaw; the third node's host lost with its disk
+for a minute, then replaced by a node with empty storage, which re-replicates from its peers; Mosquitto's host lost
+with its disk for 30 s, losing what it had acknowledged and not yet handed on, and no more; and a Spark worker's
+host lost with its executors, then replaced (Spark), or a standalone joiner frozen for a minute, past its session
 (lsb). Afterwards machine.out (read_committed) equals the offline join,
 nothing twice, machine.dlq holds exactly the bad rows and InfluxDB every point with its value (`hosts_support`)."""
 from __future__ import annotations
