@@ -91,11 +91,14 @@ class PrivateHostsStack(PrivateStack):
         if self.watch is None:
             self.watch = RecoveryWatch(self.state_dir, sorted(self.stages()))
             self.watch.start()
+        freeze = f"freeze {fault.target}"
         if fault.action == "freeze" and fault.target.startswith("kafka-"):
-            self.watch.frozen_at[f"freeze {fault.target} @{fault.at_s:.0f}s"] = time.time()
+            self.watch.frozen_at[freeze] = time.time()
         self._inject(fault)
         if fault.action in HEALING:
             self.watch.healed.append((f"{fault.action} {fault.target} @{fault.at_s:.0f}s", time.time()))
+        if fault.action == "thaw" and freeze in self.watch.frozen_at:
+            self.watch.thawed_at[freeze] = time.time()
 
     def stages(self) -> set[str]:
         joiners = ["spark-joiner"] if self.env["JOINER"] == "spark" else ["lsb-joiner-1", "lsb-joiner-2"]
@@ -302,6 +305,7 @@ class RecoveryWatch(threading.Thread):
         self.healed: list[tuple[str, float]] = []  # (what, Unix time healed)
         self.recovered_s: dict[str, float] = {}
         self.frozen_at: dict[str, float] = {}  # a Kafka node's freeze -> Unix time frozen
+        self.thawed_at: dict[str, float] = {}  # the freeze -> Unix time thawed
         self.behind_at: dict[str, float] = {}  # the freeze -> the last time a stage was seen behind
         self.behind_why: dict[str, str] = {}  # the freeze -> which stages were behind then, and how
         self.went_on_s: dict[str, float | str] = {}  # the freeze -> seconds, or why the stages never went on
@@ -311,15 +315,14 @@ class RecoveryWatch(threading.Thread):
         while not self.done.wait(0.5):
             beats = [read_heartbeat(path) for path in self.files]
             now = time.time()
-            for what, frozen_at in self.frozen_at.items():
+            for what, frozen_at in list(self.frozen_at.items()):
                 if what in self.went_on_s:
                     continue
-                thawed = [at for healed, at in self.healed if healed.startswith("thaw " + what.split(" ")[1] + " ")
-                          and at > frozen_at]
-                if thawed:
+                thawed_at = self.thawed_at.get(what)
+                if thawed_at is not None:
                     last_behind = self.behind_at.get(what, frozen_at)
-                    self.went_on_s[what] = (last_behind - frozen_at if thawed[0] - last_behind >= WENT_ON_FOR_S
-                                            else f"behind {thawed[0] - last_behind:.0f} s before the thaw: "
+                    self.went_on_s[what] = (last_behind - frozen_at if thawed_at - last_behind >= WENT_ON_FOR_S
+                                            else f"behind {thawed_at - last_behind:.0f} s before the thaw: "
                                                  f"{self.behind_why.get(what)}")
                     continue
                 behind = [why for path, beat in zip(self.files, beats)
