@@ -45,6 +45,7 @@ from pipeline_core.logs import READY_MARKER
 from pipeline_core.records import encode_record, record_key
 from pipeline_core.settings import ConnectionSettings, load_settings
 from pipeline_core.topics import MACHINE_DATA, MACHINE_DLQ, ensure_topics
+from stream_connector.redelivery import FENCE_OFFSETS_PER_PARTITION
 
 from pipeline_core.mqtt import drop_session, open_session
 from pipeline_core.validation import ROW_FIELDS
@@ -119,6 +120,7 @@ class Topics:
             time.sleep(0.1)
 
     def data_size(self) -> int:
+        """The data topic's offsets (records, and the connector's fences: FENCE_OFFSETS_PER_PARTITION each)."""
         return sum(self.consumer.get_watermark_offsets(tp, timeout=10)[1] for tp in self.partitions)
 
     def delete(self) -> None:
@@ -159,7 +161,7 @@ def _watch(topics: Topics, start_size: int, records: int, deadline_s: float, ali
     first: float | None = None
     while time.monotonic() < end and alive():
         size = topics.data_size() - start_size
-        if size and first is None:
+        if size > 0 and first is None:
             first = time.perf_counter()
         if size >= records:
             return time.perf_counter() - first
@@ -178,7 +180,9 @@ def _ours_on_backlog(settings: ConnectionSettings, topics: Topics, rows: list[di
     run = uuid.uuid4().hex[:10]
     client_id, base = f"bench-connector-{run}", f"bench/{run}/states"
     _queue_backlog(settings, {client_id: [f"{base}/#"]}, base + "/{thing}", rows)
-    records, start_size = _records_of(rows), topics.data_size()
+    # The connector's start-up fence takes offsets of every partition before its first record.
+    records = _records_of(rows)
+    start_size = topics.data_size() + FENCE_OFFSETS_PER_PARTITION * len(topics.partitions)
     cpu_before = _children_cpu_seconds()
     with open(log_path, "ab") as log:
         process = subprocess.Popen([sys.executable, "-m", "stream_connector", "--topic-filters", f"{base}/#",
@@ -303,7 +307,7 @@ def live(settings: ConnectionSettings, rows: int, log_path: str) -> Result:
 
 def _live(settings: ConnectionSettings, topics: Topics, rows: int, log_path: str) -> Result:
     client_id, topic = f"bench-live-{uuid.uuid4().hex[:8]}", f"bench/{uuid.uuid4().hex[:10]}/states"
-    records, start_size = _records_of(_real_rows(rows)), topics.data_size()
+    records = _records_of(_real_rows(rows))
     log = Path(log_path)
     log_start = log.stat().st_size if log.exists() else 0  # earlier runs logged READY too
     with open(log_path, "ab") as log_file:
@@ -316,6 +320,7 @@ def _live(settings: ConnectionSettings, topics: Topics, rows: int, log_path: str
         end = time.monotonic() + 30
         while READY_MARKER.encode() not in log.read_bytes()[log_start:] and time.monotonic() < end:
             time.sleep(0.05)
+        start_size = topics.data_size()  # after the connector's start-up fence
         simulator = subprocess.Popen([sys.executable, "-m", "simulator", "--mqtt-topic", topic, "--loop",
                                       "--limit", str(rows), "--no-progress"], stdout=subprocess.DEVNULL,
                                      env=_environment(settings))

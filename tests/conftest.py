@@ -16,6 +16,7 @@ from pipeline_core.topics import MACHINE_DATA, MACHINE_DLQ, MACHINE_OUT, ensure_
 from stack import manager
 from stack.services import Kafka
 from stack.topology import private_ports
+from connector_support import close_record_counters
 from support import PORT_RANGE_ENV, unique
 
 # The replayed rows are from 2019: InfluxDB refuses points older than their retention policy's duration, so
@@ -30,6 +31,13 @@ hypothesis_settings.load_profile("pipeline")
 
 # The 5,000 real event rows (three machines), shipped with the simulator as its default replay.
 EVENTS_FILE = Path(__file__).resolve().parents[1] / "01_simulator" / "data" / "test_events.json"
+
+
+@pytest.fixture(autouse=True)
+def record_counters_closed() -> Iterator[None]:
+    """`topic_size`'s readers go with the test that made them, before any server they read from stops."""
+    yield
+    close_record_counters()
 
 
 @pytest.fixture(scope="session")

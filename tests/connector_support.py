@@ -7,12 +7,14 @@ import os
 import signal
 import subprocess
 import sys
+import time
+from collections import OrderedDict
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
 from pipeline_core.kafka_clients import consumer_config
 from pipeline_core.logs import READY_MARKER
@@ -36,14 +38,56 @@ def read_rows(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
+# Topics whose records `topic_size` counted lately, each with its reader, which reads on from where it was.
+_COUNTERS: OrderedDict[tuple[str, str], _RecordCounter] = OrderedDict()
+_COUNTERS_KEPT = 16
+# How long one count may read before it answers what it has (a lower bound while records keep coming).
+COUNT_READ_S = 10.0
+
+
+class _RecordCounter:
+    """The records a read_committed reader sees in a topic. Offsets are no count: the stream connector's start-up
+    fence takes two of every partition (an aborted record and its marker), transactions their markers."""
+
+    def __init__(self, bootstrap: str, topic: str) -> None:
+        self.consumer = Consumer(consumer_config(bootstrap, unique("test-size"), **{"enable.auto.commit": False}))
+        partitions = self.consumer.list_topics(topic, timeout=10).topics[topic].partitions
+        self.assigned = [TopicPartition(topic, p) for p in partitions]
+        self.consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in partitions])
+        self.records = 0
+
+    def count(self) -> int:
+        """Reads on up to where every partition ended when asked (or for COUNT_READ_S at most): records written
+        meanwhile are counted by the next call."""
+        ends = [self.consumer.get_watermark_offsets(partition, timeout=10) for partition in self.assigned]
+        deadline = time.monotonic() + COUNT_READ_S
+        while True:
+            self.records += sum(message.error() is None for message in self.consumer.consume(10_000, 0.05))
+            positions = self.consumer.position(self.assigned)
+            if all(low == high or position.offset >= high for position, (low, high) in zip(positions, ends)):
+                return self.records
+            if time.monotonic() > deadline:
+                return self.records
+
+    def close(self) -> None:
+        self.consumer.close()
+
+
+def close_record_counters() -> None:
+    """Close the readers `topic_size` kept (before the servers stop, which they would keep asking for)."""
+    while _COUNTERS:
+        _COUNTERS.popitem()[1].close()
+
+
 def topic_size(bootstrap: str, topic: str) -> int:
-    """Messages in `topic` (sum of high watermarks): cheap enough to poll."""
-    consumer = Consumer(consumer_config(bootstrap, unique("test-size")))
-    try:
-        partitions = consumer.list_topics(topic, timeout=10).topics[topic].partitions
-        return sum(consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] for p in partitions)
-    finally:
-        consumer.close()
+    """Records in `topic` as a read_committed reader sees them; cheap enough to poll (each call reads only what
+    came since the last one)."""
+    key = (bootstrap, topic)
+    counter = _COUNTERS.pop(key, None) or _RecordCounter(bootstrap, topic)
+    _COUNTERS[key] = counter
+    while len(_COUNTERS) > _COUNTERS_KEPT:
+        _COUNTERS.popitem(last=False)[1].close()
+    return counter.count()
 
 
 @dataclass

@@ -33,7 +33,7 @@ from confluent_kafka import KafkaError, KafkaException, Message, Producer
 from paho.mqtt.enums import MQTTErrorCode, MQTTProtocolVersion
 
 from pipeline_core.kafka_clients import (ACCESS_ERRORS, KafkaStartupError, admin_client, produce, producer_config,
-                                         refused_for_itself, security_config)
+                                         refused_for_itself, retry_transient, security_config)
 from pipeline_core.lifecycle import StopSignal
 from pipeline_core.logs import announce_ready
 from pipeline_core.mqtt import RECONNECT_BACKOFF, FastClient, new_client, pump
@@ -44,7 +44,8 @@ from pipeline_core.settings import MACHINE_STATES_TOPIC
 from pipeline_core.topics import MACHINE_DATA, MACHINE_DLQ, ensure_topics, partition_count
 
 from .filters import covers, parse_filters
-from .redelivery import WrittenRecords, dead_letter_key, read_tail, rejected_row_key
+from .redelivery import (WrittenRecords, dead_letter_key, fence_transactional_id, read_tail, rejected_row_key,
+                         settle_unseen_writes)
 from .rows import kafka_messages, split_row
 from .settings import ConnectorSettings
 
@@ -388,12 +389,19 @@ class Connector:
                                       dataclasses.replace(MACHINE_DLQ, name=self.settings.dlq_topic)),
                               deadline_s=deadline_s)
                 self.data_partitions = partition_count(admin, self.settings.data_topic, deadline_s)
+                dlq_partitions = partition_count(admin, self.settings.dlq_topic, deadline_s)
+                # What an earlier run wrote and a follower has not yet taken becomes readable first (redelivery.py).
+                retry_transient(lambda: settle_unseen_writes(
+                    self.settings.kafka_bootstrap_servers,
+                    {self.settings.data_topic: self.data_partitions, self.settings.dlq_topic: dlq_partitions},
+                    fence_transactional_id(self.settings.mqtt_client_id), security=security),
+                    what="making every record Kafka holds readable before reading the topics' tails",
+                    deadline_s=deadline_s)
                 self.written = read_tail(self.settings.kafka_bootstrap_servers, self.settings.data_topic,
                                          self.data_partitions, self.settings.redelivery_window_records,
                                          security=security)
                 self.dead_lettered = read_tail(self.settings.kafka_bootstrap_servers, self.settings.dlq_topic,
-                                               partition_count(admin, self.settings.dlq_topic, deadline_s),
-                                               self.settings.redelivery_window_records,
+                                               dlq_partitions, self.settings.redelivery_window_records,
                                                functools.partial(dead_letter_key, STAGE), security=security)
                 return
             except KafkaStartupError as error:

@@ -11,6 +11,16 @@ of machine.data when it starts, and writes of each row only the records that are
 A record is known by its encoded value: the same row always encodes to the same bytes. A row with
 something to dead-letter is known by its MQTT topic and payload (`rejected_row_key`), and its dead letter,
 which Kafka confirmed already, is not written again either.
+
+The tail must hold every record Kafka holds, and a reader sees a record only once every in-sync follower has it
+(the high watermark). A killed connector's last records may still wait for a follower that lags, is cut off or
+frozen (until the controller drops it from the in-sync replicas, about 9 s): a tail read then misses them, their
+rows are written again, and both copies land in machine.data, the second behind newer records, which the joiners
+dead-letter as out of order. Kafka tells no client where a partition's log ends, but it acknowledges a record
+written with acks=all only once the high watermark has passed it, and so every record the leader appended before
+it. So before reading the tails the connector writes one record to every partition and waits for each
+acknowledgement (`settle_unseen_writes`), in a transaction it then aborts: no read_committed reader, every stage
+of the pipeline, ever sees those records.
 """
 from __future__ import annotations
 
@@ -21,13 +31,64 @@ import logging
 from collections import deque
 from collections.abc import Callable, Mapping
 
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 
-from pipeline_core.kafka_clients import KafkaStartupError, consumer_config, retry_transient
+from pipeline_core.kafka_clients import (TRANSACTIONAL_CALL_TIMEOUT_S, KafkaStartupError, consumer_config,
+                                         retry_transient, transactional_producer_config)
 
 log = logging.getLogger(__name__)
 
 TAIL_READ_TIMEOUT_S = 60.0
+# The transactional ids of the fence before the tails are read: this and the instance's MQTT client id (the stack
+# grants the prefix: stack.kafka_acls).
+FENCE_TRANSACTIONAL_ID_PREFIX = "stream-connector-fence."
+# Should the connector stop before aborting its fence, the broker aborts it after this, and read_committed readers
+# of the fenced partitions wait until then: short, yet far above a follower's removal from the in-sync replicas.
+FENCE_TRANSACTION_TIMEOUT_MS = 30_000
+# What a fence record says to a reader that reads aborted transactions too (none of the pipeline's stages does).
+FENCE_VALUE = b"stream connector start-up fence (aborted transaction)"
+# The offsets a fence takes of every partition: its record and the abort marker. Offsets are no record count.
+FENCE_OFFSETS_PER_PARTITION = 2
+
+
+def fence_transactional_id(mqtt_client_id: str) -> str:
+    return FENCE_TRANSACTIONAL_ID_PREFIX + mqtt_client_id
+
+
+def settle_unseen_writes(bootstrap_servers: str, partitions: Mapping[str, int], transactional_id: str, *,
+                         security: Mapping[str, str] | None = None,
+                         timeout_s: float = TRANSACTIONAL_CALL_TIMEOUT_S) -> None:
+    """Return once every record the leaders of `partitions` (topic -> partition count) have appended is readable:
+    one record written to each partition with acks=all and acknowledged, in a transaction then aborted (see the
+    module docstring). Raises `KafkaException` (transient: ask again, `retry_transient`), or `SystemExit` when
+    Kafka refuses the transactional id."""
+    producer = Producer(transactional_producer_config(bootstrap_servers, transactional_id, **(security or {}), **{
+        "transaction.timeout.ms": FENCE_TRANSACTION_TIMEOUT_MS}))
+    failures: list[KafkaError] = []
+
+    def delivered(error: KafkaError | None, _message: Message) -> None:
+        if error is not None:
+            failures.append(error)
+
+    try:
+        producer.init_transactions(timeout_s)
+        producer.begin_transaction()
+        for topic, count in partitions.items():
+            for partition in range(count):
+                producer.produce(topic, FENCE_VALUE, partition=partition, on_delivery=delivered)
+        unacknowledged = producer.flush(timeout_s)
+        if failures:
+            raise KafkaException(failures[0])
+        if unacknowledged:
+            raise KafkaException(KafkaError(KafkaError._TIMED_OUT, f"{unacknowledged} fence records unacknowledged "
+                                            f"after {timeout_s:.0f} s", retriable=True))
+        producer.abort_transaction(timeout_s)
+    except KafkaException as error:
+        if error.args[0].code() == KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED:
+            raise SystemExit(f"Kafka refused the transactional id {transactional_id!r}: grant the connector's "
+                             f"principal Write and Describe on transactional ids prefixed "
+                             f"{FENCE_TRANSACTIONAL_ID_PREFIX!r}, then start it again") from error
+        raise  # the next attempt's init_transactions aborts what this one left open
 
 
 class WrittenRecords:

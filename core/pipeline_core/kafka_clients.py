@@ -38,6 +38,8 @@ TRANSIENT_ERRORS = frozenset({
     KafkaError._ALL_BROKERS_DOWN,
     KafkaError._TIMED_OUT,
     KafkaError._WAIT_COORD,
+    # A node leaving the cluster's metadata (fenced, replaced) while a call waited on it.
+    KafkaError._DESTROY_BROKER,
     KafkaError._UNKNOWN_TOPIC,
     KafkaError._UNKNOWN_PARTITION,
 })

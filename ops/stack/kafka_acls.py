@@ -28,6 +28,8 @@ LSB_JOINER_NAME = "kafka-joiner"  # group, transactional-id prefix and internal-
 SPARK_JOINER_NAME = "spark-joiner"  # sink transactional ids and groups, Spark source groups (spark_joiner)
 DB_CONNECTOR_GROUP = "db-connector"
 STREAM_CONNECTOR_TAIL_GROUP = "stream-connector-tail"  # its start-up read of the topics' tails (no commits)
+# Its start-up fence, an aborted transaction (stream_connector.redelivery.FENCE_TRANSACTIONAL_ID_PREFIX).
+STREAM_CONNECTOR_FENCE_PREFIX = "stream-connector-fence."
 
 READ = AclOperation.READ
 WRITE = AclOperation.WRITE
@@ -75,6 +77,7 @@ def kafka_grants(environ: Mapping[str, str] | None = None) -> dict[str, tuple[Gr
             _topic(connector["data"], WRITE, READ, DESCRIBE),
             _topic(connector["dlq"], WRITE, READ, DESCRIBE, DESCRIBE_CONFIGS),
             Grant(GROUP, STREAM_CONNECTOR_TAIL_GROUP, (READ, DESCRIBE)),
+            Grant(TRANSACTIONAL_ID, STREAM_CONNECTOR_FENCE_PREFIX, (WRITE, DESCRIBE), PREFIXED),
             _IDEMPOTENT,
         ),
         "lsb-joiner": (

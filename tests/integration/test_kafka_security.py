@@ -22,8 +22,9 @@ from pipeline_core.kafka_clients import (admin_client, consumer_config, kafka_re
                                          retry_transient, transactional_producer_config)
 from pipeline_core.topics import MACHINE_DATA, MACHINE_DLQ, MACHINE_OUT
 from stack import certificates, manager, security
-from stack.kafka_acls import (DB_CONNECTOR_GROUP, LSB_JOINER_NAME, SPARK_JOINER_NAME, STREAM_CONNECTOR_TAIL_GROUP,
-                              Grant, acl_bindings, existing_bindings, kafka_grants, kafka_users)
+from stack.kafka_acls import (DB_CONNECTOR_GROUP, LSB_JOINER_NAME, SPARK_JOINER_NAME, STREAM_CONNECTOR_FENCE_PREFIX,
+                              STREAM_CONNECTOR_TAIL_GROUP, Grant, acl_bindings, existing_bindings, kafka_grants,
+                              kafka_users)
 from stack.services import Kafka
 from support import free_ports
 
@@ -255,7 +256,8 @@ OTHER_TOPIC = "acl-probe.other"  # nobody's but admin's (and the monitor's DESCR
 ACL_TOPICS = (MACHINE_DATA.name, MACHINE_OUT.name, MACHINE_DLQ.name, PROBE_TOPIC, OTHER_TOPIC)
 ACL_GROUPS = (DB_CONNECTOR_GROUP, STREAM_CONNECTOR_TAIL_GROUP, LSB_JOINER_NAME, f"{SPARK_JOINER_NAME}.acl-probe",
               "acl-probe-group")
-ACL_TRANSACTIONAL_IDS = (f"{LSB_JOINER_NAME}.acl-probe", f"{SPARK_JOINER_NAME}.acl-probe", "acl-probe-transaction")
+ACL_TRANSACTIONAL_IDS = (f"{LSB_JOINER_NAME}.acl-probe", f"{SPARK_JOINER_NAME}.acl-probe",
+                         f"{STREAM_CONNECTOR_FENCE_PREFIX}acl-probe", "acl-probe-transaction")
 TOPIC_OPERATIONS = (AclOperation.READ, AclOperation.WRITE, AclOperation.DESCRIBE, AclOperation.DESCRIBE_CONFIGS,
                     AclOperation.CREATE, AclOperation.DELETE, AclOperation.ALTER, AclOperation.ALTER_CONFIGS)
 GROUP_OPERATIONS = (AclOperation.READ, AclOperation.DESCRIBE, AclOperation.DELETE)

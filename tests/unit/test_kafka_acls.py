@@ -16,6 +16,7 @@ from pipeline_core.topics import (MACHINE_DATA, MACHINE_DLQ, MACHINE_OUT, ROLE_T
                                   configured_topics, stage_topics)
 from spark_joiner.job import SOURCE_GROUP_PREFIX
 from spark_joiner.settings import SparkJoinerSettings
+from stream_connector.redelivery import fence_transactional_id
 from stream_connector.settings import ConnectorSettings
 from stack import kafka_acls, security
 from stack.kafka_acls import acl_bindings, kafka_grants, kafka_users
@@ -83,7 +84,8 @@ def test_the_stages_default_names_are_the_granted_ones_and_nobody_shares_them() 
                          (ResourceType.GROUP, f"{SOURCE_GROUP_PREFIX}-0f8fad5b-d9cb-469f-a165-70867728950e"),
                          (ResourceType.TRANSACTIONAL_ID, spark.sink_transactional_id())],
         "db-connector": [(ResourceType.GROUP, DbConnectorSettings().group_id)],
-        "stream-connector": [(ResourceType.GROUP, kafka_acls.STREAM_CONNECTOR_TAIL_GROUP)],
+        "stream-connector": [(ResourceType.GROUP, kafka_acls.STREAM_CONNECTOR_TAIL_GROUP),
+                             (ResourceType.TRANSACTIONAL_ID, fence_transactional_id(ConnectorSettings().mqtt_client_id))],
     }
     for user, resources in uses.items():
         for resource, name in resources:
