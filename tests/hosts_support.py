@@ -394,7 +394,7 @@ def storm_across_hosts(joiner: str, rows: int, rate: float, severe: bool = False
     """TOPOLOGY=hosts from nothing with `joiner`: every program checked to run healthy in its host's network
     namespace, then the seeded storm (`run_storm`, on the operator host) of `rows` rows at `rate` rows/s (`severe`,
     `kills`: with its severe faults, with the cluster's SIGKILLs); then
-    `down`, after which nothing of the hosts may be left. The storm's report."""
+    `down`, after which nothing of the hosts may be left. The storm's report, with the folder of its logs."""
     netns.preflight()  # root and `ip netns`, or a clear failure
     swept = netns.sweep_orphans()  # what a test killed before its `down` left
     if swept:
@@ -429,8 +429,14 @@ def storm_across_hosts(joiner: str, rows: int, rate: float, severe: bool = False
     assert not [name for name in listed if name.startswith(f"{prefix}-")], f"namespaces left after down: {listed}"
     assert not list(netns.NETNS_ETC.glob(f"{prefix}-*")), "/etc/netns entries left after down"
     assert not netns.owner_file(prefix).exists(), "the run's owner record left after down"
-    shutil.rmtree(workdir, ignore_errors=True)  # what `down` wrote there (kept when the run failed)
+    # The stage logs stay until the caller's checks of the report passed too (`forget_run`).
+    report["workdir"] = str(workdir)
     return report
+
+
+def forget_run(report: dict) -> None:
+    """Remove what a storm's `down` left in its folder, the stage logs: only once every check passed."""
+    shutil.rmtree(report["workdir"], ignore_errors=True)
 
 
 def run_storm(argv: list[str] | None = None) -> int:

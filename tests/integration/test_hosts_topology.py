@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import pytest
 
-from hosts_support import storm_across_hosts
+from hosts_support import forget_run, storm_across_hosts
 
 pytestmark = pytest.mark.integration
 
@@ -37,3 +37,4 @@ def test_the_cluster_across_hosts_survives_a_storm_of_network_faults_and_kills_e
                for line in confirmed), confirmed
     assert sum(line.startswith(("cut ", "isolate ")) for line in confirmed) == 4, confirmed
     assert sum(line.startswith(("heal ", "rejoin ")) for line in confirmed) == 4, confirmed
+    forget_run(report)

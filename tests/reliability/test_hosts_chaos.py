@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import pytest
 
-from hosts_support import storm_across_hosts
+from hosts_support import forget_run, storm_across_hosts
 
 pytestmark = [pytest.mark.slow, pytest.mark.integration]
 
@@ -44,3 +44,4 @@ def test_the_cluster_across_hosts_survives_minutes_of_network_faults(joiner: str
         report["confirmed"]
     lost_or_frozen = "lose-disk spark-worker-" if joiner == "spark" else "freeze lsb-joiner-"
     assert any(line.startswith(lost_or_frozen) for line in report["confirmed"]), report["confirmed"]
+    forget_run(report)
