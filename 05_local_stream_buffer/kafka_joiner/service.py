@@ -24,7 +24,8 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Topic
 from pipeline_core.broker_offsets import BrokerOffsets
 from pipeline_core.consumer_lag import REPORT_REQUEST_TIMEOUT_S
 from pipeline_core.data_loss import OffsetWatch
-from pipeline_core.kafka_clients import KafkaCallWedged, admin_client, produce, retry_transient, security_config
+from pipeline_core.kafka_clients import (KafkaCallWedged, admin_client, is_fatal, produce, retry_transient,
+                                         security_config)
 from pipeline_core.lifecycle import StopSignal
 from pipeline_core.progress import ProgressReporter
 from pipeline_core.records import DLQ_MAX_MESSAGE_BYTES
@@ -283,10 +284,8 @@ class KafkaJoiner:
             self._consumer_error(error)
 
     def _consumer_error(self, error: KafkaError) -> None:
-        # A fatal consumer error comes as _FATAL, not always flagged fatal (a static member fenced after the
-        # group coordinator restarted): the consumer serves nothing any more, so the joiner exits (and is
-        # restarted) instead of turning idle forever.
-        if error.fatal() or error.code() == KafkaError._FATAL:
+        # The consumer serves nothing any more: the joiner exits (and is restarted) instead of turning idle forever.
+        if is_fatal(error):
             raise KafkaException(error)
         log.warning("consumer: %s", error)
 

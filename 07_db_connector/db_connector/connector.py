@@ -19,7 +19,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Produ
 from pipeline_core.broker_offsets import BrokerOffsets
 from pipeline_core.consumer_lag import REPORT_REQUEST_TIMEOUT_S, unfetched_lag
 from pipeline_core.data_loss import WATERMARK_TIMEOUT_S, OffsetWatch
-from pipeline_core.kafka_clients import (ACCESS_ERRORS, admin_client, consumer_config, is_transient, produce,
+from pipeline_core.kafka_clients import (ACCESS_ERRORS, admin_client, consumer_config, is_fatal, is_transient, produce,
                                          producer_config, refused_for_itself, security_config)
 from pipeline_core.lifecycle import StopSignal
 from pipeline_core.logs import announce_ready
@@ -202,6 +202,10 @@ class DbConnector:
         if len(records) < len(messages):
             for message in messages:
                 error = message.error()
+                if error is not None and is_fatal(error):
+                    # The consumer serves nothing any more: exit, and supervision starts the connector again, with
+                    # a new consumer taking its partitions back; its uncommitted batch is read again.
+                    raise KafkaException(error)
                 if error is not None and error.code() != KafkaError._PARTITION_EOF and not self._watch.consumer_error(
                         error, message.topic()):
                     log.warning("consumer error: %s", error)

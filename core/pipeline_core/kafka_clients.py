@@ -55,6 +55,13 @@ def is_transient(error: KafkaError) -> bool:
     return not error.fatal() and (error.code() in TRANSIENT_ERRORS or error.retriable())
 
 
+def is_fatal(error: KafkaError) -> bool:
+    """True when the client serves nothing any more and only a new one helps. librdkafka reports a fatal consumer
+    error as _FATAL, not always flagged fatal (a static member fenced by a newer member with its
+    group.instance.id, as after its coordinator was cut off): a stage that only logged it turned idle for good."""
+    return error.fatal() or error.code() == KafkaError._FATAL
+
+
 def raise_partition_errors(partitions: Iterable[TopicPartition]) -> list[TopicPartition]:
     """The partitions of a per-partition answer (e.g. `Consumer.committed`), raising the first one's error."""
     partitions = list(partitions)

@@ -8,13 +8,13 @@ import signal
 from typing import Any
 
 import pytest
-from confluent_kafka import Producer
+from confluent_kafka import Consumer, Producer
 
 from conftest import EVENTS_FILE
 from db_connector_support import (PrivateInfluxDB, connector_args, connectors, count,  # noqa: F401 (fixtures)
                                   database, distinct_series_times, expected_joined_points, expected_raw_points,
                                   join_results, key_of, raw_records, wait_for_count, wait_for_points)
-from pipeline_core.kafka_clients import producer_config
+from pipeline_core.kafka_clients import consumer_config, producer_config
 from support import produce_records, read_topic, unique, wait_for
 
 pytestmark = pytest.mark.integration
@@ -63,6 +63,25 @@ def test_kill_9_mid_replay_then_restart_counts_exact(bootstrap, new_topics, data
 
     connectors(args, "second")
     wait_for_points(client, raw=expected_raw_points(raw))
+
+
+def test_a_static_member_fenced_by_its_successor_exits_instead_of_idling(bootstrap, new_topics, database, connectors):
+    """A static member whose group.instance.id a newer member took (as after its coordinator was cut off from it)
+    gets a fatal consumer error and serves nothing any more: the connector exits, for supervision to start it again
+    with a new consumer. It used to log the error and idle for good, reporting an unknown lag."""
+    topics = new_topics()
+    name, _client = database
+    group, instance = unique("db-connector-fenced"), unique("instance")
+    fenced = connectors(connector_args(topics, name, group, "--group-instance-id", instance), "fenced")
+    wait_for(lambda: "assigned machine" in fenced.log(), 60, "the connector's first assignment")
+    successor = Consumer(consumer_config(bootstrap, group, **{"group.instance.id": instance}))
+    successor.subscribe([topics.data, topics.out, topics.dlq])
+    try:
+        wait_for(lambda: successor.poll(0.2) is None and not fenced.alive(), 90, "the fenced connector to exit")
+    finally:
+        successor.close()
+    assert fenced.kill() != 0
+    assert "fenced" in fenced.log(), fenced.log()
 
 
 def test_influxdb_outage_mid_replay_loses_nothing(bootstrap, new_topics, connectors, raw, tmp_path):
