@@ -604,10 +604,10 @@ def dead_lettered_payloads(messages: list[Message]) -> list[bytes]:
 
 
 def run_chaos(plan: ChaosPlan, workdir: Path, faults: list[Fault] | None = None,
-              stack_class: type[PrivateStack] = PrivateStack) -> ChaosReport:
+              stack_class: type[PrivateStack] = PrivateStack, keep_workdir: bool = False) -> ChaosReport:
     """Replay, break (the seeded schedule unless `faults` are given), recover, then check every topic
     and InfluxDB against what a fault-free run holds. `stack_class`: the stack to run (cluster_support's for
-    TOPOLOGY=cluster)."""
+    TOPOLOGY=cluster). `keep_workdir`: leave the stage logs for a caller whose own checks of the report follow."""
     report = ChaosReport(plan)
     rows_file = workdir / "rows.json"
     subprocess.run([sys.executable, "-m", "simulator", "--synthetic", "--machines", str(plan.machines),
@@ -659,7 +659,8 @@ def run_chaos(plan: ChaosPlan, workdir: Path, faults: list[Fault] | None = None,
         joiner_log = stack.state_dir / f"{plan.joiner}-joiner" / f"{plan.joiner}-joiner.log"
         report.joiner_log = joiner_log.read_text(errors="replace") if joiner_log.exists() else ""
         stack.stack("down", timeout_s=300)
-    shutil.rmtree(workdir, ignore_errors=True)  # kept only when the run failed
+    if not keep_workdir:
+        shutil.rmtree(workdir, ignore_errors=True)  # kept only when the run failed
     return report
 
 

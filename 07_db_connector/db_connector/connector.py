@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import math
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -41,7 +42,7 @@ _CONSUME_CHUNK = 10_000
 
 # The commit's answer when the group rebalanced meanwhile: the partitions go (or went) to their next owner.
 _GROUP_CHANGED = frozenset((KafkaError.REBALANCE_IN_PROGRESS, KafkaError.ILLEGAL_GENERATION,
-                            KafkaError.UNKNOWN_MEMBER_ID))
+                            KafkaError.UNKNOWN_MEMBER_ID, KafkaError._ASSIGNMENT_LOST))
 
 
 # A named tuple's own constructor is Python code; tuple's makes the one per record at a third of the cost.
@@ -49,6 +50,11 @@ _consumed = tuple.__new__
 # The first pause of each wait for the sink, and for Kafka (a commit, dead letters); `--retry-max-s` caps both.
 _SINK_FIRST_PAUSE_S = 0.1
 _KAFKA_FIRST_PAUSE_S = 0.5
+# A commit's answer comes in milliseconds when the coordinator is up; one slower is waited for with fetching
+# paused. Each wait for it polls at most this long.
+_COMMIT_ANSWER_DUE_S = 1.0
+_COMMIT_POLL_S = 0.05
+_UNANSWERED = object()
 
 
 class WriteAborted(Exception):
@@ -128,8 +134,8 @@ class DbConnector:
         static_membership = {"group.instance.id": settings.group_instance_id} if settings.group_instance_id else {}
         self._consumer = Consumer(consumer_config(settings.kafka_bootstrap_servers, settings.group_id,
                                                   **security_config(settings), **{"client.id": STAGE,
-                                                     "session.timeout.ms": settings.session_timeout_ms},
-                                                  **static_membership))
+                                                     "session.timeout.ms": settings.session_timeout_ms,
+                                                     "on_commit": self._on_commit}, **static_membership))
         # The ends of partitions not read from (`lag`).
         self._broker_offsets = BrokerOffsets(settings.kafka_bootstrap_servers, REPORT_REQUEST_TIMEOUT_S,
                                              security=security_config(settings))
@@ -139,6 +145,9 @@ class DbConnector:
         self._batch = Batch()
         self._flushing = False
         self._assignment_changed = False
+        # The answer to the last commit asked for (`_commit_serving_group`): None when committed.
+        self._commit_answer: KafkaError | None | object = _UNANSWERED
+        self._commit_asked: set[tuple[str, int, int]] = set()
         # Messages a paused consumer still handed out while the sink was away: processed next.
         self._held_back: list[Message] = []
         # Fetching paused while a write or commit waits. Every assignment is set to it (_on_assign): librdkafka
@@ -277,29 +286,61 @@ class DbConnector:
         commit, re-writing the same points, so this batch's offsets must not be committed."""
         # Bound: no deadline (the batch stays uncommitted, the group served); pauses up to `--retry-max-s`.
         retries = Retries(Backoff(min(_KAFKA_FIRST_PAUSE_S, self.settings.retry_max_s), self.settings.retry_max_s))
-        while not self._assignment_changed:
-            delay_s = retries.next_pause_s()
-            try:
-                self._consumer.commit(offsets=offsets, asynchronous=False)
-                return
-            except KafkaException as exception:
-                error: KafkaError = exception.args[0]
-                if error.code() in _GROUP_CHANGED:
+        self._flushing = True  # a revocation while waiting is noted
+        try:
+            while not self._assignment_changed:
+                error = self._commit_serving_group(offsets)
+                if error is None:
+                    return
+                if error.code() in _GROUP_CHANGED or self._assignment_changed:
                     break
                 if not is_transient(error):
-                    raise
+                    raise KafkaException(error)
                 if self.stop.is_set():
                     log.warning("stopping with a batch uncommitted (%s): it is read again on the next start",
                                 error.str())
                     return
+                delay_s = retries.next_pause_s()
                 log.warning("committing offsets failed (%s); retrying in %.1f s", error.str(), delay_s)
-            self._flushing = True  # a revocation while waiting is noted
-            try:
                 self._wait_polling(delay_s)
-            finally:
-                self._flushing = False
-        self._assignment_changed = False
-        log.info("the group changed while the batch was written: its records are read again, not committed")
+            log.info("the group changed while the batch was written: its records are read again, not committed")
+        finally:
+            self._flushing = False
+            self._assignment_changed = False
+
+    def _commit_serving_group(self, offsets: list[TopicPartition]) -> KafkaError | None:
+        """Commit `offsets` and wait for the coordinator's answer (None: committed) while polling, so that this
+        member goes on serving its group and reporting its progress; a revocation meanwhile ends the wait (the
+        batch is read again whatever the answer). A synchronous commit serves neither: with the coordinator's
+        host cut off it blocked for 49 s, and a rebalance meanwhile waited for this member while the other one
+        held no partitions."""
+        self._commit_asked = {(p.topic, p.partition, p.offset) for p in offsets}
+        self._commit_answer = _UNANSWERED
+        try:
+            self._consumer.commit(offsets=offsets, asynchronous=True)
+        except KafkaException as refused:
+            return refused.args[0]
+
+        def answered() -> bool:
+            return self._commit_answer is not _UNANSWERED or self._assignment_changed
+
+        # Pausing drops what the consumer fetched ahead: only an answer slower than usual is waited for paused.
+        answer_due = time.monotonic() + _COMMIT_ANSWER_DUE_S
+        while not answered() and time.monotonic() < answer_due:
+            self._held_back.extend(self._consumer.consume(_CONSUME_CHUNK, _COMMIT_POLL_S))
+        if not answered():
+            log.warning("committing offsets: no answer from the group coordinator in %.1f s; waiting for it with "
+                        "fetching paused", _COMMIT_ANSWER_DUE_S)
+            self._wait_polling(math.inf, until=answered)
+        if self._commit_answer is _UNANSWERED:  # revoked, or stopping: the answer no longer matters
+            return KafkaError(KafkaError._TIMED_OUT, "the commit was not answered before the group changed or "
+                                                     "the connector stopped")
+        return self._commit_answer
+
+    def _on_commit(self, error: KafkaError | None, partitions: list[TopicPartition]) -> None:
+        # The answer of a commit no longer waited for (revoked meanwhile) names other offsets: it is not this one's.
+        if {(p.topic, p.partition, p.offset) for p in partitions} == self._commit_asked:
+            self._commit_answer = error or next((p.error for p in partitions if p.error is not None), None)
 
     def _produce_dead_letters(self, dead_letters: list[bytes]) -> None:
         """Deliver the batch's dead letters before its offsets are committed. While Kafka is away this
@@ -345,14 +386,15 @@ class DbConnector:
 
     # -- outages and rebalances -------------------------------------------------------------------
 
-    def _wait_polling(self, seconds: float) -> None:
-        """Wait between write retries while serving the consumer group, with fetching paused."""
+    def _wait_polling(self, seconds: float, until: Callable[[], bool] | None = None) -> None:
+        """Wait between write retries (or, with `until`, until it holds) while serving the consumer group, with
+        fetching paused."""
         assignment = self._consumer.assignment()
         self._fetch_paused = True
         if assignment:
             self._consumer.pause(assignment)
         end = time.monotonic() + seconds
-        while not self.stop.is_set() and (remaining := end - time.monotonic()) > 0:
+        while not self.stop.is_set() and (remaining := end - time.monotonic()) > 0 and not (until and until()):
             message = self._consumer.poll(min(remaining, 0.5))
             if message is not None:
                 self._held_back.append(message)
