@@ -2,6 +2,7 @@
 InfluxDB counts, and a private influxd that a test may stop and start."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -22,10 +23,12 @@ from pipeline_core import paths
 from pipeline_core.health import influxdb_ready
 from pipeline_core.influx_retention import (DATA_MEASUREMENT, DEADLETTER_MEASUREMENT, JOINED_MEASUREMENT,
                                             JOINED_POLICY, RAW_POLICY, RetentionSettings, ensure_retention)
+from pipeline_core.kafka_clients import admin_client
 from pipeline_core.records import record_key
 from pipeline_core.settings import ConnectionSettings, load_settings
+from pipeline_core.topics import MACHINE_DATA, MACHINE_DLQ, MACHINE_OUT, ensure_topics
 from stack.services import render
-from support import unique, wait_for
+from support import produce_records, unique, wait_for
 
 ROW_FIELDS = ("Thing", "Timestamp", "id")
 
@@ -244,6 +247,33 @@ class ConnectorProcess:
             self.process.send_signal(sig)
         return self.process.wait(30)
 
+
+
+@dataclasses.dataclass(frozen=True)
+class PipelineTopics:
+    data: str
+    out: str
+    dlq: str
+
+
+def one_batch_waiting(bootstrap: str, suffix: str, database: str, start: Callable[..., ConnectorProcess],
+                      records: list[dict[str, Any]], flush_interval_s: float, session_timeout_ms: int,
+                      progress_interval_s: float = 1) -> tuple[PipelineTopics, ConnectorProcess]:
+    """The pipeline's three topics with `suffix` made on `bootstrap`, `records` in the data topic, and a connector
+    (from the `connectors` fixture's `start`) that took them all in one batch, to be written `flush_interval_s`
+    after its first record: what a test does to Kafka before then meets the batch's write and commit."""
+    topics = PipelineTopics(*(f"{spec.name}.{suffix}" for spec in (MACHINE_DATA, MACHINE_OUT, MACHINE_DLQ)))
+    ensure_topics(admin_client(bootstrap), tuple(dataclasses.replace(spec, name=topic) for spec, topic in
+                                                 ((MACHINE_DATA, topics.data), (MACHINE_OUT, topics.out),
+                                                  (MACHINE_DLQ, topics.dlq))))
+    produce_records(bootstrap, topics.data, records, key=key_of)
+    connector = start(connector_args(
+        topics, database, None, "--kafka-bootstrap-servers", bootstrap, "--batch-size", "1000000",
+        "--flush-interval-s", str(flush_interval_s), "--session-timeout-ms", str(session_timeout_ms),
+        "--retry-max-s", "1", "--progress-interval-s", str(progress_interval_s)))
+    wait_for(lambda: f"records in {len(records):,}" in connector.log(), 30, "the records consumed, in one batch")
+    assert "committing offsets" not in connector.log()  # the batch waits for its flush
+    return topics, connector
 
 def connector_args(topics: Any, database: str, group: str | None = None, *extra: str) -> list[str]:
     return ["--data-topic", topics.data, "--out-topic", topics.out, "--dlq-topic", topics.dlq,

@@ -31,7 +31,7 @@ from pipeline_core.settings import MqttSettings, load_settings
 from pipeline_core.stage_health import Heartbeat, read_heartbeat
 from simulator.settings import SimulatorSettings
 from stack import netns, placement
-from support import wait_for
+from support import process_state, wait_for
 
 # A port nothing listens on: a connect to it is refused by a host that can be reached, and fails otherwise.
 UNUSED_PORT = 9
@@ -149,13 +149,13 @@ class PrivateHostsStack(PrivateStack):
         if fault.action == "freeze":
             pid = self.pid(fault.target)
             os.killpg(pid, signal.SIGSTOP)
-            wait_for(lambda: _state(pid) == "T", 30, f"{fault.target} frozen")
+            wait_for(lambda: process_state(pid) == "T", 30, f"{fault.target} frozen")
             self.frozen[fault.target] = pid
             self.confirmed.append(f"freeze {fault.target}: process group {pid} stopped (state T)")
         elif fault.action == "thaw":
             pid = self.frozen.pop(fault.target)
             os.killpg(pid, signal.SIGCONT)
-            wait_for(lambda: _state(pid) != "T", 30, f"{fault.target} running again")
+            wait_for(lambda: process_state(pid) != "T", 30, f"{fault.target} running again")
             self.confirmed.append(f"thaw {fault.target}: process group {pid} running again")
         elif fault.action == "lose-disk":
             # The host goes, and the program with it (a Kafka node, a Spark worker with its executors): cut off,
@@ -256,10 +256,6 @@ class PrivateHostsStack(PrivateStack):
         lines = self.stack("status", check=False).splitlines()
         return next((line for line in lines if line.startswith(f"host {host} ")
                      and "cannot reach" in line and server in line.split("cannot reach", 1)[1]), None)
-
-
-def _state(pid: int) -> str:
-    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
 
 
 def _failure(error: str | None) -> str | None:

@@ -36,6 +36,11 @@ def wait_for(check: Callable[[], T], deadline_s: float, what: str, interval_s: f
         time.sleep(interval_s)
 
 
+def process_state(pid: int) -> str:
+    """The state letter /proc gives process `pid` (R, S, T for stopped by SIGSTOP, ...)."""
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+
+
 def port_open(host: str, port: int) -> bool:
     """Whether something accepts connections on host:port now."""
     with socket.socket() as probe:

@@ -12,7 +12,6 @@ from __future__ import annotations
 import os
 import shutil
 import signal
-from pathlib import Path
 
 import pytest
 from confluent_kafka import KafkaError, Message, Producer
@@ -22,15 +21,12 @@ from chaos_support import chaos_workdir
 from cluster_support import KAFKA_NODES, PrivateClusterStack
 from pipeline_core.kafka_clients import admin_client, producer_config, retry_transient
 from stream_connector.redelivery import fence_transactional_id, read_tail, settle_unseen_writes
-from support import unique, wait_for
+from support import process_state, unique, wait_for
 
 pytestmark = pytest.mark.integration
 
 TAIL_RECORDS = 100
 
-
-def _state(pid: int) -> str:
-    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
 
 
 @pytest.mark.timeout(900)
@@ -57,7 +53,7 @@ def test_after_the_fence_the_tail_holds_what_a_frozen_follower_kept_unreadable()
         pid = stack.pid(f"kafka-{follower}")
         os.killpg(pid, signal.SIGSTOP)
         try:
-            wait_for(lambda: _state(pid) == "T", 10, f"kafka-{follower} frozen")
+            wait_for(lambda: process_state(pid) == "T", 10, f"kafka-{follower} frozen")
             acknowledged: list[KafkaError | None] = []
 
             def delivered(error: KafkaError | None, _message: Message) -> None:
@@ -76,7 +72,7 @@ def test_after_the_fence_the_tail_holds_what_a_frozen_follower_kept_unreadable()
             after = read_tail(bootstrap, topic, 1, TAIL_RECORDS, security=security)
             assert b"held back" in after, "the tail after the fence lacks the record the leader held"
             assert len(after) == 2, "the fence's own record is readable"  # aborted: read_committed skips it
-            assert _state(pid) == "T", f"kafka-{follower} thawed before the fence was done: the test proved nothing"
+            assert process_state(pid) == "T", f"kafka-{follower} thawed before the fence was done: the test proved nothing"
         finally:
             os.killpg(pid, signal.SIGCONT)
         assert producer.flush(60) == 0 and acknowledged == [None]

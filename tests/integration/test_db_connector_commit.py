@@ -9,25 +9,21 @@ The test freezes Kafka, so it runs a broker of its own (`private_kafka`).
 """
 from __future__ import annotations
 
-import dataclasses
 import os
 import signal
 import subprocess
 import sys
 import time
 from datetime import datetime
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 from conftest import EVENTS_FILE
-from db_connector_support import (connector_args, connectors, database,  # noqa: F401 (fixtures)
-                                  expected_raw_points, key_of, raw_records, wait_for_points)
-from pipeline_core.kafka_clients import admin_client
-from pipeline_core.topics import MACHINE_DATA, MACHINE_DLQ, MACHINE_OUT, ensure_topics
+from db_connector_support import (connectors, database,  # noqa: F401 (fixtures)
+                                  expected_raw_points, key_of, one_batch_waiting, raw_records, wait_for_points)
 from pipeline_core import paths
-from support import produce_records, wait_for
+from support import process_state, produce_records, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -38,17 +34,6 @@ SESSION_TIMEOUT_MS = 60_000
 # Progress reports the connector makes while the commit waits (one per PROGRESS_INTERVAL_S): a synchronous commit
 # blocked the loop, and made none.
 REPORTS_WHILE_COMMITTING = 5
-
-
-@dataclasses.dataclass(frozen=True)
-class Topics:
-    data: str
-    out: str
-    dlq: str
-
-
-def _state(pid: int) -> str:
-    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
 
 
 def _kafka_pid() -> int:
@@ -68,26 +53,17 @@ def test_a_commit_waiting_for_a_frozen_broker_keeps_the_connector_reporting(
         private_kafka: str, database, connectors) -> None:
     bootstrap = private_kafka
     name, client = database
-    topics = Topics(*(f"{spec.name}.commit-wait" for spec in (MACHINE_DATA, MACHINE_OUT, MACHINE_DLQ)))
-    ensure_topics(admin_client(bootstrap), tuple(dataclasses.replace(spec, name=topic) for spec, topic in
-                                                 ((MACHINE_DATA, topics.data), (MACHINE_OUT, topics.out),
-                                                  (MACHINE_DLQ, topics.dlq))))
     raw: list[dict[str, Any]] = raw_records(EVENTS_FILE)
     half = len(raw) // 2
-    produce_records(bootstrap, topics.data, raw[:half], key=key_of)
     # One batch for the whole first half, written FLUSH_INTERVAL_S after its first record: the broker is frozen by
     # then, so the commit after the write waits for it.
-    connector = connectors(connector_args(
-        topics, name, None, "--kafka-bootstrap-servers", bootstrap, "--batch-size", "1000000",
-        "--flush-interval-s", str(FLUSH_INTERVAL_S), "--session-timeout-ms", str(SESSION_TIMEOUT_MS),
-        "--retry-max-s", "1", "--progress-interval-s", str(PROGRESS_INTERVAL_S)))
-    wait_for(lambda: f"records in {half:,}" in connector.log(), 30, "the first half consumed, in one batch")
-    assert "committing offsets" not in connector.log()  # the batch waits for its flush: the freeze goes first
+    topics, connector = one_batch_waiting(bootstrap, "commit-wait", name, connectors, raw[:half], FLUSH_INTERVAL_S,
+                                          SESSION_TIMEOUT_MS, PROGRESS_INTERVAL_S)
 
     pid = _kafka_pid()
     os.killpg(pid, signal.SIGSTOP)
     try:
-        wait_for(lambda: _state(pid) == "T", 10, "Kafka frozen")
+        wait_for(lambda: process_state(pid) == "T", 10, "Kafka frozen")
         # The batch stored: its commit is asked of the frozen coordinator, which answers nothing.
         wait_for_points(client, raw=expected_raw_points(raw[:half]), deadline_s=60)
         written_at = time.time()
@@ -97,7 +73,7 @@ def test_a_commit_waiting_for_a_frozen_broker_keeps_the_connector_reporting(
 
         wait_for(lambda: reports_since_written() >= REPORTS_WHILE_COMMITTING, REPORTS_WHILE_COMMITTING * 4,
                  f"{REPORTS_WHILE_COMMITTING} progress reports while the commit waits", interval_s=0.5)
-        assert _state(pid) == "T", "Kafka thawed before the reports were seen: the test proved nothing"
+        assert process_state(pid) == "T", "Kafka thawed before the reports were seen: the test proved nothing"
     finally:
         os.killpg(pid, signal.SIGCONT)
 

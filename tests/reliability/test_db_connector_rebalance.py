@@ -11,16 +11,13 @@ The test stops and starts Kafka, so it runs a broker of its own (`private_kafka`
 """
 from __future__ import annotations
 
-import dataclasses
 from typing import Any
 
 import pytest
 
 from conftest import EVENTS_FILE
-from db_connector_support import (connector_args, connectors, database,  # noqa: F401 (fixtures)
-                                  expected_raw_points, key_of, raw_records, wait_for_points)
-from pipeline_core.kafka_clients import admin_client
-from pipeline_core.topics import MACHINE_DATA, MACHINE_DLQ, MACHINE_OUT, ensure_topics
+from db_connector_support import (connectors, database,  # noqa: F401 (fixtures)
+                                  expected_raw_points, key_of, one_batch_waiting, raw_records, wait_for_points)
 from stack import manager
 from stack.services import Kafka
 from support import confirm_down, produce_records, wait_for
@@ -31,32 +28,16 @@ FLUSH_INTERVAL_S = 8
 SESSION_TIMEOUT_MS = 12_000
 
 
-@dataclasses.dataclass(frozen=True)
-class Topics:
-    data: str
-    out: str
-    dlq: str
-
-
 def test_partitions_given_back_after_a_session_timeout_in_a_commit_wait_are_fetched_again(
         private_kafka: str, database, connectors) -> None:
     bootstrap = private_kafka
     name, client = database
-    topics = Topics(*(f"{spec.name}.rebalance" for spec in (MACHINE_DATA, MACHINE_OUT, MACHINE_DLQ)))
-    ensure_topics(admin_client(bootstrap), tuple(dataclasses.replace(spec, name=topic) for spec, topic in
-                                                 ((MACHINE_DATA, topics.data), (MACHINE_OUT, topics.out),
-                                                  (MACHINE_DLQ, topics.dlq))))
     raw: list[dict[str, Any]] = raw_records(EVENTS_FILE)
     half = len(raw) // 2
-    produce_records(bootstrap, topics.data, raw[:half], key=key_of)
     # One batch for the whole first half, written FLUSH_INTERVAL_S after its first record: Kafka is stopped by
     # then, so the commit that follows the write waits for it, fetching paused, until the session times out.
-    connector = connectors(connector_args(
-        topics, name, None, "--kafka-bootstrap-servers", bootstrap, "--batch-size", "1000000",
-        "--flush-interval-s", str(FLUSH_INTERVAL_S), "--session-timeout-ms", str(SESSION_TIMEOUT_MS),
-        "--retry-max-s", "1", "--progress-interval-s", "1"))
-    wait_for(lambda: f"records in {half:,}" in connector.log(), 30, "the first half consumed, in one batch")
-    assert "committing offsets" not in connector.log()  # the batch waits for its flush: Kafka goes first
+    topics, connector = one_batch_waiting(bootstrap, "rebalance", name, connectors, raw[:half], FLUSH_INTERVAL_S,
+                                          SESSION_TIMEOUT_MS)
     assert "kafka" in manager.down([Kafka()])
     confirm_down(bootstrap, "Kafka")
     wait_for(lambda: "committing offsets" in connector.log(), 60, "the commit waiting for Kafka")
