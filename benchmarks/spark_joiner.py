@@ -336,8 +336,11 @@ def run_latency(spark, bootstrap: str, machines: int, rate: int, duration_s: flo
         batches = [p["durationMs"]["triggerExecution"] / 1000 for p in busy]
         phases = {phase: round(float(np.mean([p["durationMs"].get(phase, 0) for p in busy])) / 1000, 2)
                   for phase in (busy[0]["durationMs"] if busy else ())}
-        log.info("latency run: %d batches, mean seconds per phase %s, mean input rows %.0f", len(busy), phases,
-                 np.mean([p["numInputRows"] for p in busy]) if busy else 0)
+        log.info("latency run: %d batches, mean seconds per phase %s, mean input rows %.0f; in the sink %.2f s "
+                 "computing and %.2f s producing per batch", len(busy), phases,
+                 np.mean([p["numInputRows"] for p in busy]) if busy else 0,
+                 sink.counters.compute_seconds / max(sink.counters.batches, 1),
+                 sink.counters.produce_seconds / max(sink.counters.batches, 1))
         stop_between_batches(query)
         sink.close()
     latencies = []
@@ -477,7 +480,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="maxOffsetsPerTrigger of the throughput runs (the first batch, with the warm-up, is reported apart)")
     parser.add_argument("--rate", type=int, default=10_000, help="records/s of the latency run")
     parser.add_argument("--latency-s", type=float, default=30.0)
-    parser.add_argument("--trigger-s", type=float, default=0.5, help="trigger of the latency run")
+    parser.add_argument("--trigger-s", type=float, default=SparkJoinerSettings.trigger_s,
+                        help="trigger of the latency run (the job's default)")
     parser.add_argument("--master", default="local[*]")
     parser.add_argument("--shuffle-partitions", type=int, default=SparkJoinerSettings.shuffle_partitions,
                         help="state partitions of the job (the joiner's default unless given)")

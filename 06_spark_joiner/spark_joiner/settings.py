@@ -12,6 +12,13 @@ from pipeline_core.settings import KafkaSettings, ProgressSettings, setting
 from pipeline_core.topics import MACHINE_DATA, MACHINE_DLQ, MACHINE_OUT
 
 DEFAULT_CHECKPOINT_DIR = STATE_DIR / "spark_joiner" / "checkpoint"
+# Spark pays per state partition and per bucket in every micro-batch, input or not (a task and its state store's
+# load and commit per partition, a Python call and its state calls per bucket): the defaults are what one
+# machine's cores need, and the least of both fixed costs (latency in docs/benchmarks.md). A cluster sets more.
+DEFAULT_SHUFFLE_PARTITIONS = 2
+DEFAULT_BUCKETS = 16
+# Per bucket: the engine's bound of 20,000 keys times four keeps the bound of the former 64 buckets in 16.
+DEFAULT_MAX_JOIN_KEYS_PER_BUCKET = 4 * DEFAULT_MAX_JOIN_KEYS
 
 
 @dataclasses.dataclass(frozen=True)
@@ -27,19 +34,19 @@ class SparkJoinerSettings(KafkaSettings, ProgressSettings):
                           "Spark master: local[*], local-cluster[2,1,1024], spark://host:7077, k8s://...")
     checkpoint_dir: Path = setting(DEFAULT_CHECKPOINT_DIR, "SPARK_JOINER_CHECKPOINT_DIR",
                                    "Structured Streaming checkpoint (offsets, join state); a restart resumes it")
-    trigger_s: float = setting(0.5, "SPARK_JOINER_TRIGGER_S", "micro-batch trigger interval in seconds (0: as fast as "
+    trigger_s: float = setting(0.25, "SPARK_JOINER_TRIGGER_S", "micro-batch trigger interval in seconds (0: as fast as "
                                "possible)", formerly=("--trigger-seconds", "SPARK_JOINER_TRIGGER_SECONDS"))
     max_offsets_per_trigger: int = setting(500_000, "SPARK_JOINER_MAX_OFFSETS_PER_TRIGGER",
                                            "most input records per micro-batch (0: no limit)")
-    shuffle_partitions: int = setting(4, "SPARK_JOINER_SHUFFLE_PARTITIONS",
+    shuffle_partitions: int = setting(DEFAULT_SHUFFLE_PARTITIONS, "SPARK_JOINER_SHUFFLE_PARTITIONS",
                                       "state partitions; a change starts a new checkpoint, which rebuilds the state "
                                       "from the input (see the README)", minimum=1)
-    buckets: int = setting(64, "SPARK_JOINER_BUCKETS",
+    buckets: int = setting(DEFAULT_BUCKETS, "SPARK_JOINER_BUCKETS",
                            "hash buckets the join keys are grouped into (one Spark group each); a change starts "
                            "a new checkpoint, which rebuilds the state from the input (see the README)", minimum=1)
     max_pending_per_side: int = setting(DEFAULT_MAX_PENDING_PER_SIDE, "SPARK_JOINER_MAX_PENDING_PER_SIDE",
                                         "pending records per side and key before the oldest are forced")
-    max_join_keys: int = setting(DEFAULT_MAX_JOIN_KEYS, "SPARK_JOINER_MAX_JOIN_KEYS",
+    max_join_keys: int = setting(DEFAULT_MAX_JOIN_KEYS_PER_BUCKET, "SPARK_JOINER_MAX_JOIN_KEYS",
                                  "join keys (thing x join spec x axis) per bucket; beyond it the least recently used "
                                  "are evicted and the records they held dead-lettered as evicted (0: no bound)")
     transactional_id: str | None = setting(None, "SPARK_JOINER_TRANSACTIONAL_ID",
