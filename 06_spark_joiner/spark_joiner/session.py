@@ -8,9 +8,11 @@ spark-submit's: the session takes its settings and adds only the job's own (`sub
 """
 from __future__ import annotations
 
+import atexit
 import logging
 import os
 import shlex
+import shutil
 import signal
 import subprocess
 import sys
@@ -28,6 +30,7 @@ from pipeline_core.paths import SPARK_JARS
 
 from . import class_archive
 from .console import forward_console
+from .settings import DEFAULT_SHUFFLE_PARTITIONS
 
 log = logging.getLogger(__name__)
 
@@ -134,19 +137,29 @@ def java_options(quick_jit: bool) -> str:
     return f"{QUICK_JIT} {THROUGHPUT_GC}" if quick_jit else THROUGHPUT_GC
 
 
-def _driver_java_options(quick_jit: bool, archive_at_exit: Path | None) -> str:
-    """The driver JVM's options: JIT and GC, its temporary files where this process keeps its own (the stack gives
-    each program a TMPDIR under its state dir), the log4j2 configuration, and the class archive: mapped, or
-    written at exit when `archive_at_exit` is given (`class_archive`)."""
+def driver_temp_dir() -> Path:
+    """The driver JVM's temporary files: Spark's local dirs (shuffle blocks, the session's artifacts) and the native
+    libraries RocksDB and LZ4 unpack (about 15 MB a JVM), in a folder of their own under this process's temporary dir
+    (the stack gives each program one under its state dir), removed when this process exits. The JVM, stopped with
+    its Python process, leaves most of them behind, and a test session starts dozens of JVMs."""
+    folder = Path(tempfile.mkdtemp(prefix="spark-driver-"))
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)
+    return folder
+
+
+def _driver_java_options(quick_jit: bool, archive_at_exit: Path | None, temp_dir: Path) -> str:
+    """The driver JVM's options: JIT and GC, its temporary files in `temp_dir`, the log4j2 configuration, and the
+    class archive: mapped, or written at exit when `archive_at_exit` is given (`class_archive`)."""
     # Writing an archive, the JVM names every class it leaves out (signed jars, generated ones): no news.
     archive = (f"-XX:ArchiveClassesAtExit={archive_at_exit} -Xlog:cds=off,cds+dynamic=off" if archive_at_exit
                else class_archive.java_options())
-    options = [java_options(quick_jit), f"-Djava.io.tmpdir={tempfile.gettempdir()}",
+    options = [java_options(quick_jit), f"-Djava.io.tmpdir={temp_dir}",
                f"-Dlog4j2.configurationFile={CONF_DIR / 'log4j2.properties'}", archive]
     return " ".join(shlex.quote(option) if option.startswith("-D") else option for option in options if option)
 
 
-def spark_session(master: str = "local[*]", app_name: str = "spark-joiner", shuffle_partitions: int = 4,
+def spark_session(master: str = "local[*]", app_name: str = "spark-joiner",
+                  shuffle_partitions: int = DEFAULT_SHUFFLE_PARTITIONS,
                   driver_memory: str = "1g", extra: dict[str, str] | None = None,
                   quick_jit: bool = True, archive_at_exit: Path | None = None) -> SparkSession:
     """A Spark session ready for the joiner: Kafka source, RocksDB state store, Arrow, quiet. Once per process.
@@ -159,13 +172,16 @@ def spark_session(master: str = "local[*]", app_name: str = "spark-joiner", shuf
         conf = submitted_conf(SparkConf(_jvm=gateway.jvm), app_name, shuffle_partitions, quick_jit, extra)
     else:
         prepare_environment()
+        temp_dir = driver_temp_dir()
         options = {
             "spark.master": master,
             "spark.jars": ",".join(str(jar) for jar in connector_jars()),
             "spark.driver.memory": driver_memory,
             "spark.driver.host": os.environ["SPARK_LOCAL_IP"],
             "spark.driver.bindAddress": os.environ["SPARK_LOCAL_IP"],
-            "spark.driver.extraJavaOptions": _driver_java_options(quick_jit, archive_at_exit),
+            "spark.driver.extraJavaOptions": _driver_java_options(quick_jit, archive_at_exit, temp_dir),
+            # In local mode the executor is this JVM; a cluster's executors keep what their workers give them.
+            **({"spark.local.dir": str(temp_dir)} if master.startswith("local") else {}),
             # Python workers without Spark's zip archives on their path (see worker_daemon).
             "spark.python.daemon.module": "spark_joiner.worker_daemon",
             **deployment_defaults(app_name, java_options(quick_jit)),
