@@ -24,7 +24,7 @@ from .rejections import Rejection
 from .specs import SpecBinding
 
 # Far above a plant's keys per partition or bucket (10,000 machines of two axes are about 4,000 keys in each of
-# the 5 partitions, 300 in each of the Spark job's 64 buckets). A key with a few held records costs the
+# the 5 partitions, 1,250 in each of the Spark job's 16 buckets). A key with a few held records costs the
 # standalone joiner about 6 kB (see the package README), so the bound caps a partition near 120 MB.
 DEFAULT_MAX_JOIN_KEYS = 20_000
 EVICT_DOWN_TO = 0.9
