@@ -34,6 +34,7 @@ from pipeline_core.health import mqtt_ready
 from pipeline_core.mqtt import new_client, pump, wait_connected
 from pipeline_core.settings import MqttSettings
 from simulator.publisher import Publisher
+from stack.processes import free_loopback_ports
 
 TOPIC = "bench/persistence"
 SESSION_ID = "bench-persistent-session"
@@ -62,7 +63,7 @@ class Broker:
 
     def __init__(self, folder: Path, persistence: str) -> None:
         self.folder = folder
-        self.port = _free_port()
+        (self.port,) = free_loopback_ports(1)
         self.config = folder / "mosquitto.conf"
         self.log = folder / "mosquitto.log"
         (folder / "data").mkdir(parents=True, exist_ok=True)
@@ -110,13 +111,6 @@ class Broker:
         if not self.log.exists():
             return 0
         return self.log.read_text(errors="replace").count("Saving in-memory database")
-
-
-def _free_port() -> int:
-    import socket
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def _wait(check, deadline_s: float, what: str) -> None:

@@ -7,7 +7,6 @@ import json
 import math
 import os
 import signal
-import socket
 import subprocess
 import sys
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -27,6 +26,7 @@ from pipeline_core.kafka_clients import admin_client
 from pipeline_core.records import record_key
 from pipeline_core.settings import ConnectionSettings, load_settings
 from pipeline_core.topics import MACHINE_DATA, MACHINE_DLQ, MACHINE_OUT, ensure_topics
+from stack.processes import free_loopback_ports
 from stack.services import render
 from support import produce_records, unique, wait_for
 
@@ -281,20 +281,14 @@ def connector_args(topics: Any, database: str, group: str | None = None, *extra:
             "--progress-interval-s", "2", *extra]
 
 
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
 class PrivateInfluxDB:
     """An influxd of this test only (own ports and data dir), from the stack's config template."""
 
     def __init__(self, directory: Path) -> None:
         self.directory = directory
-        self.port = free_port()
+        self.port, rpc_port = free_loopback_ports(2)
         self.config = render(paths.INFLUXDB_GRAFANA_DIR / "influxdb.conf", directory / "influxdb.conf",
-                             port=self.port, rpc_port=free_port(), data_dir=directory / "data",
+                             port=self.port, rpc_port=rpc_port, data_dir=directory / "data",
                              bind_host="127.0.0.1", auth_enabled="false", https_enabled="false",
                              https_certificate="", https_private_key="")
         self.process: subprocess.Popen | None = None

@@ -18,7 +18,8 @@ from pipeline_core.records import decode_record
 from pipeline_core.settings import KafkaSettings, load_settings
 from pipeline_core.topics import MACHINE_DATA, MACHINE_OUT
 from db_connector_support import JSON_ANSWERS
-from support import Message, free_ports, read_topic, unique
+from stack.processes import free_loopback_ports
+from support import Message, read_topic, unique
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 # Servers plus the pipeline; the joiner's name depends on JOINER.
@@ -51,7 +52,7 @@ class PrivateStack:
     SECURITY=on`."""
 
     def __init__(self, state_dir: Path, *, secure: bool = False) -> None:
-        mqtt, kafka, controller, influx, rpc = free_ports(5)
+        mqtt, kafka, controller, influx, rpc = free_loopback_ports(5)
         self.state_dir = state_dir
         self.bootstrap = f"127.0.0.1:{kafka}"
         self.env = {

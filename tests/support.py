@@ -55,18 +55,6 @@ def confirm_down(addresses: str, what: str, deadline_s: float = 30) -> None:
              f"{what} to refuse connections on {addresses}")
 
 
-def free_ports(count: int) -> list[int]:
-    """Ports nothing listens on right now, for a private stack beside the shared one."""
-    sockets = [socket.socket() for _ in range(count)]
-    try:
-        for s in sockets:
-            s.bind(("127.0.0.1", 0))
-        return [s.getsockname()[1] for s in sockets]
-    finally:
-        for s in sockets:
-            s.close()
-
-
 def unique(prefix: str) -> str:
     return f"{prefix}.{uuid.uuid4().hex[:10]}"
 

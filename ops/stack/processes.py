@@ -52,6 +52,19 @@ def port_is_free(port: int, host: str = "127.0.0.1") -> bool:
     return True
 
 
+def free_loopback_ports(count: int) -> list[int]:
+    """`count` distinct loopback ports nothing listens on now, as the system offers them, for a server of its own
+    beside others (a private stack, a provisioning broker)."""
+    probes = [socket.socket() for _ in range(count)]
+    try:
+        for probe in probes:  # all bound at once: the system hands out distinct ports
+            probe.bind(("127.0.0.1", 0))
+        return [probe.getsockname()[1] for probe in probes]
+    finally:
+        for probe in probes:
+            probe.close()
+
+
 def port_holder(port: int) -> str:
     """Who listens on `port`, e.g. 'java (pid 1234)', as far as `ss` can tell."""
     try:

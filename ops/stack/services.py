@@ -22,7 +22,7 @@ from pipeline_core.settings import MqttSettings, load_settings
 from pipeline_core.logs import ready_marker
 from pipeline_core.stage_health import StageHealth, assess, read_heartbeat
 from . import certificates, influxdb_users, mqtt_security, security
-from .processes import StackError, process_start_ticks, tail_bytes
+from .processes import StackError, free_loopback_ports, process_start_ticks, tail_bytes
 
 log = logging.getLogger(__name__)
 
@@ -159,9 +159,7 @@ class Mosquitto(Service):
         that has no subscriber yet, which acknowledges its rows and drops them (seen: a row lost when Mosquitto's
         host was replaced). A broker of this store alone, on a loopback port no device knows, takes the
         connector's subscription and saves it as it stops; the real start loads it."""
-        with socket.socket() as probe:
-            probe.bind(("127.0.0.1", 0))
-            port = probe.getsockname()[1]
+        (port,) = free_loopback_ports(1)
         config = self.state_dir / "mosquitto-provision.conf"
         render(paths.MQTT_BROKER_DIR / "mosquitto.conf", config, port=port, data_dir=self.state_dir / "data",
                user=_current_user(), security=security_lines, tls_listener="")

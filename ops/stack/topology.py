@@ -7,7 +7,6 @@ can ask it without an import circle)."""
 from __future__ import annotations
 
 import re
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -17,7 +16,7 @@ from pipeline_core.logs import READY_MARKER
 from pipeline_core.stage_health import StageHealth, assess, read_heartbeat
 from . import kafka_cluster, placement, spark_cluster
 from .choice import current, is_cluster, is_hosts, record, recorded  # noqa: F401 (asked of the topology by its callers)
-from .processes import StackError
+from .processes import StackError, free_loopback_ports, port_is_free
 from .services import START_MARKER, InfluxDB, Mosquitto, PipelineProcess, Service
 
 # Instances of each scaled stage on the cluster: one group, distinct instance ids.
@@ -155,25 +154,9 @@ def private_ports(names: tuple[str, ...], port_range: str | None = None) -> dict
     """A port nothing listens on now for each of `names`, for a stack of its own beside others (tests,
     benchmarks): from `port_range` ("first-last") when given, else any the system offers."""
     if not port_range:
-        sockets = [socket.socket() for _ in names]
-        try:
-            for probe in sockets:
-                probe.bind(("127.0.0.1", 0))
-            return {name: probe.getsockname()[1] for name, probe in zip(names, sockets)}
-        finally:
-            for probe in sockets:
-                probe.close()
+        return dict(zip(names, free_loopback_ports(len(names))))
     first, last = (int(part) for part in port_range.split("-"))
-    free = [port for port in range(first, last + 1) if _free(port)]
+    free = [port for port in range(first, last + 1) if port_is_free(port)]
     if len(free) < len(names):
         raise StackError(f"ports {port_range}: {len(free)} free, {len(names)} needed")
     return dict(zip(names, free))
-
-
-def _free(port: int) -> bool:
-    with socket.socket() as probe:
-        try:
-            probe.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True

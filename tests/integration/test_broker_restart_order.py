@@ -31,7 +31,8 @@ from pipeline_core.settings import MACHINE_STATES_TOPIC, MqttSettings
 from stack import manager, supervision
 from stack.services import Mosquitto
 from chaos_support import group_gone
-from support import free_ports, unique, wait_for
+from stack.processes import free_loopback_ports
+from support import unique, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -48,7 +49,7 @@ ACK_HOLD_S = 0.05
 
 @pytest.fixture
 def private_mosquitto(tmp_path: Path) -> Iterator[MqttSettings]:
-    (port,) = free_ports(1)
+    (port,) = free_loopback_ports(1)
     state_dir = tmp_path / "state"
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(paths, "STATE_DIR", state_dir)

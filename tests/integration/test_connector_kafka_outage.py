@@ -24,7 +24,8 @@ from pipeline_core.stage_health import assess, read_heartbeat
 from simulator.publisher import Publisher
 from stack import manager
 from stack.services import Kafka, Mosquitto
-from support import confirm_down, free_ports, read_topic, unique, wait_for
+from stack.processes import free_loopback_ports
+from support import confirm_down, read_topic, unique, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -33,7 +34,7 @@ pytestmark = pytest.mark.integration
 def private_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ConnectionSettings]:
     """Mosquitto and Kafka on ports and a state folder of their own; the environment points the
     connector (a subprocess) and every client of the test at them."""
-    mqtt, kafka, controller = free_ports(3)
+    mqtt, kafka, controller = free_loopback_ports(3)
     state_dir = tmp_path_factory.mktemp("outage-stack")
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(paths, "STATE_DIR", state_dir)

@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from chaos_support import Fault, PrivateStack, group_gone, port_open
-from support import free_ports, wait_for
+from stack.processes import free_loopback_ports
+from support import wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -44,7 +45,7 @@ killasgroup=true
 @pytest.fixture
 def stack(tmp_path: Path) -> Iterator[PrivateStack]:
     """supervisord running a listening "influxdb" (a plain HTTP server) and a "stage", as PrivateStack sees them."""
-    (port,) = free_ports(1)
+    (port,) = free_loopback_ports(1)
     config = tmp_path / "supervisor" / "supervisord.conf"
     config.parent.mkdir()
     config.write_text(CONFIG.format(python=sys.executable, port=port))

@@ -15,9 +15,10 @@ from influxdb import InfluxDBClient
 from conftest import EVENTS_FILE
 from connector_support import connector, expected_records, read_rows, run_simulator, topic_size  # noqa: F401
 from db_connector_support import (ConnectorProcess, PrivateInfluxDB, connector_args, count, distinct_series_times,
-                                  free_port, key_of, raw_records, wait_for_count, database)  # noqa: F401 (a fixture)
+                                  key_of, raw_records, wait_for_count, database)  # noqa: F401 (a fixture)
 from kafka_joiner_support import JoinerProcess, delete_internal_topics, new_group, offline_join, rows_as_records
 from pipeline_core.broker_offsets import BrokerOffsets
+from stack.processes import free_loopback_ports
 from spark_joiner.progress import LATEST_OFFSETS_TIMEOUT_S
 from spark_support import OUTPUT_DEADLINE_S, SparkJoinerProcess
 from support import produce_records, wait_for
@@ -106,7 +107,7 @@ def test_the_spark_joiner_s_input_lag_asks_the_broker_for_the_latest_offsets(boo
     latest = wait_for(lambda: latest_offsets(partitions), 60, "the broker's latest offsets", interval_s=0.5)
     assert set(latest) == set(partitions) and sum(latest.values()) == len(records)
     # No broker there: the lag is unknown, after the report's timeout rather than never.
-    assert BrokerOffsets(f"127.0.0.1:{free_port()}", timeout_s=1.0).latest(partitions) is None
+    assert BrokerOffsets(f"127.0.0.1:{free_loopback_ports(1)[0]}", timeout_s=1.0).latest(partitions) is None
 
 
 @pytest.mark.spark
@@ -158,7 +159,7 @@ def test_the_stream_connector_reports_its_rows_in_flight(connector, database, bo
 
 
 def test_an_unreachable_influxdb_never_stops_the_stream_connector(connector, bootstrap):
-    nowhere = free_port()  # nothing listens there
+    (nowhere,) = free_loopback_ports(1)  # nothing listens there
     bridge = connector("--health-metrics", "--influxdb-port", str(nowhere))
     simulated = run_simulator(bridge.mqtt_topic, "--events-file", str(EVENTS_FILE), "--order", "file", "--limit", "300")
     assert simulated.returncode == 0, simulated.stdout + simulated.stderr

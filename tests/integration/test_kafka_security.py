@@ -26,7 +26,7 @@ from stack.kafka_acls import (DB_CONNECTOR_GROUP, LSB_JOINER_NAME, SPARK_JOINER_
                               STREAM_CONNECTOR_TAIL_GROUP, Grant, acl_bindings, existing_bindings, kafka_grants,
                               kafka_users)
 from stack.services import Kafka
-from support import free_ports
+from stack.processes import free_loopback_ports
 
 pytestmark = pytest.mark.integration
 
@@ -38,7 +38,7 @@ STAGES = ("stream-connector", "lsb-joiner", "spark-joiner", "db-connector", "mon
 def secure_stack_kafka(state_dir: Path, tls: bool = False) -> Iterator[str]:
     """A Kafka started by the stack with SECURITY=on (STACK_TLS=on with `tls`), on free ports and a state folder
     of its own; the environment points at its credentials while it runs."""
-    kafka_port, controller_port = free_ports(2)
+    kafka_port, controller_port = free_loopback_ports(2)
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr("pipeline_core.paths.STATE_DIR", state_dir)
         patch.setenv("STACK_STATE_DIR", str(state_dir))

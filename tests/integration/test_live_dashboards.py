@@ -21,7 +21,8 @@ from pipeline_core.health_metrics import health_line
 from pipeline_core.influx_retention import (HEALTH_POLICY, HISTORY_POLICY, JOINED_POLICY, RAW_POLICY, ensure_retention,
                                             retention_settings)
 from pipeline_core.settings import ConnectionSettings
-from support import free_ports, unique, wait_for
+from stack.processes import free_loopback_ports
+from support import unique, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -129,7 +130,7 @@ def database(stack: ConnectionSettings) -> Iterator[tuple[str, InfluxDBClient]]:
 def server(database, tmp_path_factory) -> Iterator[tuple[subprocess.Popen, str]]:
     """`python -m live_dashboards` on a free port, reading the test's database; its base URL."""
     name, _ = database
-    (port,) = free_ports(1)
+    (port,) = free_loopback_ports(1)
     log_path = tmp_path_factory.mktemp("live") / "live_dashboards.log"
     with log_path.open("wb") as log:
         process = subprocess.Popen([sys.executable, "-m", "live_dashboards", "--port", str(port),

@@ -16,14 +16,15 @@ from paho.mqtt.enums import MQTTErrorCode, MQTTProtocolVersion
 from db_connector.writer import InfluxWriter
 from pipeline_core import credentials, paths
 from pipeline_core.influx_retention import RAW_POLICY, RetentionSettings
-from pipeline_core.mqtt import DEVICE_CLIENT_ID, new_client, pump, wait_connected
+from pipeline_core.mqtt import DEVICE_CLIENT_ID, new_client, pump
 from pipeline_core.settings import MACHINE_STATES_TOPIC, InfluxSettings, MqttSettings, load_settings
 from connector_support import run_simulator
 from conftest import EVENTS_FILE
 from stack import influxdb_users
 from stack.__main__ import loss_line
 from stack.services import InfluxDB, Mosquitto, Service
-from support import free_ports, unique, wait_for
+from stack.processes import free_loopback_ports
+from support import unique, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -77,7 +78,7 @@ def secure(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SecureServers]:
     state_dir = tmp_path_factory.mktemp("secure") / "state"
     tls_dir = tmp_path_factory.mktemp("tls")
     cert, key, ca = _certificates(tls_dir)
-    mqtt_port, mqtt_tls_port, influx_port, rpc_port = free_ports(4)
+    mqtt_port, mqtt_tls_port, influx_port, rpc_port = free_loopback_ports(4)
     running: list[subprocess.Popen] = []
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(paths, "STATE_DIR", state_dir)

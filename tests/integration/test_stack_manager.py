@@ -18,7 +18,8 @@ from db_connector_support import raw_records
 from stack import manager
 from stack.processes import StackError
 from stack.services import Service
-from support import free_ports, processes_under, produce_records, wait_for
+from stack.processes import free_loopback_ports
+from support import processes_under, produce_records, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -32,7 +33,7 @@ class PrivateStack:
     """`python -m stack` on its own state dir and ports."""
 
     def __init__(self, state_dir: Path) -> None:
-        mqtt, kafka, controller, influx, rpc = free_ports(5)
+        mqtt, kafka, controller, influx, rpc = free_loopback_ports(5)
         self.state_dir = state_dir
         self.ports = {"mqtt": mqtt, "kafka": kafka, "influx": influx}
         self.env = {**os.environ, "STACK_STATE_DIR": str(state_dir), "MQTT_PORT": str(mqtt),

@@ -18,7 +18,8 @@ import pytest
 from stack.processes import command_line
 from stack.toxiproxy import (DELAY_TOXICS, TOXIPROXY_VERSION, ToxiproxyServer, delay_link, ensure_installed,
                              restore_link)
-from support import free_ports, port_open, wait_for
+from stack.processes import free_loopback_ports
+from support import port_open, wait_for
 
 ROUND_TRIP_MS = 200
 ROUND_TRIPS = 15  # per measurement: its median shrugs off a few slow ones on a busy machine
@@ -56,7 +57,7 @@ def echo_port() -> Iterator[int]:
 
 @pytest.fixture
 def toxiproxy(toxiproxy_binary: Path) -> Iterator[ToxiproxyServer]:
-    with ToxiproxyServer(free_ports(1)[0], binary=toxiproxy_binary) as server:
+    with ToxiproxyServer(free_loopback_ports(1)[0], binary=toxiproxy_binary) as server:
         yield server
 
 
@@ -143,7 +144,7 @@ def test_deleted_proxy_stops_listening(toxiproxy: ToxiproxyServer, echo_port: in
 
 
 def test_stopping_the_server_leaves_no_process(toxiproxy_binary: Path, echo_port: int) -> None:
-    api_port = free_ports(1)[0]
+    api_port = free_loopback_ports(1)[0]
     with ToxiproxyServer(api_port, binary=toxiproxy_binary) as server:
         assert server.process is not None
         pid = server.process.pid
