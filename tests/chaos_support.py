@@ -48,7 +48,7 @@ from simulator.publisher import Publisher
 from simulator.replay import publish_rows, selected_rows
 from simulator.settings import SimulatorSettings
 from stack.topology import SINGLE_PORTS, private_ports
-from support import PORT_RANGE_ENV, Message, read_topic, wait_for
+from support import PORT_RANGE_ENV, Message, process_state, read_topic, wait_for
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SERVERS = ("kafka", "mosquitto", "influxdb")
@@ -405,8 +405,8 @@ class PrivateStack:
 
 def _dead(pid: int) -> bool:
     try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] in ("Z", "X")
-    except FileNotFoundError:
+        return process_state(pid) in ("Z", "X")
+    except (FileNotFoundError, ProcessLookupError):  # gone; or reaped between the open and the read
         return True
 
 
