@@ -40,9 +40,11 @@ class SparkJoinerProcess:
         self.log_path = self.log_dir / f"spark-joiner-{self.runs}.log"
         with open(self.log_path, "wb") as log_file:
             # Health metrics off unless a test asks for them (--health-metrics): they would go to the shared
-            # stack's database, which the dashboards show.
+            # stack's database, which the dashboards show. Temporary files beside the log, as the stack keeps a
+            # stage's under its state: a killed driver cannot remove its own, and pytest rotates these folders.
             self.process = subprocess.Popen(self.command, stdout=log_file, stderr=subprocess.STDOUT,
-                                            env={**os.environ, "PYTHONUNBUFFERED": "1", "HEALTH_METRICS": "false"},
+                                            env={**os.environ, "PYTHONUNBUFFERED": "1", "HEALTH_METRICS": "false",
+                                                 "TMPDIR": str(self.log_dir)},
                                             start_new_session=True)
         wait_for(self._ready, START_DEADLINE_S, "the Spark joiner to announce READY", interval_s=0.5)
         return self

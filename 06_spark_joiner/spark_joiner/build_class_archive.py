@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import shutil
 import sys
 from pathlib import Path
 
@@ -29,6 +30,7 @@ def build(target: Path) -> None:
     _warm_up(spark, f)
     log.info("warm-up done: the JVM exits and writes %s", target)
     jvm = spark.sparkContext._gateway.proc
+    temp_dir = spark.conf.get("spark.local.dir")  # the session's folder, which its exit handler would remove
     # Only a JVM that exits by itself writes the archive. The call does not return: its connection, and the
     # accumulator server's, close with the JVM, which py4j logs and PySpark's threads print as errors.
     logging.disable(logging.CRITICAL)
@@ -38,6 +40,7 @@ def build(target: Path) -> None:
         except Exception:  # noqa: BLE001 (py4j reports the closed connection in several ways)
             pass
         jvm.wait(timeout=BUILD_TIMEOUT_S)
+    shutil.rmtree(temp_dir, ignore_errors=True)  # this process ends with os._exit: no exit handler runs
 
 
 def _warm_up(spark, f) -> None:
