@@ -5,6 +5,13 @@ import logging
 import os
 
 READY_MARKER = "READY"
+# py4j logs this on the root logger, at INFO and with a traceback, when a pooled connection to the JVM turns out
+# closed; it then sends the command again on a new connection, and raises only if that fails too.
+PY4J_RETRY_NOTICE = "Exception while sending command."
+
+
+def _not_py4j_retry_notice(record: logging.LogRecord) -> bool:
+    return not (record.name == "root" and record.levelno == logging.INFO and record.msg == PY4J_RETRY_NOTICE)
 
 
 def configure_logging(level: str | None = None) -> None:
@@ -13,6 +20,9 @@ def configure_logging(level: str | None = None) -> None:
         level=(level or os.environ.get("LOG_LEVEL", "INFO")).upper(),
         format="%(asctime)s %(levelname)-5s %(name)s: %(message)s",
     )
+    for handler in logging.getLogger().handlers:
+        if _not_py4j_retry_notice not in handler.filters:
+            handler.addFilter(_not_py4j_retry_notice)
 
 
 def ready_marker(pid: int) -> str:
