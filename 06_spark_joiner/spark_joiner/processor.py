@@ -45,8 +45,7 @@ import pyarrow.compute as pc
 from pyspark.sql.streaming import StatefulProcessor, StatefulProcessorHandle
 from pyspark.sql.types import BinaryType, IntegerType, LongType, StructField, StructType
 
-from local_stream_buffer.eviction import (DEFAULT_MAX_JOIN_KEYS, eviction_reason, evicted_payload, evicted_records,
-                                          keys_to_evict)
+from local_stream_buffer.eviction import eviction_reason, evicted_payload, evicted_records, keys_to_evict
 from local_stream_buffer.idle_release import due_sides, next_due_ms
 from local_stream_buffer.keyed_batch import JoinKey, KeyedPairs, KeyedRows, KeyStates, StateKey, join_keyed_batch
 from local_stream_buffer.reorder import is_reordered, load_key_state, release_idle_side
@@ -56,6 +55,7 @@ from pipeline_core.records import dead_letter, record_key
 
 from .encode import STAGE, EncodedOutputs, encode_outputs
 from .parse import unpack, worker_resolver
+from .settings import DEFAULT_MAX_JOIN_KEYS_PER_BUCKET
 
 log = logging.getLogger(__name__)
 
@@ -98,7 +98,7 @@ class BucketJoinProcessor(StatefulProcessor):
 
     def __init__(self, join_specs: Path | None, input_topic: str, max_pending_per_side: int,
                  committed: Mapping[int, int] | None = None,
-                 max_join_keys: int | None = DEFAULT_MAX_JOIN_KEYS) -> None:
+                 max_join_keys: int | None = DEFAULT_MAX_JOIN_KEYS_PER_BUCKET) -> None:
         self.join_specs = join_specs
         self.input_topic = input_topic
         self.max_pending_per_side = max_pending_per_side
