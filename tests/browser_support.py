@@ -9,6 +9,7 @@ import asyncio
 import base64
 import itertools
 import json
+import os
 import subprocess
 import urllib.request
 from pathlib import Path
@@ -47,7 +48,9 @@ class Chromium:
         self.process = subprocess.Popen(
             [binary, "--headless", "--disable-gpu", "--no-sandbox", "--no-first-run", "--no-default-browser-check",
              "--hide-scrollbars", f"--user-data-dir={profile_dir}", "--remote-debugging-port=0",
-             f"--window-size={window[0]},{window[1]}", url], stdout=self._log, stderr=subprocess.STDOUT)
+             f"--window-size={window[0]},{window[1]}", url], stdout=self._log, stderr=subprocess.STDOUT,
+            # Its singleton socket folder goes to the temporary dir, and stays when Chromium is ended: the profile's.
+            env={**os.environ, "TMPDIR": str(profile_dir)})
         self._loop = asyncio.new_event_loop()
         self._ids = itertools.count(1)
         self._socket: WebSocketClientConnection | None = None

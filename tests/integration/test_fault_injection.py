@@ -21,6 +21,8 @@ file=%(here)s/supervisor.sock
 [supervisord]
 logfile=%(here)s/supervisord.log
 pidfile=%(here)s/supervisord.pid
+; the programs' own logs (supervisord's AUTO files) beside it, not in /tmp
+childlogdir=%(here)s
 
 [rpcinterface:supervisor]
 supervisor.rpcinterface_factory = supervisor.rpcinterface:make_main_rpcinterface
