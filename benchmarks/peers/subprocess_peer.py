@@ -97,9 +97,14 @@ class SubprocessPeer:
                     "specs": peer_specs(self.specs), **self.options}
         settings_file = run_dir / "settings.json"
         settings_file.write_text(json.dumps(settings))
+        # Its temporary files (a JVM's too: Flink's upload folder) in the run's folder, which the bench removes.
+        temp_dir = run_dir / "tmp"
+        temp_dir.mkdir()
+        environment = {**os.environ, "PYTHONPATH": str(REPO_ROOT), "TMPDIR": str(temp_dir),
+                       "JAVA_TOOL_OPTIONS": f"{os.environ.get('JAVA_TOOL_OPTIONS', '')} -Djava.io.tmpdir={temp_dir}".strip()}
         with self.log_file.open("w") as output:
             self.process = subprocess.Popen([str(self.python), "-m", self.module, str(settings_file)],
-                                            cwd=REPO_ROOT, env={**os.environ, "PYTHONPATH": str(REPO_ROOT)},
+                                            cwd=REPO_ROOT, env=environment,
                                             stdout=output, stderr=subprocess.STDOUT, start_new_session=True)
 
     def status(self) -> dict[str, Any]:
