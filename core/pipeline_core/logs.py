@@ -11,7 +11,7 @@ PY4J_RETRY_NOTICE = "Exception while sending command."
 
 
 def _not_py4j_retry_notice(record: logging.LogRecord) -> bool:
-    return not (record.name == "root" and record.levelno == logging.INFO and record.msg == PY4J_RETRY_NOTICE)
+    return not (record.levelno == logging.INFO and record.msg == PY4J_RETRY_NOTICE)
 
 
 def configure_logging(level: str | None = None) -> None:
@@ -20,9 +20,11 @@ def configure_logging(level: str | None = None) -> None:
         level=(level or os.environ.get("LOG_LEVEL", "INFO")).upper(),
         format="%(asctime)s %(levelname)-5s %(name)s: %(message)s",
     )
-    for handler in logging.getLogger().handlers:
-        if _not_py4j_retry_notice not in handler.filters:
-            handler.addFilter(_not_py4j_retry_notice)
+    # On the root logger itself: its filters see only what is logged on it, as py4j logs this, whatever handlers
+    # come and go.
+    root = logging.getLogger()
+    if _not_py4j_retry_notice not in root.filters:
+        root.addFilter(_not_py4j_retry_notice)
 
 
 def ready_marker(pid: int) -> str:

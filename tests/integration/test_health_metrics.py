@@ -87,9 +87,11 @@ def test_the_db_connector_reports_its_lag_through_an_influxdb_outage(bootstrap, 
         assert all(point["lag"] <= len(raw) - point["records_in"] for point in lagging)
         # Caught up: nothing left to read, and all of it taken in. The lag alone reaches 0 earlier: what the paused
         # consumer had handed out during the outage is read, and waits in the connector's hands (its pending).
-        latest = wait_for(lambda: next((point for point in health_points(client, "db_connector")[-1:]
-                                        if point["lag"] == 0 and point["records_in"] == len(raw)), None),
-                          60, "a lag of 0 with every record taken in")
+        def caught_up() -> dict | None:
+            latest = health_points(client, "db_connector")[-1]
+            return latest if latest["lag"] == 0 and latest["records_in"] == len(raw) else None
+
+        latest = wait_for(caught_up, 60, "a lag of 0 with every record taken in")
         assert latest["instance"] and latest["influxdb_retries"] >= 3
 
         assert connector.kill(signal.SIGTERM) == 0, connector.log()
