@@ -98,11 +98,17 @@ def new_topics(bootstrap: str, _created_topics: list[str]) -> Callable[[], Pipel
 
 
 @pytest.fixture
-def private_kafka(tmp_path: Path) -> Iterator[str]:
+def state_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A new folder for a private stack's state. Short: supervisord's socket inside it must fit in 100 bytes, and a
+    test's own `tmp_path` (under an xdist worker's folder, named after the test) can be too long for that."""
+    return tmp_path_factory.mktemp("state")
+
+
+@pytest.fixture
+def private_kafka(state_dir: Path) -> Iterator[str]:
     """A Kafka broker of the test's own, for a test that stops and starts it (ports from CLUSTER_TEST_PORTS when
     set, a state folder of its own, run through `stack.manager`); yields its bootstrap address."""
     ports = private_ports(("KAFKA_PORT", "KAFKA_CONTROLLER_PORT"), os.environ.get(PORT_RANGE_ENV))
-    state_dir = tmp_path / "stack"
     bootstrap = f"127.0.0.1:{ports['KAFKA_PORT']}"
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(paths, "STATE_DIR", state_dir)

@@ -48,9 +48,8 @@ ACK_HOLD_S = 0.05
 
 
 @pytest.fixture
-def private_mosquitto(tmp_path: Path) -> Iterator[MqttSettings]:
+def private_mosquitto(state_dir: Path) -> Iterator[MqttSettings]:
     (port,) = free_loopback_ports(1)
-    state_dir = tmp_path / "state"
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(paths, "STATE_DIR", state_dir)
         patch.setenv("STACK_STATE_DIR", str(state_dir))

@@ -217,12 +217,12 @@ def test_stack_topics_sets_the_users_and_acls_again_idempotently(secure_kafka: s
     assert sorted(map(str, held)) == sorted(str(b) for user in kafka_users() for b in acl_bindings(user))
 
 
-def test_with_tls_clients_trust_the_generated_ca_and_no_other(tmp_path: Path) -> None:
-    with secure_stack_kafka(tmp_path / "state", tls=True) as bootstrap:
+def test_with_tls_clients_trust_the_generated_ca_and_no_other(state_dir: Path, tmp_path: Path) -> None:
+    with secure_stack_kafka(state_dir, tls=True) as bootstrap:
         admin = as_principal("admin")
         assert admin["security.protocol"] == "SASL_SSL"
         ca = Path(admin["ssl.ca.location"])
-        assert ca.parent == tmp_path / "state" / "tls"
+        assert ca.parent == state_dir / "tls"
         assert all(path.stat().st_mode & 0o777 == 0o600 for path in ca.parent.glob("*key*.pem"))
         assert delivery_errors(bootstrap, "stream-connector", MACHINE_DATA.name) == [None]
         other_ca = certificates.ensure_ca(tmp_path / "other-ca")

@@ -33,8 +33,8 @@ _FRAMING_BYTES = 1024
 
 # The standalone joiner's run is the secure one (`make up SECURITY=on`): Kafka with SCRAM and each stage's ACLs.
 @pytest.mark.parametrize(("joiner", "secure"), [("spark", False), ("lsb", True)])
-def test_make_up_from_nothing_runs_every_process_and_joins(joiner: str, secure: bool, tmp_path: Path, capsys) -> None:
-    stack = PrivateStack(tmp_path / "state", secure=secure)
+def test_make_up_from_nothing_runs_every_process_and_joins(joiner: str, secure: bool, state_dir: Path, capsys) -> None:
+    stack = PrivateStack(state_dir, secure=secure)
     try:
         started = stack.start_from_nothing(joiner)
         assert_all_healthy(started)

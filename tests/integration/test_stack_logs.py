@@ -49,8 +49,9 @@ class Flooder(PipelineProcess):
         return [sys.executable, str(self.script)]
 
 
-def test_a_log_driven_past_its_limit_rotates_and_the_stage_stays_ready(tmp_path: Path, monkeypatch) -> None:
-    monkeypatch.setattr("pipeline_core.paths.STATE_DIR", tmp_path)
+def test_a_log_driven_past_its_limit_rotates_and_the_stage_stays_ready(state_dir: Path, tmp_path: Path,
+                                                                         monkeypatch) -> None:
+    monkeypatch.setattr("pipeline_core.paths.STATE_DIR", state_dir)
     monkeypatch.setenv("STACK_LOG_MAX_BYTES", str(MAX_BYTES))
     monkeypatch.setenv("STACK_LOG_BACKUPS", str(BACKUPS))
     service = Flooder(tmp_path / "flooder.py")

@@ -175,8 +175,8 @@ def test_down_stops_the_pipeline_then_the_servers_then_supervisord_leaving_no_pr
     assert private_stack.run("down").stdout.strip() == "stopped: nothing was running"
 
 
-def test_port_in_use_names_the_port_and_its_holder(tmp_path: Path) -> None:
-    stack = PrivateStack(tmp_path / "state")
+def test_port_in_use_names_the_port_and_its_holder(state_dir: Path) -> None:
+    stack = PrivateStack(state_dir)
     with socket.socket() as squatter:
         squatter.bind(("127.0.0.1", stack.ports["mqtt"]))
         squatter.listen()
@@ -188,8 +188,8 @@ def test_port_in_use_names_the_port_and_its_holder(tmp_path: Path) -> None:
 
 
 def test_a_process_started_before_supervision_is_stopped_by_down_and_a_stranger_never(
-        tmp_path: Path) -> None:
-    stack = PrivateStack(tmp_path / "state")
+        state_dir: Path) -> None:
+    stack = PrivateStack(state_dir)
     run_dir = stack.state_dir / "run"
     run_dir.mkdir(parents=True)
     # The PID-file records that servers run without supervisord left: PID and a marker of its
@@ -226,8 +226,8 @@ class ExitsAtStart(Service):
         return False
 
 
-def test_a_server_that_exits_at_start_reports_its_log_tail(tmp_path: Path, monkeypatch) -> None:
-    monkeypatch.setattr("pipeline_core.paths.STATE_DIR", tmp_path)
+def test_a_server_that_exits_at_start_reports_its_log_tail(state_dir: Path, monkeypatch) -> None:
+    monkeypatch.setattr("pipeline_core.paths.STATE_DIR", state_dir)
     service = ExitsAtStart()
     try:
         with pytest.raises(StackError) as error:

@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import threading
+from pathlib import Path
 
 import pytest
 
@@ -112,8 +113,8 @@ def test_restart_refuses_what_the_running_stack_does_not_hold(stack: PrivateStac
     assert nameless.returncode == 1 and "name a service: `make restart SERVICE=<name>`" in nameless.stderr
 
 
-def test_restart_on_a_stopped_stack_says_how_to_start_it(tmp_path) -> None:
-    stopped = PrivateStack(tmp_path / "state").run("restart", "kafka")
+def test_restart_on_a_stopped_stack_says_how_to_start_it(state_dir: Path) -> None:
+    stopped = PrivateStack(state_dir).run("restart", "kafka")
     assert stopped.returncode == 1 and "the stack is not running: `make up` starts it" in stopped.stderr
 
 
