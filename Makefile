@@ -149,8 +149,12 @@ else
 	@$(PY) -m stack run -- $(PY) -m live_dashboards $(DASHBOARDS_ARGS)
 endif
 
+# The tests run in TEST_WORKERS processes (pytest-xdist): most of their time goes to waiting (for outages, timeouts,
+# servers), not to the cores. An integration module's tests stay in one process (tests/conftest.py); the servers
+# are shared by all (tests/session_servers.py). TEST_WORKERS=0 runs them in this process.
+TEST_WORKERS ?= 2
 test: setup
-	@$(PY) -m pytest $(PYTEST_ARGS)
+	@$(PY) -m pytest -n $(TEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
 
 # The minutes-long reliability runs: outages, ten starts from nothing per joiner, restart bounds, chaos (of
 # both topologies).

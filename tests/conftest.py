@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import dataclasses
+import fcntl
 import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -17,6 +18,7 @@ from stack import manager
 from stack.services import Kafka
 from stack.topology import private_ports
 from connector_support import close_record_counters
+from session_servers import shared_servers
 from support import PORT_RANGE_ENV, unique
 
 # The replayed rows are from 2019: InfluxDB refuses points older than their retention policy's duration, so
@@ -32,6 +34,32 @@ hypothesis_settings.load_profile("pipeline")
 # The 5,000 real event rows (three machines), shipped with the simulator as its default replay.
 EVENTS_FILE = Path(__file__).resolve().parents[1] / "01_simulator" / "data" / "test_events.json"
 
+# The integration modules whose stacks are network namespaces: the hosts share one subnet, so one runs at a time.
+NETWORK_NAMESPACE_MODULES = {"test_hosts_topology", "test_netns_harness"}
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the groups
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """`make test` runs in several processes (pytest-xdist, --dist loadgroup): an integration module's tests stay in
+    one process, in their order, with its module fixtures made once; unit tests go wherever a process is free."""
+    for item in items:
+        module = item.path.stem
+        if item.get_closest_marker("integration") and not item.get_closest_marker("xdist_group"):
+            item.add_marker(pytest.mark.xdist_group("netns" if module in NETWORK_NAMESPACE_MODULES else module))
+
+
+@pytest.fixture(autouse=True)
+def cores_shared_or_alone(request: pytest.FixtureRequest,
+                          tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """A test marked `alone` runs with no other test of the run beside it (its checks hold a dozen JVMs to fault
+    times on two cores); any other test shares the cores with the other worker processes' tests."""
+    run_dir = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        run_dir = run_dir.parent  # each worker's folder is in the run's
+    with open(run_dir / "cores.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX if request.node.get_closest_marker("alone") else fcntl.LOCK_SH)
+        yield
+
 
 @pytest.fixture(autouse=True)
 def record_counters_closed() -> Iterator[None]:
@@ -42,22 +70,10 @@ def record_counters_closed() -> Iterator[None]:
 
 @pytest.fixture(scope="session")
 def stack() -> Iterator[ConnectionSettings]:
-    """Mosquitto, Kafka and InfluxDB running for real: reused when they answer (whoever runs them),
-    else started under supervisord, and what was started here stopped at the end."""
-    settings = load_settings(ConnectionSettings, [])
-    servers = manager.servers()
-    if all(server.is_ready() for server in servers):
-        yield settings
-        return
-    # Stopped at the end: those this session started (another may start some meanwhile, and `up` starts only
-    # what does not run), or after a failed start, every one that did not run before it.
-    started = [server for server in servers if server.name not in manager.running(servers)]
-    try:
-        names = set(manager.up(servers))
-        started = [server for server in servers if server.name in names]
-        yield settings
-    finally:
-        manager.down(started)
+    """Mosquitto, Kafka and InfluxDB running for real: reused when they answer (whoever runs them), else started
+    under supervisord, and what a test process started stopped after the run's last process that used them."""
+    with shared_servers(manager.servers()):
+        yield load_settings(ConnectionSettings, [])
 
 
 @pytest.fixture(scope="session")

@@ -16,7 +16,7 @@ import pytest
 
 from hosts_support import forget_run, storm_across_hosts
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.alone]
 
 
 # The cluster's SIGKILLs of each joiner's storm (cluster_support.cluster_fault_schedule), one each.
