@@ -5,6 +5,7 @@ its Go module, at a pinned release, with every Go directory under the git-ignore
 the repo and no prebuilt binary is downloaded."""
 from __future__ import annotations
 
+import fcntl
 import json
 import logging
 import os
@@ -56,9 +57,19 @@ def installed_version() -> str | None:
 
 def ensure_installed() -> Path:
     """The Toxiproxy server binary at the pinned version, built from its Go module when missing or of another
-    version. A first build downloads the module and its dependencies and compiles them: a minute or more."""
+    version. A first build downloads the module and its dependencies and compiles them: a minute or more. One
+    build at a time: a second caller (another test process, a benchmark) waits for it and finds the binary built."""
     if installed_version() == TOXIPROXY_VERSION.removeprefix("v"):
         return BINARY
+    INSTALL_DIR.mkdir(parents=True, exist_ok=True)
+    with open(INSTALL_DIR / "build.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if installed_version() == TOXIPROXY_VERSION.removeprefix("v"):
+            return BINARY
+        return _build()
+
+
+def _build() -> Path:
     go = _go()
     env = {
         **os.environ,
