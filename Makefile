@@ -150,11 +150,12 @@ else
 endif
 
 # The tests run in TEST_WORKERS processes (pytest-xdist): most of their time goes to waiting (for outages, timeouts,
-# servers), not to the cores. An integration module's tests stay in one process (tests/conftest.py); the servers
-# are shared by all (tests/session_servers.py). TEST_WORKERS=0 runs them in this process.
+# servers), not to the cores. A test file's tests stay in one process, in order, with its module fixtures made once
+# (--dist loadfile); the servers are shared by all (tests/session_servers.py); a test marked `alone` runs with no
+# other beside it (tests/conftest.py). TEST_WORKERS=0 runs them in this process.
 TEST_WORKERS ?= 2
 test: setup
-	@$(PY) -m pytest -n $(TEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
+	@$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
 
 # The minutes-long reliability runs: outages, ten starts from nothing per joiner, restart bounds, chaos (of
 # both topologies).

@@ -34,25 +34,11 @@ hypothesis_settings.load_profile("pipeline")
 # The 5,000 real event rows (three machines), shipped with the simulator as its default replay.
 EVENTS_FILE = Path(__file__).resolve().parents[1] / "01_simulator" / "data" / "test_events.json"
 
-# The integration modules whose stacks are network namespaces: the hosts share one subnet, so one runs at a time.
-NETWORK_NAMESPACE_MODULES = {"test_hosts_topology", "test_netns_harness"}
-
-
-@pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the groups
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """`make test` runs in several processes (pytest-xdist, --dist loadgroup): an integration module's tests stay in
-    one process, in their order, with its module fixtures made once; unit tests go wherever a process is free."""
-    for item in items:
-        module = item.path.stem
-        if item.get_closest_marker("integration") and not item.get_closest_marker("xdist_group"):
-            item.add_marker(pytest.mark.xdist_group("netns" if module in NETWORK_NAMESPACE_MODULES else module))
-
-
 @pytest.fixture(autouse=True)
 def cores_shared_or_alone(request: pytest.FixtureRequest,
                           tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
-    """A test marked `alone` runs with no other test of the run beside it (its checks hold a dozen JVMs to fault
-    times on two cores); any other test shares the cores with the other worker processes' tests."""
+    """A test marked `alone` runs with no other test of the run beside it: the storms across hosts, whose checks hold
+    a dozen JVMs to fault times on two cores. Any other test shares the cores with the other processes' tests."""
     run_dir = tmp_path_factory.getbasetemp()
     if os.environ.get("PYTEST_XDIST_WORKER"):
         run_dir = run_dir.parent  # each worker's folder is in the run's
