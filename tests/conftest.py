@@ -34,6 +34,7 @@ hypothesis_settings.load_profile("pipeline")
 # The 5,000 real event rows (three machines), shipped with the simulator as its default replay.
 EVENTS_FILE = Path(__file__).resolve().parents[1] / "01_simulator" / "data" / "test_events.json"
 
+
 @pytest.fixture(autouse=True)
 def cores_shared_or_alone(request: pytest.FixtureRequest,
                           tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
