@@ -15,28 +15,25 @@ from pathlib import Path
 
 from pipeline_core import paths
 from stack import manager
+from stack.processes import process_start_ticks
 from stack.services import Service
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+def _this_process() -> list[int | None]:
+    """This process as the register names a user: its PID and start time, which a later process reusing the PID
+    does not share."""
+    return [os.getpid(), process_start_ticks(os.getpid())]
 
 
 @contextmanager
 def _register(path: Path) -> Iterator[dict]:
-    """The register at `path` ({"users": [pid, ...], "started": [server name, ...]}), read and written back under
-    an exclusive lock; users that are gone (a killed test run) dropped."""
+    """The register at `path` ({"users": [[pid, start ticks], ...], "started": [server name, ...]}), read and written
+    back under an exclusive lock; users that are gone (a killed test run) dropped."""
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path.with_suffix(".lock"), "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         register = json.loads(path.read_text()) if path.exists() else {"users": [], "started": []}
-        register["users"] = [pid for pid in register["users"] if _alive(pid)]
+        register["users"] = [[pid, ticks] for pid, ticks in register["users"] if process_start_ticks(pid) == ticks]
         yield register
         path.write_text(json.dumps(register))
 
@@ -57,12 +54,12 @@ def shared_servers(servers: list[Service]) -> Iterator[None]:
                     manager.down([server for server in servers if server.name in not_running])
                 raise
             register["started"] = sorted(set(register["started"]) | started)
-        register["users"].append(os.getpid())
+        register["users"].append(_this_process())
     try:
         yield
     finally:
         with _register(path) as register:
-            register["users"] = [pid for pid in register["users"] if pid != os.getpid()]
+            register["users"] = [user for user in register["users"] if user != _this_process()]
             if not register["users"] and register["started"]:
                 manager.down([server for server in servers if server.name in register["started"]])
                 register["started"] = []

@@ -59,14 +59,16 @@ def ensure_installed() -> Path:
     """The Toxiproxy server binary at the pinned version, built from its Go module when missing or of another
     version. A first build downloads the module and its dependencies and compiles them: a minute or more. One
     build at a time: a second caller (another test process, a benchmark) waits for it and finds the binary built."""
-    if installed_version() == TOXIPROXY_VERSION.removeprefix("v"):
+    if _pinned_installed():
         return BINARY
     INSTALL_DIR.mkdir(parents=True, exist_ok=True)
     with open(INSTALL_DIR / "build.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        if installed_version() == TOXIPROXY_VERSION.removeprefix("v"):
-            return BINARY
-        return _build()
+        return BINARY if _pinned_installed() else _build()
+
+
+def _pinned_installed() -> bool:
+    return installed_version() == TOXIPROXY_VERSION.removeprefix("v")
 
 
 def _build() -> Path:
