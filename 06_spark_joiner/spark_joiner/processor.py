@@ -212,44 +212,113 @@ class BucketJoinProcessor(StatefulProcessor):
 
 class ChunkedStates:
     """A bucket's key states (:class:`KeyStates`) in its map state, a chunk of keys per entry: the chunks a
-    join call needs are read with one state call each and decoded together; :meth:`store` writes back the
-    chunks whose keys it changed."""
+    join call needs are read with one state call each; :meth:`store` writes back the chunks whose keys it
+    changed.
+
+    Column by column: a chunk stays the Arrow record batch it is stored as, keys are looked up by their
+    names (:func:`key_names`) with one Arrow call over all of them, and a written chunk is its batch with
+    the written states put in place and new keys appended. With 100,000 machines nearly every key is read
+    and written in every micro-batch; a Python object per stored key and field was most of the cost."""
 
     def __init__(self, chunks: Any) -> None:
         self._chunks = chunks
-        self._entries: dict[int, Entries] = {}  # per chunk read: its keys' states and last use
+        self._read: set[int] = set()  # chunks read (holding keys or not)
+        self._batches: dict[int, pa.RecordBatch] = {}  # the chunks read that hold keys
         self._written: dict[StateKey, bytes] = {}
-        self.created = 0  # keys written that the map state did not hold
+        self.created = 0  # keys stored that the map state did not hold (counted by store)
 
     def read_many(self, keys: Sequence[StateKey]) -> list[bytes | None]:
-        chunks = [chunk_of(stored) for stored in keys]
-        blobs = {}
-        for chunk in set(chunks).difference(self._entries):
-            value = self._chunks.getValue((chunk,))
-            blobs[chunk] = value[0] if value is not None else None
-        self._entries.update(decode_chunks(blobs))
-        written, entries = self._written, self._entries
-        return [written[stored] if stored in written else entry[0]
-                if (entry := entries[chunk].get(stored)) is not None else None
-                for stored, chunk in zip(keys, chunks)]
+        self._load({chunk_of(stored) for stored in keys})
+        batches = list(self._batches.values())
+        if batches:
+            stored = pa.Table.from_batches(batches, schema=CHUNK_ARROW_SCHEMA).combine_chunks()
+            found = pc.index_in(key_names(keys), value_set=stored_names(stored))
+            states = stored.column("state").take(found).to_pylist()
+        else:
+            states = [None] * len(keys)
+        if self._written:  # a second join call of the micro-batch sees the first's states
+            written = self._written
+            states = [written.get(stored, state) for stored, state in zip(keys, states)]
+        return states
 
     def write_many(self, states: Mapping[StateKey, bytes]) -> None:
         """Keep the states of keys :meth:`read_many` read."""
-        for stored in states:
-            if stored not in self._written and stored not in self._entries[chunk_of(stored)]:
-                self.created += 1
         self._written.update(states)
 
     def store(self, used_ms: int) -> None:
         """Write the chunks of the keys written, each of those keys marked used at ``used_ms``."""
-        changed: dict[int, Entries] = {}
-        for stored, state in self._written.items():
-            chunk = chunk_of(stored)
-            entries = changed[chunk] = self._entries[chunk]
-            entries[stored] = (state, used_ms)
-        for chunk, blob in encode_chunks(changed).items():
-            self._chunks.updateValue((chunk,), (blob,))
+        if not self._written:
+            return
+        keys = list(self._written)
+        names = key_names(keys)
+        written_states = pa.array(list(self._written.values()), pa.binary())
+        chunk_of_key = np.fromiter(map(chunk_of, keys), dtype=np.int64, count=len(keys))
+        changed = np.unique(chunk_of_key).tolist()
+        held = [self._batches[chunk] for chunk in changed if chunk in self._batches]
+        columns: list[list[pa.Array]] = [[] for _ in CHUNK_ARROW_SCHEMA]
+        order_chunk, order_row = [], []
+        is_new = np.ones(len(keys), dtype=bool)
+        if held:
+            old = pa.Table.from_batches(held, schema=CHUNK_ARROW_SCHEMA).combine_chunks()
+            old_names = stored_names(old)
+            # The stored keys keep their place; those written take their new state and time of use.
+            replaced = pc.index_in(old_names, value_set=names)
+            is_written = replaced.is_valid()
+            for index, column in enumerate(old.columns[:3]):
+                columns[index].append(column.chunk(0) if isinstance(column, pa.ChunkedArray) else column)
+            columns[3].append(pc.if_else(is_written, written_states.take(replaced), old.column("state")).combine_chunks())
+            columns[4].append(pc.if_else(is_written, pa.scalar(used_ms, pa.int64()), old.column("used_ms")).combine_chunks())
+            sizes = [batch.num_rows for batch in held]
+            order_chunk.append(np.repeat([chunk for chunk in changed if chunk in self._batches], sizes))
+            order_row.append(np.concatenate([np.arange(size) for size in sizes]))
+            is_new = ~pc.is_in(names, value_set=old_names).to_numpy(zero_copy_only=False)
+        new = np.flatnonzero(is_new)
+        if len(new):
+            things, specs, axes = zip(*(keys[index] for index in new.tolist()))
+            columns[0].append(pa.array(things, pa.string()))
+            columns[1].append(pa.array(specs, pa.string()))
+            columns[2].append(pa.array(axes, pa.string()))
+            columns[3].append(written_states.take(pa.array(new)))
+            columns[4].append(pa.array(np.full(len(new), used_ms, dtype=np.int64)))
+            order_chunk.append(chunk_of_key[new])
+            order_row.append(len(keys) * 2**32 + new)  # after the chunk's stored keys, in the order written
+        self.created += len(new)
+        # Chunk after chunk, each one's stored keys first, then its new ones.
+        chunk_order, row_order = np.concatenate(order_chunk), np.concatenate(order_row)
+        order = np.lexsort((row_order, chunk_order))
+        table = pa.Table.from_arrays([pa.concat_arrays(parts) for parts in columns], schema=CHUNK_ARROW_SCHEMA)
+        batch = table.take(pa.array(order)).combine_chunks().to_batches()[0]
+        chunk_order = chunk_order[order]
+        starts = np.flatnonzero(np.diff(chunk_order, prepend=-1)).tolist()
+        for start, end in zip(starts, [*starts[1:], len(chunk_order)]):
+            chunk = int(chunk_order[start])
+            self._batches[chunk] = part = batch.slice(start, end - start)
+            self._chunks.updateValue((chunk,), (part.serialize().to_pybytes(),))
         self._written.clear()
+
+    def _load(self, chunks: set[int]) -> None:
+        for chunk in chunks.difference(self._read):
+            value = self._chunks.getValue((chunk,))
+            self._read.add(chunk)
+            if value is not None:
+                self._batches[chunk] = pa.ipc.read_record_batch(pa.py_buffer(value[0]), CHUNK_ARROW_SCHEMA)
+
+
+# Joins a stored key's fields into one name: no thing and no axis holds it (both are parts of record names,
+# which are printable), so the name is one key's alone, whatever its spec's name holds.
+_NAME_SEPARATOR = "\x00"
+
+
+def key_names(keys: Sequence[StateKey]) -> pa.Array:
+    """Each stored key as one string, as :func:`stored_names` names the keys of a chunk."""
+    return pa.array([f"{thing}\x00{axis}\x00{spec}" for thing, spec, axis in keys], pa.string())
+
+
+def stored_names(chunk: pa.Table | pa.RecordBatch) -> pa.Array:
+    """The names (:func:`key_names`) of the keys a chunk holds."""
+    names = pc.binary_join_element_wise(chunk.column("thing"), chunk.column("axis"), chunk.column("spec"),
+                                        _NAME_SEPARATOR)
+    return names.combine_chunks() if isinstance(names, pa.ChunkedArray) else names
 
 
 Entries = dict[StateKey, tuple[bytes, int]]  # a chunk's keys: engine state and processing time (ms) of last use
