@@ -249,6 +249,9 @@ def run_to_end(query: StreamingQuery, records: int, cpu_before: dict[str, float]
     steady_cpu = {kind: (cpu_after[kind] - (after_first or cpu_before)[kind]) / steady_rows * 1e6 for kind in CPU_KINDS}
     return {"records": records, "batches": len(rows), "seconds": sum(seconds), "records_per_s": sum(rows) / sum(seconds),
             "steady_records_per_s": steady_rows / steady_seconds, "first_batch_s": seconds[0],
+            # Of it, the planning: for the job, Spark asks the stateful processor for its state schemas in a Python
+            # process of its own, started cold.
+            "first_batch_planning_s": progress[0]["durationMs"].get("queryPlanning", 0) / 1000,
             "batch_seconds": [round(second, 2) for second in seconds],
             "cpu_us_per_record": (sum(cpu_after.values()) - sum(cpu_before.values())) / records * 1e6,
             "steady_cpu_us_per_record": steady_cpu, "load_average": os.getloadavg()[0]}
@@ -578,7 +581,7 @@ def print_figures(args: argparse.Namespace, results: list[tuple[int, dict[str, d
           " included); 'previous': the same job with its router and output records in Python per record;"
           " 'pass-through': the job's ceiling, its Kafka source and sink with no join (each record written unchanged)")
     print(f"{'machines':>9} {'code':>12} {'records':>9} {'joins':>9} {'rec/s':>9} {'joins/s':>9} {'steady rec/s':>13}"
-          f" {'1st batch s':>11} {'CPU µs/rec':>10} {'load':>5} | {'standalone rec/s':>16} {'joins/s':>9}")
+          f" {'1st batch s':>11} {'planning s':>10} {'CPU µs/rec':>10} {'load':>5} | {'standalone rec/s':>16} {'joins/s':>9}")
     for machines, runs, standalone in results:
         for job, figures in runs.items():
             other = (f"{standalone['records_per_s']:16,.0f} {standalone['joins_per_s']:9,.0f}"
@@ -586,6 +589,7 @@ def print_figures(args: argparse.Namespace, results: list[tuple[int, dict[str, d
             print(f"{machines:9,d} {job:>12} {figures['records']:9,d} {figures['joins']:9,d}"
                   f" {figures['records_per_s']:9,.0f} {figures['joins_per_s']:9,.0f}"
                   f" {figures['steady_records_per_s']:13,.0f} {figures['first_batch_s']:11.1f}"
+                  f" {figures['first_batch_planning_s']:10.2f}"
                   f" {figures['cpu_us_per_record']:10.1f} {figures['load_average']:5.1f} | {other}")
         if "previous" in runs:
             job, previous = runs["job"], runs["previous"]
@@ -614,8 +618,8 @@ def print_figures(args: argparse.Namespace, results: list[tuple[int, dict[str, d
               f"over {latency['joins']:,} joins (Kafka append of the later input -> visible to read_committed), "
               f"{latency['batches']} batches of {latency['mean_batch_s']:.2f} s on average, "
               f"load {latency['load_average']:.1f}")
-    print("CPU µs/rec: CPU time of the driver, its JVM and Python workers per input record, first batch included; "
-          "load: 1-minute load average of the machine (2 cores) at the end of the run")
+    print("planning s: of the first batch, Spark's query planning; CPU µs/rec: CPU time of the driver, its JVM and "
+          "Python workers per input record, first batch included; load: 1-minute load average of the machine (2 cores) at the end of the run")
 
 
 if __name__ == "__main__":

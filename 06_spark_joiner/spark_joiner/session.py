@@ -9,6 +9,7 @@ spark-submit's: the session takes its settings and adds only the job's own (`sub
 from __future__ import annotations
 
 import atexit
+import importlib.util
 import logging
 import os
 import shlex
@@ -68,8 +69,22 @@ def prepare_environment() -> None:
     os.environ.setdefault("SPARK_CONF_DIR", str(class_archive.empty_conf_dir()))
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     # Without these, workers would run whatever `python3` is on PATH, without our packages.
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_PYTHON", spark_python())
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+
+
+# This interpreter without Spark's archives on its import path (see the script).
+SPARK_PYTHON = Path(__file__).resolve().with_name("spark_python.sh")
+
+
+def spark_python() -> str:
+    """The Python that Spark's Python processes run: `SPARK_PYTHON` over this interpreter where this environment has
+    pyspark and py4j of its own, else this interpreter with Spark's archives."""
+    installed = [importlib.util.find_spec(package) for package in ("pyspark", "py4j")]
+    if not all(spec is not None and spec.origin and Path(spec.origin).is_file() for spec in installed):
+        return sys.executable
+    os.environ["SPARK_JOINER_INTERPRETER"] = sys.executable
+    return str(SPARK_PYTHON)
 
 
 @contextmanager
