@@ -256,21 +256,23 @@ class ChunkedStates:
         changed = np.unique(chunk_of_key).tolist()
         held = [self._batches[chunk] for chunk in changed if chunk in self._batches]
         columns: list[list[pa.Array]] = [[] for _ in CHUNK_ARROW_SCHEMA]
-        order_chunk, order_row = [], []
+        order_chunk, order_row = [], []  # per row: its chunk, and its place there
         is_new = np.ones(len(keys), dtype=bool)
+        held_rows = 0
         if held:
             old = pa.Table.from_batches(held, schema=CHUNK_ARROW_SCHEMA).combine_chunks()
             old_names = stored_names(old)
             # The stored keys keep their place; those written take their new state and time of use.
             replaced = pc.index_in(old_names, value_set=names)
             is_written = replaced.is_valid()
-            for index, column in enumerate(old.columns[:3]):
-                columns[index].append(column.chunk(0) if isinstance(column, pa.ChunkedArray) else column)
-            columns[3].append(pc.if_else(is_written, written_states.take(replaced), old.column("state")).combine_chunks())
-            columns[4].append(pc.if_else(is_written, pa.scalar(used_ms, pa.int64()), old.column("used_ms")).combine_chunks())
+            for index in range(3):  # thing, spec, axis
+                columns[index].append(old.column(index).chunk(0))
+            columns[3].append(pc.if_else(is_written, written_states.take(replaced), old.column("state")).chunk(0))
+            columns[4].append(pc.if_else(is_written, pa.scalar(used_ms, pa.int64()), old.column("used_ms")).chunk(0))
             sizes = [batch.num_rows for batch in held]
             order_chunk.append(np.repeat([chunk for chunk in changed if chunk in self._batches], sizes))
             order_row.append(np.concatenate([np.arange(size) for size in sizes]))
+            held_rows = old.num_rows
             is_new = ~pc.is_in(names, value_set=old_names).to_numpy(zero_copy_only=False)
         new = np.flatnonzero(is_new)
         if len(new):
@@ -281,7 +283,7 @@ class ChunkedStates:
             columns[3].append(written_states.take(pa.array(new)))
             columns[4].append(pa.array(np.full(len(new), used_ms, dtype=np.int64)))
             order_chunk.append(chunk_of_key[new])
-            order_row.append(len(keys) * 2**32 + new)  # after the chunk's stored keys, in the order written
+            order_row.append(held_rows + new)  # after every stored key of the chunk, in the order written
         self.created += len(new)
         # Chunk after chunk, each one's stored keys first, then its new ones.
         chunk_order, row_order = np.concatenate(order_chunk), np.concatenate(order_row)
@@ -311,7 +313,8 @@ _NAME_SEPARATOR = "\x00"
 
 def key_names(keys: Sequence[StateKey]) -> pa.Array:
     """Each stored key as one string, as :func:`stored_names` names the keys of a chunk."""
-    return pa.array([f"{thing}\x00{axis}\x00{spec}" for thing, spec, axis in keys], pa.string())
+    separator = _NAME_SEPARATOR
+    return pa.array([f"{thing}{separator}{axis}{separator}{spec}" for thing, spec, axis in keys], pa.string())
 
 
 def stored_names(chunk: pa.Table | pa.RecordBatch) -> pa.Array:
