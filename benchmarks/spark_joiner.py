@@ -581,7 +581,8 @@ def print_figures(args: argparse.Namespace, results: list[tuple[int, dict[str, d
           " included); 'previous': the same job with its router and output records in Python per record;"
           " 'pass-through': the job's ceiling, its Kafka source and sink with no join (each record written unchanged)")
     print(f"{'machines':>9} {'code':>12} {'records':>9} {'joins':>9} {'rec/s':>9} {'joins/s':>9} {'steady rec/s':>13}"
-          f" {'1st batch s':>11} {'planning s':>10} {'CPU µs/rec':>10} {'load':>5} | {'standalone rec/s':>16} {'joins/s':>9}")
+          f" {'1st batch s':>11} {'planning s':>10} {'CPU µs/rec':>10} {'load':>5}"
+          f" | {'standalone rec/s':>16} {'joins/s':>9}")
     for machines, runs, standalone in results:
         for job, figures in runs.items():
             other = (f"{standalone['records_per_s']:16,.0f} {standalone['joins_per_s']:9,.0f}"
@@ -619,7 +620,8 @@ def print_figures(args: argparse.Namespace, results: list[tuple[int, dict[str, d
               f"{latency['batches']} batches of {latency['mean_batch_s']:.2f} s on average, "
               f"load {latency['load_average']:.1f}")
     print("planning s: of the first batch, Spark's query planning; CPU µs/rec: CPU time of the driver, its JVM and "
-          "Python workers per input record, first batch included; load: 1-minute load average of the machine (2 cores) at the end of the run")
+          "Python workers per input record, first batch included; load: 1-minute load average of the machine "
+          "(2 cores) at the end of the run")
 
 
 if __name__ == "__main__":

@@ -78,8 +78,9 @@ SPARK_PYTHON = Path(__file__).resolve().with_name("spark_python.sh")
 
 
 def spark_python() -> str:
-    """The Python that Spark's Python processes run: `SPARK_PYTHON` over this interpreter where this environment has
-    pyspark and py4j of its own, else this interpreter with Spark's archives."""
+    """The Python that Spark's Python processes run: `SPARK_PYTHON` over this interpreter (named to it in the
+    environment the JVM inherits) where this environment has pyspark and py4j of its own, else this interpreter
+    with Spark's archives."""
     installed = [importlib.util.find_spec(package) for package in ("pyspark", "py4j")]
     if not all(spec is not None and spec.origin and Path(spec.origin).is_file() for spec in installed):
         return sys.executable
