@@ -33,7 +33,7 @@ PACKAGES: dict[str, tuple[str, ...]] = {
     "ops/README.md": ("ops/stack", "ops/compose"),
 }
 # Directories whose every file is listed, not only their Python modules.
-EVERY_FILE = {"ops/compose"}
+EVERY_FILE = {"ops/compose", "06_spark_joiner/spark_joiner"}
 TABLE_HEADINGS = {"module", "file"}
 CELL_SEPARATOR = re.compile(r"(?<!\\)\|")  # `a\|b` inside a cell is no separator
 BACKTICKED = re.compile(r"`([^`]+)`")
