@@ -88,6 +88,15 @@ def spark_python() -> str:
     return str(SPARK_PYTHON)
 
 
+def executor_environment() -> dict[str, str]:
+    """The interpreter `SPARK_PYTHON` runs, for executors that do not inherit this process's environment (a
+    standalone or other cluster's workers start them): without it the script refuses to run there."""
+    interpreter = os.environ.get("SPARK_JOINER_INTERPRETER")
+    if os.environ.get("PYSPARK_PYTHON") != str(SPARK_PYTHON) or not interpreter:
+        return {}
+    return {"spark.executorEnv.SPARK_JOINER_INTERPRETER": interpreter}
+
+
 @contextmanager
 def jvm_ignoring_sigterm() -> Iterator[None]:
     """Start the JVM with SIGTERM ignored (a signal ignored at exec stays ignored in the JVM): a stop signal to the
@@ -200,6 +209,7 @@ def spark_session(master: str = "local[*]", app_name: str = "spark-joiner",
             **({"spark.local.dir": str(temp_dir)} if master.startswith("local") else {}),
             # Python workers without Spark's zip archives on their path (see worker_daemon).
             "spark.python.daemon.module": "spark_joiner.worker_daemon",
+            **executor_environment(),
             **deployment_defaults(app_name, java_options(quick_jit)),
             **job_options(shuffle_partitions),
             **(extra or {}),

@@ -7,7 +7,7 @@ import os
 import subprocess
 import sys
 
-from spark_joiner.session import SPARK_PYTHON, spark_python
+from spark_joiner.session import SPARK_PYTHON, executor_environment, spark_python
 
 SHOW = "import json, os, sys; print(json.dumps([sys.executable, os.environ['PYTHONPATH']]))"
 
@@ -33,3 +33,12 @@ def test_the_job_runs_its_spark_processes_through_it_where_pyspark_is_installed(
     monkeypatch.delenv("SPARK_JOINER_INTERPRETER", raising=False)
     assert spark_python() == str(SPARK_PYTHON)
     assert os.environ["SPARK_JOINER_INTERPRETER"] == sys.executable
+
+
+def test_executors_started_by_a_cluster_get_the_interpreter_in_the_job_s_conf(monkeypatch) -> None:
+    """A standalone cluster's worker starts the executors with its own environment, not the driver's."""
+    monkeypatch.delenv("SPARK_JOINER_INTERPRETER", raising=False)
+    monkeypatch.setenv("PYSPARK_PYTHON", spark_python())
+    assert executor_environment() == {"spark.executorEnv.SPARK_JOINER_INTERPRETER": sys.executable}
+    monkeypatch.setenv("PYSPARK_PYTHON", sys.executable)  # a Python the user chose: nothing to pass on
+    assert executor_environment() == {}
