@@ -82,6 +82,32 @@ class SparkJoinerProcess:
         return self.process.returncode
 
 
+def worker_daemons(joiner: SparkJoinerProcess) -> int:
+    """How many Python worker daemons the joiner's JVM runs: its descendants running the daemon module whose parent
+    does not (a daemon's forked workers run the same command line)."""
+    processes: dict[int, tuple[int, str]] = {}  # pid -> (parent pid, command line)
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+            command = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:  # exited meanwhile
+            continue
+        processes[int(entry.name)] = (int(stat[stat.rindex(")") + 2:].split()[1]), command)  # after the name
+
+    def descends_from_joiner(pid: int) -> bool:
+        while pid > 1:
+            if pid == joiner.process.pid:
+                return True
+            pid = processes.get(pid, (0, ""))[0]
+        return False
+
+    daemon = "-m spark_joiner.worker_daemon"
+    return sum(1 for pid, (parent, command) in processes.items()
+               if daemon in command and daemon not in processes.get(parent, (0, ""))[1] and descends_from_joiner(pid))
+
+
 def _group_alive(pgid: int) -> bool:
     try:
         os.killpg(pgid, 0)

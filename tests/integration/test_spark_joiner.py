@@ -19,7 +19,7 @@ from confluent_kafka import Producer
 from conftest import EVENTS_FILE
 from kafka_joiner_support import (JoinerProcess, as_multiset, delete_internal_topics, key_of, new_group,
                                   offline_join, rows_as_records)
-from spark_support import OUTPUT_DEADLINE_S, SparkJoinerProcess, spark_joiners  # noqa: F401 (a fixture)
+from spark_support import OUTPUT_DEADLINE_S, SparkJoinerProcess, spark_joiners, worker_daemons  # noqa: F401 (a fixture)
 from pipeline_core.kafka_clients import producer_config
 from support import produce_records, read_topic, wait_for
 
@@ -105,6 +105,8 @@ def test_kill_9_driver_three_times_gives_the_one_shot_output(bootstrap, new_topi
         # Kill once this run has committed something more, at a random moment after that.
         committed = wait_for(lambda: more_outputs(bootstrap, topics.out, committed, joiner), OUTPUT_DEADLINE_S,
                              "progress before the kill", interval_s=0.5)
+        # Both Python steps (the router, the stateful join) have run in this run: their workers came from one daemon.
+        assert worker_daemons(joiner) == 1
         time.sleep(rng.uniform(0.0, 2.0))  # the random moment of the crash, not a synchronisation
         joiner.kill()
     joiner.start()
