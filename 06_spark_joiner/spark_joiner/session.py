@@ -32,6 +32,7 @@ from pipeline_core.paths import SPARK_JARS
 from . import class_archive
 from .console import forward_console
 from .settings import DEFAULT_SHUFFLE_PARTITIONS
+from .warm_up import start_python_workers
 
 log = logging.getLogger(__name__)
 
@@ -196,7 +197,8 @@ def spark_session(master: str = "local[*]", app_name: str = "spark-joiner",
                   shuffle_partitions: int = DEFAULT_SHUFFLE_PARTITIONS,
                   driver_memory: str = "1g", extra: dict[str, str] | None = None,
                   quick_jit: bool = True, archive_at_exit: Path | None = None) -> SparkSession:
-    """A Spark session ready for the joiner: Kafka source, RocksDB state store, Arrow, quiet. Once per process.
+    """A Spark session ready for the joiner: Kafka source, RocksDB state store, Arrow, quiet, its executors' Python
+    workers starting in the background (`warm_up`). Once per process.
 
     Started as `python -m spark_joiner`, it starts the JVM with `master` and `driver_memory`, and reads the JVM's
     console into this process's logging (`console`). Under spark-submit, the JVM is spark-submit's and so are the
@@ -232,7 +234,9 @@ def spark_session(master: str = "local[*]", app_name: str = "spark-joiner",
     context = SparkContext(conf=conf, gateway=gateway)
     if not under_spark_submit():
         context.setLogLevel("ERROR")  # under spark-submit, its log4j configuration decides
-    return SparkSession.builder.config(conf=conf).getOrCreate()
+    spark = SparkSession.builder.config(conf=conf).getOrCreate()
+    start_python_workers(spark)  # in the background, while the caller starts its query
+    return spark
 
 
 def submitted_conf(submitted: SparkConf, app_name: str, shuffle_partitions: int, quick_jit: bool,
