@@ -82,9 +82,9 @@ class SparkJoinerProcess:
         return self.process.returncode
 
 
-def worker_daemons(joiner: SparkJoinerProcess) -> int:
-    """How many Python worker daemons the joiner's JVM runs: its descendants running the daemon module whose parent
-    does not (a daemon's forked workers run the same command line)."""
+def worker_daemons(ancestor_pid: int) -> int:
+    """How many Python worker daemons run below `ancestor_pid` (a joiner's process, a session's JVM): processes
+    running the daemon module whose parent does not (a daemon's forked workers run the same command line)."""
     processes: dict[int, tuple[int, str]] = {}  # pid -> (parent pid, command line)
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
@@ -96,16 +96,16 @@ def worker_daemons(joiner: SparkJoinerProcess) -> int:
             continue
         processes[int(entry.name)] = (int(stat[stat.rindex(")") + 2:].split()[1]), command)  # after the name
 
-    def descends_from_joiner(pid: int) -> bool:
+    def descends(pid: int) -> bool:
         while pid > 1:
-            if pid == joiner.process.pid:
+            if pid == ancestor_pid:
                 return True
             pid = processes.get(pid, (0, ""))[0]
         return False
 
     daemon = "-m spark_joiner.worker_daemon"
     return sum(1 for pid, (parent, command) in processes.items()
-               if daemon in command and daemon not in processes.get(parent, (0, ""))[1] and descends_from_joiner(pid))
+               if daemon in command and daemon not in processes.get(parent, (0, ""))[1] and descends(pid))
 
 
 def _group_alive(pgid: int) -> bool:

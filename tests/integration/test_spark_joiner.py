@@ -106,7 +106,7 @@ def test_kill_9_driver_three_times_gives_the_one_shot_output(bootstrap, new_topi
         committed = wait_for(lambda: more_outputs(bootstrap, topics.out, committed, joiner), OUTPUT_DEADLINE_S,
                              "progress before the kill", interval_s=0.5)
         # Both Python steps (the router, the stateful join) have run in this run: their workers came from one daemon.
-        assert worker_daemons(joiner) == 1
+        assert worker_daemons(joiner.process.pid) == 1
         time.sleep(rng.uniform(0.0, 2.0))  # the random moment of the crash, not a synchronisation
         joiner.kill()
     joiner.start()
