@@ -32,8 +32,12 @@ def start_python_workers(spark: SparkSession) -> threading.Thread:
     def run() -> None:
         try:
             spark.range(0, tasks, 1, tasks).mapInArrow(_unchanged, "id long").collect()
-        except Exception as error:  # the session stopped meanwhile: nothing left to start
-            log.debug("starting the Python workers ahead of the first micro-batch: %s", error)
+        except Exception as error:
+            # The session stopped meanwhile: nothing left to start. Otherwise the query's Python steps will meet
+            # the same failure, with its full story; this says it early.
+            stopped = spark.sparkContext._jsc is None
+            log.log(logging.DEBUG if stopped else logging.WARNING,
+                    "starting the Python workers ahead of the first micro-batch failed: %s", error)
 
     thread = threading.Thread(target=run, name="python-workers", daemon=True)
     thread.start()
