@@ -27,7 +27,7 @@ KILLED = {"spark": ("kill kafka-", "kill stream-connector", "kill db-connector-"
 
 @pytest.mark.parametrize("joiner", ["spark", "lsb"])
 def test_the_cluster_across_hosts_survives_a_storm_of_network_faults_and_kills_exactly(joiner: str) -> None:
-    report = storm_across_hosts(joiner, rows=4_000, rate=50.0, kills=True)
+    report = storm_across_hosts(joiner, rows=5_000, rate=50.0, kills=True)
     print(report["summary"], "; recovered after each healing (s):", report["recovered_s"])
     confirmed = report["confirmed"]
     for kill in KILLED[joiner]:
