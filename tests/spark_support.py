@@ -14,6 +14,7 @@ import pytest
 
 from spark_joiner.parse import RecordRouter
 from pipeline_core.records import InvalidRecord, decode_record, encode_record, record_key
+from chaos_support import command_line, descendants
 from support import wait_for
 
 # Spark on two shared cores: a JVM start, a session and the first stateful batch take a while.
@@ -85,27 +86,15 @@ class SparkJoinerProcess:
 def worker_daemons(ancestor_pid: int) -> int:
     """How many Python worker daemons run below `ancestor_pid` (a joiner's process, a session's JVM): processes
     running the daemon module whose parent does not (a daemon's forked workers run the same command line)."""
-    processes: dict[int, tuple[int, str]] = {}  # pid -> (parent pid, command line)
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-            command = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-        except OSError:  # exited meanwhile
-            continue
-        processes[int(entry.name)] = (int(stat[stat.rindex(")") + 2:].split()[1]), command)  # after the name
+    running = {pid for pid in descendants(ancestor_pid) if "spark_joiner.worker_daemon" in command_line(pid)}
+    return sum(1 for pid in running if _parent(pid) not in running)
 
-    def descends(pid: int) -> bool:
-        while pid > 1:
-            if pid == ancestor_pid:
-                return True
-            pid = processes.get(pid, (0, ""))[0]
-        return False
 
-    daemon = "-m spark_joiner.worker_daemon"
-    return sum(1 for pid, (parent, command) in processes.items()
-               if daemon in command and daemon not in processes.get(parent, (0, ""))[1] and descends(pid))
+def _parent(pid: int) -> int | None:
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    except (FileNotFoundError, ProcessLookupError, IndexError):
+        return None
 
 
 def _group_alive(pgid: int) -> bool:

@@ -24,9 +24,10 @@ def _unchanged(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
     yield from batches
 
 
-def start_python_workers(spark: SparkSession) -> threading.Thread:
-    """Run a trivial Python step of one task per core (`defaultParallelism`) in a background thread; returns the
-    thread. It is a `mapInArrow` step, as the router is, so its workers come from the daemon the job's steps use."""
+def start_python_workers(spark: SparkSession) -> None:
+    """Run a trivial Python step of one task per core (`defaultParallelism`) in a background thread named
+    `python-workers`. It is a `mapInArrow` step, as the router is, so its workers come from the daemon the job's
+    steps use."""
     tasks = spark.sparkContext.defaultParallelism
 
     def run() -> None:
@@ -39,6 +40,4 @@ def start_python_workers(spark: SparkSession) -> threading.Thread:
             log.log(logging.DEBUG if stopped else logging.WARNING,
                     "starting the Python workers ahead of the first micro-batch failed: %s", error)
 
-    thread = threading.Thread(target=run, name="python-workers", daemon=True)
-    thread.start()
-    return thread
+    threading.Thread(target=run, name="python-workers", daemon=True).start()
