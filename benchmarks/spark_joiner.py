@@ -52,7 +52,8 @@ from pipeline_core.settings import KafkaSettings
 from pipeline_core.topics import MACHINE_DATA, MACHINE_DLQ, MACHINE_OUT, ensure_topics, partition_count
 
 from spark_joiner.job import CHECKPOINT_FILE_MANAGER, FILE_SYSTEM_CHECKPOINTS, is_local_path, kafka_source, start_query
-from spark_joiner.processor import EMITTED_ARROW_SCHEMA, OUT, OUTPUT_SCHEMA
+from spark_joiner.bucket_join import EMITTED_ARROW_SCHEMA, OUT
+from spark_joiner.processor import OUTPUT_SCHEMA
 from spark_joiner.session import spark_session
 from spark_joiner.settings import SparkJoinerSettings
 from spark_joiner.sink import TransactionalBatchSink

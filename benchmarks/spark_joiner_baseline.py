@@ -32,7 +32,8 @@ from pipeline_core.records import InvalidRecord, dead_letter, decode_record, enc
 from spark_joiner.encode import STAGE, EncodedOutputs
 from spark_joiner.job import CHECKPOINT_FILE_MANAGER, FILE_SYSTEM_CHECKPOINTS, QUERY_NAME, is_local_path, kafka_source
 from spark_joiner.parse import PACKED_SCHEMA, RecordRouter, routed_rows, unpack
-from spark_joiner.processor import OUTPUT_SCHEMA, BucketJoinProcessor, ChunkedStates, join_bucket
+from spark_joiner.bucket_join import ChunkedStates, join_bucket
+from spark_joiner.processor import OUTPUT_SCHEMA, BucketJoinProcessor
 from spark_joiner.settings import SparkJoinerSettings
 from spark_joiner.sink import TransactionalBatchSink
 
@@ -131,9 +132,9 @@ class PerRecordProcessor(BucketJoinProcessor):
     def handleInputRows(self, key: Any, rows: Iterator[pd.DataFrame], timerValues: Any) -> Iterator[pd.DataFrame]:
         data = unpack(blob for frame in rows for blob in frame["rows"])
         states = ChunkedStates(self.chunks)
-        emitted = join_bucket(self.resolver, data, states, self.input_topic, self.max_pending_per_side,
+        emitted = join_bucket(self.bucket.resolver, data, states, self.input_topic, self.max_pending_per_side,
                               encode=encode_per_record)
-        self._store_states(states, emitted)
+        self.bucket.store_states(states, emitted)
         if emitted:
             yield emitted.frame()
 

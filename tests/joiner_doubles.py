@@ -13,7 +13,7 @@ from local_stream_buffer.keyed import KeyedJoiner
 from local_stream_buffer.keyed_batch import StateDict
 from local_stream_buffer.specs import SpecResolver, load_join_specs
 from spark_joiner.parse import RecordRouter, unpack
-from spark_joiner.processor import DLQ, join_bucket, unpack_emitted
+from spark_joiner.bucket_join import DLQ, join_bucket, unpack_emitted
 
 INPUT_TOPIC, OUTPUT_TOPIC, DLQ_TOPIC, STATE_TOPIC = "machine.data", "machine.out", "machine.dlq", "joiner.state"
 RESOLVER = SpecResolver(load_join_specs(None))

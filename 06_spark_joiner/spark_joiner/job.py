@@ -8,9 +8,10 @@ from local_stream_buffer.specs import load_join_specs
 from pipeline_core.kafka_clients import REQUEST_TIMEOUT_MS, java_security_options
 
 from .parse import KAFKA_COLUMNS, PACKED_SCHEMA, RecordRouter
-from .processor import IDLE_RELEASE_LAYOUT, OUTPUT_SCHEMA, STATE_LAYOUT, BucketJoinProcessor
+from .processor import OUTPUT_SCHEMA, BucketJoinProcessor
 from .settings import SparkJoinerSettings
 from .sink import TransactionalBatchSink
+from .state_layout import IDLE_RELEASE_LAYOUT, STATE_LAYOUT
 
 QUERY_NAME = "spark_joiner"
 # Spark's Kafka source names its consumer groups <prefix>-<query id>-...; the sink's group and transactional id

@@ -47,7 +47,7 @@ from pipeline_core.topics import dead_letter_limit
 
 from .checkpoint import checkpoint_query_id
 from .encode import STAGE
-from .processor import DLQ, unpack_emitted
+from .bucket_join import DLQ, unpack_emitted
 
 log = logging.getLogger(__name__)
 

@@ -41,7 +41,7 @@ def drop_spark_archives() -> None:
 
 
 # Modules every worker of the job imports; imported once in the daemon, before it forks the workers.
-_WORKER_MODULES = ("spark_joiner.parse", "spark_joiner.processor")
+_WORKER_MODULES = ("spark_joiner.parse", "spark_joiner.processor", "spark_joiner.bucket_join")
 
 
 def prepare_workers() -> None:

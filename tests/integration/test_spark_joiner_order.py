@@ -21,7 +21,7 @@ from local_stream_buffer.keyed_batch import StateDict
 from local_stream_buffer.order import order_verdicts
 from local_stream_buffer.specs import SpecResolver
 from spark_joiner.parse import pack, unpack
-from spark_joiner.processor import OUT, join_bucket, unpack_emitted
+from spark_joiner.bucket_join import OUT, join_bucket, unpack_emitted
 from spark_support import routed_rows
 
 

@@ -11,7 +11,7 @@ import pytest
 from confluent_kafka import Producer
 
 from pipeline_core.kafka_clients import producer_config
-from spark_joiner.processor import OUT
+from spark_joiner.bucket_join import OUT
 from spark_joiner.sink import TransactionalBatchSink
 from support import read_topic, unique
 from test_spark_sink_outage import emitted

@@ -22,7 +22,7 @@ from confluent_kafka import Producer
 from pipeline_core.kafka_clients import (KafkaStartupError, admin_client, producer_config, retry_transient,
                                          transactional_producer_config)
 from pipeline_core.topics import MACHINE_DATA, MACHINE_DLQ, MACHINE_OUT, ensure_topics
-from spark_joiner.processor import DLQ, EMITTED_ARROW_SCHEMA, OUT
+from spark_joiner.bucket_join import DLQ, EMITTED_ARROW_SCHEMA, OUT
 from spark_joiner.sink import TransactionalBatchSink
 from stack import manager
 from stack.processes import port_is_free

@@ -12,7 +12,7 @@ from benchmarks.ceiling import Run, cost_lines, ratio, ratio_line, run_line, ver
 from benchmarks.kafka_joiner import real_mix
 from benchmarks.spark_joiner import ceiling_line, emit_unchanged
 from pipeline_core.records import decode_record, record_key
-from spark_joiner.processor import OUT, unpack_emitted
+from spark_joiner.bucket_join import OUT, unpack_emitted
 
 SHIPPED_RECORDS = 19_825  # records of the 5,000 shipped rows, every quantity
 SHIPPED_PAIRS = 2_748

@@ -16,7 +16,7 @@ from local_stream_buffer.eviction import keys_to_evict
 from local_stream_buffer.keyed import KeyedJoiner
 from local_stream_buffer.reorder import join_reordered
 from local_stream_buffer.specs import ROUTE_CACHE_SIZE, JoinSpec, SpecResolver
-from spark_joiner.processor import evicted_dead_letters
+from spark_joiner.bucket_join import evicted_dead_letters
 
 
 def machine(thing: str, axis: int, start_ms: int, ticks: int) -> list[dict]:

@@ -17,7 +17,8 @@ from unit.test_import_graph import ALLOWED
 
 # What the driver runs (the entry script's main) and what the Python workers load (the router and the join, the
 # worker daemon where it is used).
-JOB_MODULES = ("spark_joiner.__main__", "spark_joiner.parse", "spark_joiner.processor", "spark_joiner.worker_daemon")
+JOB_MODULES = ("spark_joiner.__main__", "spark_joiner.parse", "spark_joiner.processor", "spark_joiner.bucket_join",
+               "spark_joiner.worker_daemon")
 
 # Run with -S: no site-packages .pth file is read, so the project's editable install is not on the path, only
 # the archive and the third-party packages.

@@ -19,7 +19,9 @@ from kafka_joiner_support import rows_as_records
 from pipeline_core.records import encode_record
 from spark_joiner.checkpoint import LAYOUT_FILE, has_checkpoint, prepare_checkpoint
 from spark_joiner.parse import RecordRouter, pack
-from spark_joiner.processor import DLQ, STATE_LAYOUT, BucketJoinProcessor, committed_rows, unpack_emitted
+from spark_joiner.bucket_join import DLQ, committed_rows, unpack_emitted
+from spark_joiner.processor import BucketJoinProcessor
+from spark_joiner.state_layout import STATE_LAYOUT
 from spark_joiner.sink import batch_ends
 from spark_support import kafka_batch
 

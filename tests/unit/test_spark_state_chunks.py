@@ -7,7 +7,8 @@ from collections import Counter
 from hypothesis import given
 from hypothesis import strategies as st
 
-from spark_joiner.processor import STATE_CHUNKS_PER_BUCKET, ChunkedStates, chunk_of, decode_chunks, encode_chunks
+from spark_joiner.bucket_join import ChunkedStates, chunk_of, decode_chunks, encode_chunks
+from spark_joiner.state_layout import STATE_CHUNKS_PER_BUCKET
 
 
 class CountingMapState:
