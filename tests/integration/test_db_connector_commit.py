@@ -78,5 +78,8 @@ def test_a_commit_waiting_for_a_frozen_broker_keeps_the_connector_reporting(
         os.killpg(pid, signal.SIGCONT)
 
     produce_records(bootstrap, topics.data, raw[half:], key=key_of)
-    wait_for_points(client, raw=expected_raw_points(raw), deadline_s=120)
+    try:
+        wait_for_points(client, raw=expected_raw_points(raw), deadline_s=120)
+    except AssertionError as error:
+        raise AssertionError(f"{error}\nthe connector's log:\n{connector.log()}") from None
     assert connector.alive(), connector.log()
