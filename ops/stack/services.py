@@ -18,7 +18,7 @@ from string import Template
 from pipeline_core import credentials, paths
 from pipeline_core.health import influxdb_ready, mqtt_ready
 from pipeline_core.mqtt import CONNECTOR_CLIENT_ID, CONNECTOR_TOPIC_FILTER, open_session
-from pipeline_core.settings import MqttSettings, load_settings
+from pipeline_core.settings import DEFAULT_STARTUP_DEADLINE_S, MqttSettings, load_settings
 from pipeline_core.logs import ready_marker
 from pipeline_core.stage_health import StageHealth, assess, read_heartbeat
 from . import certificates, influxdb_users, mqtt_security, security
@@ -349,7 +349,10 @@ class PipelineProcess(Service):
 
     start_group = PIPELINE
 
-    def __init__(self, name: str, module: str, *args: str, start_deadline_s: float = 30.0,
+    # As long as the stage itself waits for Kafka at start (KAFKA_STARTUP_DEADLINE_S): a new cluster on a busy
+    # machine took over 30 s to answer its first admin and transactional requests (coordinators loading), and `up`
+    # gave up on a stage that was about to be ready. A stage that fails exits, which `up` notices at once.
+    def __init__(self, name: str, module: str, *args: str, start_deadline_s: float = DEFAULT_STARTUP_DEADLINE_S,
                  stop_grace_s: float = 10.0, startsecs: float = 5.0, env: dict[str, str] | None = None) -> None:
         self.name = name
         self.module = module
