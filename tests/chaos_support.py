@@ -47,6 +47,7 @@ from pipeline_core.topics import MACHINE_DATA, MACHINE_DLQ, MACHINE_OUT
 from simulator.publisher import Publisher
 from simulator.replay import publish_rows, selected_rows
 from simulator.settings import SimulatorSettings
+from stack.processes import parent_pid
 from stack.topology import SINGLE_PORTS, private_ports
 from support import PORT_RANGE_ENV, Message, process_state, read_topic, wait_for
 
@@ -416,11 +417,9 @@ def descendants(pid: int) -> list[int]:
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
-        try:
-            parent = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
-        except (FileNotFoundError, ProcessLookupError, IndexError):
-            continue
-        children.setdefault(parent, []).append(int(entry.name))
+        parent = parent_pid(int(entry.name))
+        if parent is not None:  # None: exited meanwhile
+            children.setdefault(parent, []).append(int(entry.name))
     found, pending = [], list(children.get(pid, []))
     while pending:
         child = pending.pop(0)

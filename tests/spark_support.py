@@ -15,6 +15,7 @@ import pytest
 from spark_joiner.parse import RecordRouter
 from pipeline_core.records import InvalidRecord, decode_record, encode_record, record_key
 from chaos_support import command_line, descendants
+from stack.processes import parent_pid
 from support import wait_for
 
 # Spark on two shared cores: a JVM start, a session and the first stateful batch take a while.
@@ -87,14 +88,7 @@ def worker_daemons(ancestor_pid: int) -> int:
     """How many Python worker daemons run below `ancestor_pid` (a joiner's process, a session's JVM): processes
     running the daemon module whose parent does not (a daemon's forked workers run the same command line)."""
     running = {pid for pid in descendants(ancestor_pid) if "spark_joiner.worker_daemon" in command_line(pid)}
-    return sum(1 for pid in running if _parent(pid) not in running)
-
-
-def _parent(pid: int) -> int | None:
-    try:
-        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
-    except (FileNotFoundError, ProcessLookupError, IndexError):
-        return None
+    return sum(1 for pid in running if parent_pid(pid) not in running)
 
 
 def _group_alive(pgid: int) -> bool:

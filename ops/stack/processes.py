@@ -27,6 +27,14 @@ def process_start_ticks(pid: int) -> int | None:
         return None
 
 
+def parent_pid(pid: int) -> int | None:
+    """The parent of process `pid` (/proc/<pid>/stat); None when no such process runs."""
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
 def command_line(pid: int) -> str | None:
     try:
         raw = Path(f"/proc/{pid}/cmdline").read_bytes()

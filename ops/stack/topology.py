@@ -16,7 +16,7 @@ from pipeline_core.logs import READY_MARKER
 from pipeline_core.stage_health import StageHealth, assess, read_heartbeat
 from . import kafka_cluster, placement, spark_cluster
 from .choice import current, is_cluster, is_hosts, record, recorded  # noqa: F401 (asked of the topology by its callers)
-from .processes import StackError, free_loopback_ports, port_is_free
+from .processes import StackError, free_loopback_ports, parent_pid, port_is_free
 from .services import START_MARKER, InfluxDB, Mosquitto, PipelineProcess, Service
 
 # Instances of each scaled stage on the cluster: one group, distinct instance ids.
@@ -109,7 +109,7 @@ class SparkSubmittedJoiner(PipelineProcess):
     def stage_health(self, pid: int | None, now: float) -> StageHealth:
         """By the heartbeat of the Python driver that the spark-submit JVM `pid` runs."""
         heartbeat = read_heartbeat(self.progress_file)
-        ours = heartbeat is not None and pid is not None and _parent(heartbeat.pid) == pid
+        ours = heartbeat is not None and pid is not None and parent_pid(heartbeat.pid) == pid
         return assess(heartbeat if ours else None, now)
 
     def is_ready(self, pid: int | None = None) -> bool:
@@ -120,14 +120,7 @@ class SparkSubmittedJoiner(PipelineProcess):
             latest_run = self.log_file.read_text(errors="replace").rsplit(START_MARKER, 1)[-1]
         except OSError:
             return False
-        return any(_parent(int(child)) == pid for child in re.findall(rf"{READY_MARKER} pid=(\d+):", latest_run))
-
-
-def _parent(pid: int) -> int | None:
-    try:
-        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
-    except (OSError, IndexError, ValueError):
-        return None
+        return any(parent_pid(int(child)) == pid for child in re.findall(rf"{READY_MARKER} pid=(\d+):", latest_run))
 
 
 def cluster_joiners() -> dict[str, list[Service]]:
