@@ -72,7 +72,7 @@ def _phase_costs(settings: KafkaJoinerSettings, records: int, records_per_transa
     state_topic = settings.state_topic_name()
     ensure_topics(admin, (TopicSpec(state_topic, partitions, STATE_TOPIC_CONFIG),))
 
-    consumer = joiner_consumer(settings)
+    consumer = joiner_consumer(settings, lambda _statistics: None)
     consumer.assign([TopicPartition(settings.input_topic, partition, OFFSET_BEGINNING)
                      for partition in range(partitions)])
     messages = []

@@ -36,7 +36,8 @@ class PassThrough:
         self.stats = JoinerStats()
         instance_id = settings.instance_id or uuid.uuid4().hex[:12]
         self.transactional_id = f"{settings.transactional_id_prefix}.{instance_id}"
-        self._consumer = joiner_consumer(settings)
+        # The joiner's consumer, its statistics included (a wedge watch reads them), only unread here.
+        self._consumer = joiner_consumer(settings, lambda _statistics: None)
         self._transaction = Transaction(lambda: joiner_producer(settings, self.transactional_id), self._consumer,
                                         self.stats, settings.commit_interval_ms / 1000, settings.max_transaction_records)
         self._positions: dict[int, int] = {}  # input partition -> next offset, committed with the outputs

@@ -1,8 +1,11 @@
 """The joiner's Kafka clients: one transactional producer and one consumer per instance, tuned for it."""
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from confluent_kafka import Consumer, Producer
 
+from pipeline_core.group_watch import STATISTICS_INTERVAL_MS
 from pipeline_core.kafka_clients import consumer_config, security_config, transactional_producer_config
 
 from .settings import KafkaJoinerSettings
@@ -22,7 +25,8 @@ def joiner_producer(settings: KafkaJoinerSettings, transactional_id: str) -> Pro
     }))
 
 
-def joiner_consumer(settings: KafkaJoinerSettings) -> Consumer:
+def joiner_consumer(settings: KafkaJoinerSettings, on_statistics: Callable[[str], None]) -> Consumer:
+    """The group's consumer; `on_statistics` gets librdkafka's statistics (`pipeline_core.group_watch`)."""
     overrides = {
         "session.timeout.ms": settings.session_timeout_ms,
         # Records of the co-partitioned topic become readable at each commit: fetch them without delay.
@@ -35,6 +39,8 @@ def joiner_consumer(settings: KafkaJoinerSettings) -> Consumer:
         # running a whole partition ahead and forcing pending records out. (A larger record still
         # comes whole: Kafka returns at least one record per partition.)
         "max.partition.fetch.bytes": 256 * 1024,
+        "statistics.interval.ms": STATISTICS_INTERVAL_MS,
+        "stats_cb": on_statistics,
     }
     if settings.instance_id:
         # Static membership: a restarted instance gets its partitions back without a rebalance.

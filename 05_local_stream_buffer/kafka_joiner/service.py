@@ -24,6 +24,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Topic
 from pipeline_core.broker_offsets import BrokerOffsets
 from pipeline_core.consumer_lag import REPORT_REQUEST_TIMEOUT_S
 from pipeline_core.data_loss import OffsetWatch
+from pipeline_core.group_watch import ConsumerWedged, GroupWatch, end_wedged_process
 from pipeline_core.kafka_clients import (KafkaCallWedged, admin_client, is_fatal, produce, retry_transient,
                                          security_config)
 from pipeline_core.lifecycle import StopSignal
@@ -74,7 +75,9 @@ class KafkaJoiner:
             "kafka_joiner", self.stats, settings, logger=log, labels=LABELS, progress_counters=("transactions",),
             observe=JoinerObservation(self.stats, lambda: self._partitions.figures() if self._partitions is not None else None,
                                       log, lambda: self._transaction.waiting_for))
-        self._consumer = joiner_consumer(settings)
+        self._group_watch = GroupWatch.asking(
+            settings.group_id, lambda: admin_client(settings.kafka_bootstrap_servers, **security_config(settings)))
+        self._consumer = joiner_consumer(settings, self._group_watch.on_statistics)
         self._watch = OffsetWatch(self._consumer, self.stats, log)
         self._transaction = Transaction(
             lambda: joiner_producer(settings, self.transactional_id), self._consumer, self.stats,
@@ -149,9 +152,13 @@ class KafkaJoiner:
         try:
             while not self.stop.is_set():
                 self.step()
+                self._group_watch.check()
                 if until is not None and until(self):
                     break
             completed = True
+        except ConsumerWedged as wedged:
+            self._progress.close()
+            end_wedged_process(wedged)  # does not return: the consumer's close would wait without end
         finally:
             self.close(commit=completed)
 

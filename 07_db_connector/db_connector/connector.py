@@ -20,6 +20,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Produ
 from pipeline_core.broker_offsets import BrokerOffsets
 from pipeline_core.consumer_lag import REPORT_REQUEST_TIMEOUT_S, unfetched_lag
 from pipeline_core.data_loss import WATERMARK_TIMEOUT_S, OffsetWatch
+from pipeline_core.group_watch import STATISTICS_INTERVAL_MS, ConsumerWedged, GroupWatch, end_wedged_process
 from pipeline_core.kafka_clients import (ACCESS_ERRORS, admin_client, consumer_config, is_fatal, is_transient, produce,
                                          producer_config, refused_for_itself, security_config)
 from pipeline_core.lifecycle import StopSignal
@@ -132,10 +133,15 @@ class DbConnector:
         self._sources = {settings.data_topic: Source.DATA, settings.out_topic: Source.JOINED,
                          settings.dlq_topic: Source.DEAD_LETTER}
         static_membership = {"group.instance.id": settings.group_instance_id} if settings.group_instance_id else {}
+        self._group_watch = GroupWatch.asking(
+            settings.group_id, lambda: admin_client(settings.kafka_bootstrap_servers, **security_config(settings)))
         self._consumer = Consumer(consumer_config(settings.kafka_bootstrap_servers, settings.group_id,
                                                   **security_config(settings), **{"client.id": STAGE,
                                                      "session.timeout.ms": settings.session_timeout_ms,
-                                                     "on_commit": self._on_commit}, **static_membership))
+                                                     "on_commit": self._on_commit,
+                                                     "statistics.interval.ms": STATISTICS_INTERVAL_MS,
+                                                     "stats_cb": self._group_watch.on_statistics},
+                                                  **static_membership))
         # The ends of partitions not read from (`lag`).
         self._broker_offsets = BrokerOffsets(settings.kafka_bootstrap_servers, REPORT_REQUEST_TIMEOUT_S,
                                              security=security_config(settings))
@@ -182,6 +188,7 @@ class DbConnector:
                                 f"-> {self._sink}")
             while not self.stop.is_set():
                 self._consume_once()
+                self._group_watch.check()
                 now = time.monotonic()
                 if len(self._batch) >= settings.batch_size or (
                         not self._batch.is_empty() and now - self._batch.started >= settings.flush_interval_s):
@@ -190,6 +197,9 @@ class DbConnector:
             self._flush()
         except WriteAborted as aborted:
             log.warning("%s: %d uncommitted records are read again on the next start", aborted, len(self._batch))
+        except ConsumerWedged as wedged:
+            progress.close()
+            end_wedged_process(wedged)  # does not return: the consumer's close below would wait without end
         finally:
             progress.close()
             self._consumer.close()
@@ -398,6 +408,7 @@ class DbConnector:
             message = self._consumer.poll(min(remaining, 0.5))
             if message is not None:
                 self._held_back.append(message)
+            self._group_watch.check()  # a wait for the sink or a commit may outlast a consumer wedged meanwhile
             if self._progress is not None:
                 self._progress.maybe_report()  # the lag grows while the sink is away: keep saying so
 
