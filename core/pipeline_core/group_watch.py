@@ -21,7 +21,9 @@ import logging
 import os
 import time
 from collections.abc import Callable
+from concurrent.futures import Future
 from dataclasses import dataclass
+from typing import Protocol
 
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
@@ -65,20 +67,42 @@ class ConsumerWedged(RuntimeError):
     """The consumer stayed outside its group while Kafka served the group to another client."""
 
 
+class Probe(Protocol):
+    """Asks Kafka whether it answers for the group (`ask`), and tells the answer once it came back (`answer`)."""
+
+    def ask(self) -> None: ...
+
+    def answer(self) -> bool | None: ...
+
+
 class GroupProbe:
-    """Whether Kafka answers for a group now, asked through an admin client of its own (never the consumer's)."""
+    """Whether Kafka answers for a group, asked through an admin client of its own (never the consumer's) and
+    without blocking: the loop that asks goes on serving its consumer and its reports while Kafka is away, where a
+    request waits out its whole timeout."""
 
     def __init__(self, group_id: str, new_admin: Callable[[], AdminClient]) -> None:
         self._group_id = group_id
         self._new_admin = new_admin
         self._admin: AdminClient | None = None
+        self._asked: Future | None = None
 
-    def __call__(self) -> bool:
+    def ask(self) -> None:
+        """Send a request for the group, unless one is on its way."""
+        if self._asked is not None:
+            return
         if self._admin is None:
             self._admin = self._new_admin()
+        self._asked = self._admin.describe_consumer_groups([self._group_id],
+                                                           request_timeout=PROBE_TIMEOUT_S)[self._group_id]
+
+    def answer(self) -> bool | None:
+        """Whether Kafka answered the last request for the group, once it came back (then forgotten); None while
+        it is on its way or none was sent."""
+        if self._asked is None or not self._asked.done():
+            return None
+        asked, self._asked = self._asked, None
         try:
-            self._admin.describe_consumer_groups([self._group_id],
-                                                 request_timeout=PROBE_TIMEOUT_S)[self._group_id].result()
+            asked.result()
         except KafkaException as error:
             log.info("Kafka did not answer for group %s: %s", self._group_id, error.args[0])
             self._admin = None  # a fresh client next time, with fresh metadata
@@ -89,13 +113,12 @@ class GroupProbe:
 class GroupWatch:
     """Follows a consumer's group handler through its statistics (`on_statistics` as the consumer's `stats_cb`,
     with `STATISTICS_INTERVAL_MS`) and, from the loop that polls the consumer, `check` raises `ConsumerWedged`
-    once it stays outside its group while `kafka_serves_group()` says Kafka answers for the group (see the
-    module's description)."""
+    once it stays outside its group while `probe` says Kafka answers for the group (see the module's
+    description)."""
 
-    def __init__(self, group_id: str, kafka_serves_group: Callable[[], bool],
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, group_id: str, probe: Probe, clock: Callable[[], float] = time.monotonic) -> None:
         self._group_id = group_id
-        self._kafka_serves_group = kafka_serves_group
+        self._probe = probe
         self._clock = clock
         self._outside_since: float | None = None  # None: inside its group, or not known yet
         self._state = "unknown"
@@ -123,13 +146,18 @@ class GroupWatch:
 
     def check(self) -> None:
         """Raise `ConsumerWedged` when the consumer has been outside its group for `SERVED_GRACE_S` since Kafka
-        first answered for the group. Cheap while the consumer is in its group; asks Kafka at most every
-        `PROBE_INTERVAL_S` while it has been outside for `PROBE_AFTER_S`."""
+        first answered for the group. Cheap while the consumer is in its group; while it has been outside for
+        `PROBE_AFTER_S`, asks Kafka at most every `PROBE_INTERVAL_S` and never waits for the answer."""
+        answer = self._probe.answer()
+        if self.outside_s() < PROBE_AFTER_S:
+            return  # an answer asked for before the consumer came back says nothing now
         now = self._clock()
-        if self.outside_s() < PROBE_AFTER_S or now < self._next_probe:
+        if answer is None:
+            if now >= self._next_probe:
+                self._next_probe = now + PROBE_INTERVAL_S
+                self._probe.ask()
             return
-        self._next_probe = now + PROBE_INTERVAL_S
-        if not self._kafka_serves_group():
+        if not answer:
             self._served_since = None  # Kafka away: the consumer waits for it, as it should
             return
         if self._served_since is None:

@@ -16,7 +16,8 @@ import pytest
 from confluent_kafka import Consumer
 from confluent_kafka.admin import NewTopic
 
-from pipeline_core.group_watch import WEDGED_CONSUMER_EXIT_CODE, GroupProbe, GroupWatch, group_handler_state
+from pipeline_core.group_watch import (PROBE_TIMEOUT_S, WEDGED_CONSUMER_EXIT_CODE, GroupProbe, GroupWatch,
+                                       group_handler_state)
 from pipeline_core.kafka_clients import admin_client, consumer_config
 from stack.processes import free_loopback_ports
 from support import unique, wait_for
@@ -29,6 +30,14 @@ def _topic(bootstrap: str) -> str:
     admin = admin_client(bootstrap)
     admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(30)
     return topic
+
+
+def _answer(probe: GroupProbe) -> bool:
+    """Ask, and poll for the answer as a stage's loop does."""
+    probe.ask()
+    (answer,) = wait_for(lambda: (found := probe.answer()) is not None and (found,), PROBE_TIMEOUT_S + 20,
+                         "the probe's answer")
+    return answer
 
 
 def test_a_consumer_in_its_group_reads_as_up_and_kafka_answers_for_the_group(bootstrap: str) -> None:
@@ -59,7 +68,7 @@ def test_a_consumer_in_its_group_reads_as_up_and_kafka_answers_for_the_group(boo
         assert "unreadable" not in states
         assert watch.outside_s() == 0
         watch.check()  # in its group: nothing to ask, nothing raised
-        assert GroupProbe(group, lambda: admin_client(bootstrap))()
+        assert _answer(GroupProbe(group, lambda: admin_client(bootstrap)))
     finally:
         consumer.close()
 
@@ -67,7 +76,7 @@ def test_a_consumer_in_its_group_reads_as_up_and_kafka_answers_for_the_group(boo
 def test_no_broker_is_no_answer_for_the_group() -> None:
     (port,) = free_loopback_ports(1)
     probe = GroupProbe("g", lambda: admin_client(f"127.0.0.1:{port}", log_level=0))
-    assert not probe()
+    assert _answer(probe) is False
 
 
 def test_a_process_ended_as_wedged_exits_at_once_with_its_status(bootstrap: str) -> None:

@@ -21,14 +21,23 @@ class Clock:
 
 
 class Kafka:
-    """Whether Kafka answers for the group, and how often it was asked."""
+    """Whether Kafka answers for the group, and how often it was asked; an answer comes back by the next check."""
 
-    def __init__(self, serves: bool) -> None:
+    def __init__(self, serves: bool, answers: bool = True) -> None:
         self.serves = serves
+        self.answers = answers  # False: a request stays on its way (Kafka away: it waits out its timeout)
         self.asked = 0
+        self._on_its_way = False
 
-    def __call__(self) -> bool:
-        self.asked += 1
+    def ask(self) -> None:
+        if not self._on_its_way:
+            self.asked += 1
+            self._on_its_way = True
+
+    def answer(self) -> bool | None:
+        if not self._on_its_way or not self.answers:
+            return None
+        self._on_its_way = False
         return self.serves
 
 
@@ -76,6 +85,14 @@ def test_kafka_away_lets_the_consumer_wait_however_long() -> None:
     run(watch, clock, 3600)
     assert kafka.asked > 0  # asked, and never ended
     assert watch.outside_s() == pytest.approx(3600, abs=1)
+
+
+def test_a_request_on_its_way_is_neither_sent_again_nor_taken_for_an_answer() -> None:
+    clock, kafka = Clock(), Kafka(serves=True, answers=False)
+    watch = GroupWatch("g", kafka, clock)
+    watch.on_statistics(statistics("query-coord"))
+    run(watch, clock, 600)
+    assert kafka.asked == 1
 
 
 def test_outside_while_kafka_serves_the_group_ends_after_the_grace() -> None:
