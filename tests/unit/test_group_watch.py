@@ -67,7 +67,8 @@ def test_the_handler_state_is_read_from_the_statistics_and_nothing_else() -> Non
                               lambda children: st.lists(children) | st.dictionaries(st.text(), children))
                  .map(lambda value: json.dumps({"cgrp": value}))))
 def test_whatever_the_statistics_hold_reading_them_raises_nothing(text: str) -> None:
-    group_handler_state(text)
+    handler = group_handler_state(text)
+    assert handler is None or isinstance(handler.state, str) and isinstance(handler.state_age_ms, int)
 
 
 def test_a_consumer_in_its_group_is_never_probed() -> None:
@@ -114,11 +115,15 @@ def test_a_consumer_back_in_its_group_within_the_grace_goes_on() -> None:
     watch = GroupWatch("g", kafka, clock)
     watch.on_statistics(statistics("query-coord"))
     run(watch, clock, PROBE_AFTER_S + SERVED_GRACE_S - PROBE_INTERVAL_S)
+    assert kafka.asked > 1, "the grace never began: the test proves nothing"
     watch.on_statistics(statistics("up"))
     run(watch, clock, 600)
+    assert watch.outside_s() == 0
     # Out again later: a new wait, a new grace.
     watch.on_statistics(statistics("query-coord"))
+    asked_before = kafka.asked
     run(watch, clock, PROBE_AFTER_S + SERVED_GRACE_S - PROBE_INTERVAL_S)
+    assert kafka.asked > asked_before
 
 
 def test_the_grace_starts_again_when_kafka_was_away_in_between() -> None:
