@@ -157,8 +157,7 @@ class KafkaJoiner:
                     break
             completed = True
         except ConsumerWedged as wedged:
-            self._progress.close()
-            end_wedged_process(wedged)  # does not return: the consumer's close would wait without end
+            end_wedged_process(wedged, self._progress.close)  # does not return: the consumer's close would wait
         finally:
             self.close(commit=completed)
 

@@ -198,8 +198,7 @@ class DbConnector:
         except WriteAborted as aborted:
             log.warning("%s: %d uncommitted records are read again on the next start", aborted, len(self._batch))
         except ConsumerWedged as wedged:
-            progress.close()
-            end_wedged_process(wedged)  # does not return: the consumer's close below would wait without end
+            end_wedged_process(wedged, progress.close)  # does not return: the consumer's close below would wait
         finally:
             progress.close()
             self._consumer.close()

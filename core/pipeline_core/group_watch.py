@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import time
 from collections.abc import Callable
 from concurrent.futures import Future
@@ -27,6 +26,8 @@ from typing import Protocol
 
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
+
+from .lifecycle import end_process
 
 log = logging.getLogger(__name__)
 
@@ -171,11 +172,11 @@ class GroupWatch:
                                  f"{now - self._served_since:.0f} s")
 
 
-def end_wedged_process(wedged: ConsumerWedged) -> None:
-    """End this process at once with `WEDGED_CONSUMER_EXIT_CODE`, so that supervision starts it again with a fresh
-    consumer. Not through the consumer's close nor the interpreter's exit: both wait for the wedged client's group
-    handler, without end. What the process had not committed is read again by the fresh consumer."""
-    log.critical("%s: ending the process (exit status %d) so that supervision starts it with a fresh consumer; "
-                 "what it had not committed is read again", wedged, WEDGED_CONSUMER_EXIT_CODE)
-    logging.shutdown()
-    os._exit(WEDGED_CONSUMER_EXIT_CODE)
+def end_wedged_process(wedged: ConsumerWedged, report_last: Callable[[], None]) -> None:
+    """Give the stage's last report (`report_last`), then end this process at once with `WEDGED_CONSUMER_EXIT_CODE`,
+    so that supervision starts it again with a fresh consumer. Not through the consumer's close nor the
+    interpreter's exit: both wait for the wedged client's group handler, without end. What the process had not
+    committed is read again by the fresh consumer."""
+    report_last()
+    end_process(WEDGED_CONSUMER_EXIT_CODE, f"{wedged}: ending the process (exit status {WEDGED_CONSUMER_EXIT_CODE}) "
+                "so that supervision starts it with a fresh consumer; what it had not committed is read again")

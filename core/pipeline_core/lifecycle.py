@@ -89,9 +89,17 @@ def exit_on_thread_failure() -> None:
                      exc_info=(failure.exc_type, failure.exc_value, failure.exc_traceback))
         if stopping:
             return
-        log.critical("ending the process (exit status %d) so that supervision starts it again",
-                     THREAD_FAILURE_EXIT_CODE)
-        logging.shutdown()
-        os._exit(THREAD_FAILURE_EXIT_CODE)  # not sys.exit: the main thread may be blocked anywhere
+        # Not sys.exit: the main thread may be blocked anywhere.
+        end_process(THREAD_FAILURE_EXIT_CODE, "ending the process (exit status %d) so that supervision starts it "
+                    "again" % THREAD_FAILURE_EXIT_CODE)
 
     threading.excepthook = on_failure
+
+
+def end_process(exit_status: int, message: str) -> None:
+    """Log `message` as critical and end this process at once with `exit_status`, without the interpreter's exit:
+    no thread is joined, no client closed, no `atexit` hook run, so that whatever a stuck thread or client waits
+    for cannot hold the process (supervision starts it again; what it had not committed is read again)."""
+    log.critical("%s", message)
+    logging.shutdown()
+    os._exit(exit_status)

@@ -93,10 +93,11 @@ def test_a_process_ended_as_wedged_exits_at_once_with_its_status(bootstrap: str)
         while not consumer.assignment() and time.monotonic() < end:
             consumer.poll(0.2)
         assert consumer.assignment(), "never assigned"
-        end_wedged_process(ConsumerWedged("the test's consumer"))
+        end_wedged_process(ConsumerWedged("the test's consumer"), lambda: logging.info("the last report"))
         print("still running")
     """)
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
     assert done.returncode == WEDGED_CONSUMER_EXIT_CODE, done.stderr
     assert "still running" not in done.stdout
     assert "the test's consumer: ending the process" in done.stderr
+    assert done.stderr.index("the last report") < done.stderr.index("ending the process")
