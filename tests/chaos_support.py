@@ -47,9 +47,9 @@ from pipeline_core.topics import MACHINE_DATA, MACHINE_DLQ, MACHINE_OUT
 from simulator.publisher import Publisher
 from simulator.replay import publish_rows, selected_rows
 from simulator.settings import SimulatorSettings
-from stack.processes import parent_pid
+from stack.processes import parent_pid, process_state
 from stack.topology import SINGLE_PORTS, private_ports
-from support import PORT_RANGE_ENV, Message, process_state, read_topic, wait_for
+from support import PORT_RANGE_ENV, Message, read_topic, wait_for
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SERVERS = ("kafka", "mosquitto", "influxdb")
@@ -405,10 +405,7 @@ class PrivateStack:
 
 
 def _dead(pid: int) -> bool:
-    try:
-        return process_state(pid) in ("Z", "X")
-    except (FileNotFoundError, ProcessLookupError):  # gone; or reaped between the open and the read
-        return True
+    return process_state(pid) in (None, "Z", "X")  # None: gone, reaped
 
 
 def descendants(pid: int) -> list[int]:

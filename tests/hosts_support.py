@@ -31,7 +31,8 @@ from pipeline_core.settings import MqttSettings, load_settings
 from pipeline_core.stage_health import Heartbeat, read_heartbeat
 from simulator.settings import SimulatorSettings
 from stack import netns, placement
-from support import process_state, wait_for
+from stack.processes import process_state
+from support import wait_for
 
 # A port nothing listens on: a connect to it is refused by a host that can be reached, and fails otherwise.
 UNUSED_PORT = 9

@@ -36,9 +36,14 @@ def wait_for(check: Callable[[], T], deadline_s: float, what: str, interval_s: f
         time.sleep(interval_s)
 
 
-def process_state(pid: int) -> str:
-    """The state letter /proc gives process `pid` (R, S, T for stopped by SIGSTOP, ...)."""
-    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+class ManualClock:
+    """Seconds that move only when the test moves them (`now_s`): a stand-in for `time.monotonic`."""
+
+    def __init__(self, now_s: float = 0.0) -> None:
+        self.now_s = now_s
+
+    def __call__(self) -> float:
+        return self.now_s
 
 
 def port_open(host: str, port: int) -> bool:

@@ -18,21 +18,33 @@ class StackError(RuntimeError):
     """A failure a user must act on; the message says what happened and what to do."""
 
 
+def _stat_fields(pid: int) -> list[str] | None:
+    """The fields of /proc/<pid>/stat after the command name (which may hold spaces and parentheses): the state
+    first; None when no such process runs."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+
+
 def process_start_ticks(pid: int) -> int | None:
     """When process `pid` started, in clock ticks since boot (/proc/<pid>/stat): with the PID, it tells one
     process from a later one that reuses the PID. None when no such process runs."""
-    try:
-        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19])
-    except (OSError, IndexError, ValueError):
-        return None
+    fields = _stat_fields(pid)
+    return int(fields[19]) if fields is not None and len(fields) > 19 else None
 
 
 def parent_pid(pid: int) -> int | None:
     """The parent of process `pid` (/proc/<pid>/stat); None when no such process runs."""
-    try:
-        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
-    except (OSError, IndexError, ValueError):
-        return None
+    fields = _stat_fields(pid)
+    return int(fields[1]) if fields is not None and len(fields) > 1 else None
+
+
+def process_state(pid: int) -> str | None:
+    """The state letter of process `pid` (/proc/<pid>/stat: R, S, T when stopped by SIGSTOP, Z, ...); None when no
+    such process runs."""
+    fields = _stat_fields(pid)
+    return fields[0] if fields else None
 
 
 def command_line(pid: int) -> str | None:

@@ -21,7 +21,8 @@ from chaos_support import chaos_workdir
 from cluster_support import KAFKA_NODES, PrivateClusterStack
 from pipeline_core.kafka_clients import admin_client, producer_config, retry_transient
 from stream_connector.redelivery import fence_transactional_id, read_tail, settle_unseen_writes
-from support import process_state, unique, wait_for
+from stack.processes import process_state
+from support import unique, wait_for
 
 pytestmark = pytest.mark.integration
 

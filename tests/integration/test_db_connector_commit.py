@@ -26,7 +26,8 @@ from db_connector_support import (connectors, database,  # noqa: F401 (fixtures)
                                   expected_raw_points, key_of, one_batch_waiting, raw_records, wait_for_points)
 from pipeline_core import paths
 from pipeline_core.group_watch import WEDGED_CONSUMER_EXIT_CODE
-from support import process_state, produce_records, wait_for
+from stack.processes import process_state
+from support import produce_records, wait_for
 
 pytestmark = pytest.mark.integration
 

@@ -10,14 +10,7 @@ from hypothesis import given, settings, strategies as st
 
 from pipeline_core.group_watch import (PROBE_AFTER_S, PROBE_INTERVAL_S, SERVED_GRACE_S, ConsumerWedged, GroupWatch,
                                        group_handler_state)
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now_s = 1000.0
-
-    def __call__(self) -> float:
-        return self.now_s
+from support import ManualClock
 
 
 class Kafka:
@@ -72,7 +65,7 @@ def test_whatever_the_statistics_hold_reading_them_raises_nothing(text: str) -> 
 
 
 def test_a_consumer_in_its_group_is_never_probed() -> None:
-    clock, kafka = Clock(), Kafka(serves=True)
+    clock, kafka = ManualClock(1000.0), Kafka(serves=True)
     watch = GroupWatch("g", kafka, clock)
     watch.on_statistics(statistics("up", 600_000))
     run(watch, clock, 600)
@@ -80,7 +73,7 @@ def test_a_consumer_in_its_group_is_never_probed() -> None:
 
 
 def test_kafka_away_lets_the_consumer_wait_however_long() -> None:
-    clock, kafka = Clock(), Kafka(serves=False)
+    clock, kafka = ManualClock(1000.0), Kafka(serves=False)
     watch = GroupWatch("g", kafka, clock)
     watch.on_statistics(statistics("query-coord"))
     run(watch, clock, 3600)
@@ -89,7 +82,7 @@ def test_kafka_away_lets_the_consumer_wait_however_long() -> None:
 
 
 def test_a_request_on_its_way_is_neither_sent_again_nor_taken_for_an_answer() -> None:
-    clock, kafka = Clock(), Kafka(serves=True, answers=False)
+    clock, kafka = ManualClock(1000.0), Kafka(serves=True, answers=False)
     watch = GroupWatch("g", kafka, clock)
     watch.on_statistics(statistics("query-coord"))
     run(watch, clock, 600)
@@ -97,7 +90,7 @@ def test_a_request_on_its_way_is_neither_sent_again_nor_taken_for_an_answer() ->
 
 
 def test_outside_while_kafka_serves_the_group_ends_after_the_grace() -> None:
-    clock, kafka = Clock(), Kafka(serves=True)
+    clock, kafka = ManualClock(1000.0), Kafka(serves=True)
     watch = GroupWatch("g", kafka, clock)
     watch.on_statistics(statistics("wait-coord", 1_000))  # left the group a second ago
     run(watch, clock, PROBE_AFTER_S - 1 - 0.5)
@@ -111,7 +104,7 @@ def test_outside_while_kafka_serves_the_group_ends_after_the_grace() -> None:
 
 
 def test_a_consumer_back_in_its_group_within_the_grace_goes_on() -> None:
-    clock, kafka = Clock(), Kafka(serves=True)
+    clock, kafka = ManualClock(1000.0), Kafka(serves=True)
     watch = GroupWatch("g", kafka, clock)
     watch.on_statistics(statistics("query-coord"))
     run(watch, clock, PROBE_AFTER_S + SERVED_GRACE_S - PROBE_INTERVAL_S)
@@ -129,7 +122,7 @@ def test_a_consumer_back_in_its_group_within_the_grace_goes_on() -> None:
 def test_the_grace_starts_again_when_kafka_was_away_in_between() -> None:
     """Kafka answering for a moment during an outage is not a consumer left behind: the grace counts from the
     answer after the last one missing."""
-    clock, kafka = Clock(), Kafka(serves=True)
+    clock, kafka = ManualClock(1000.0), Kafka(serves=True)
     watch = GroupWatch("g", kafka, clock)
     watch.on_statistics(statistics("query-coord"))
     run(watch, clock, PROBE_AFTER_S + SERVED_GRACE_S - PROBE_INTERVAL_S)

@@ -11,16 +11,7 @@ from local_stream_buffer import (
 )
 from local_stream_buffer.batch import join_batch
 from local_stream_buffer.reference import reference_pairs
-
-
-class ManualClock:
-    """Processing time that moves only when the test says so."""
-
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
+from support import ManualClock
 
 
 def _pairs(stream_buffer: StreamBuffer) -> list[tuple[float, float, str]]:
@@ -36,11 +27,11 @@ def test_max_latency_emits_a_waiting_predecessor_pair_and_reports_late_records()
         stream_buffer.ingest_left(Record("r", timestamp=t, result=1))
     assert _pairs(stream_buffer) == [(1, 0.5, "right_successor")]
 
-    clock.now = 5.0  # waited exactly max_latency: not longer
+    clock.now_s = 5.0  # waited exactly max_latency: not longer
     stream_buffer.poll()
     assert _pairs(stream_buffer) == []
 
-    clock.now = 5.5
+    clock.now_s = 5.5
     stream_buffer.poll()
     # Left 2 and 3 get their predecessor as it stands; left 1's predecessor pair is its successor pair above.
     assert _pairs(stream_buffer) == [(2, 0.5, "left_predecessor"), (3, 0.5, "left_predecessor")]
@@ -64,9 +55,9 @@ def test_a_pair_certain_within_max_latency_is_not_forced() -> None:
     stream_buffer.ingest_right(Record("s", timestamp=0, result=1))
     stream_buffer.ingest_left(Record("r", timestamp=1, result=1))
     stream_buffer.ingest_left(Record("r", timestamp=2, result=1))
-    clock.now = 4.0
+    clock.now_s = 4.0
     stream_buffer.ingest_right(Record("s", timestamp=1.5, result=1))  # in time: certain, nothing forced
-    clock.now = 100.0
+    clock.now_s = 100.0
     stream_buffer.ingest_left(Record("r", timestamp=3, result=1))  # the ingest itself checks the latency
     # Left 1's pairs became certain in time; left 2 waited too long (its pair as it stands, right 1.5, is
     # already out as its successor pair); left 3 has only just arrived.

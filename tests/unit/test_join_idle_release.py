@@ -24,6 +24,7 @@ from local_stream_buffer.output import output_records
 from local_stream_buffer.reference import reference_pairs
 from local_stream_buffer.reorder import load_key_state, release_idle_side
 from local_stream_buffer.specs import JoinSpec, SpecResolver, load_join_specs
+from support import ManualClock
 from test_join_reorder import (EXAMPLES, QUANTITIES, START_MS, THING, arrival_rows, disordered_streams, flush,
                                in_order_outputs, record)
 
@@ -34,14 +35,6 @@ def spec(bound_ms: int, delta_ms: int | None = None, idle_release_s: float | Non
     return JoinSpec("power", "actSpeed_C{axis}", "vaTorque_C{axis}", "vaPower_C{axis}", "power",
                     None if delta_ms is None else delta_ms / 1000, max_out_of_orderness_s=bound_ms / 1000,
                     idle_release_s=idle_release_s)
-
-
-class Ticks:
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 @st.composite
@@ -59,7 +52,7 @@ def quiet_spells(draw, arrivals: list) -> list[tuple[str, int]]:
 def run_model_and_joiner(arrivals, events, bound, delta):
     """Drive the keyed joiner with a ticking clock; check it against the model after every step. Returns the
     joiner's outputs, the late arrivals (index, reason) and the releases per step."""
-    ticks = Ticks()
+    ticks = ManualClock()
     joiner = KeyedJoiner([spec(bound, delta)], clock=ticks)
     newest = [-np.inf, -np.inf]
     floor = [-np.inf, -np.inf]
@@ -69,8 +62,8 @@ def run_model_and_joiner(arrivals, events, bound, delta):
     for kind, value in events:
         if kind == "record":
             side, t = arrivals[value]
-            ticks.now += 1
-            last_arrival[side] = ticks.now
+            ticks.now_s += 1
+            last_arrival[side] = ticks.now_s
             outcome = joiner.ingest(record(side, t), value)
             outputs += outcome.outputs
             if t < newest[side] - bound or t <= floor[side]:
@@ -85,18 +78,18 @@ def run_model_and_joiner(arrivals, events, bound, delta):
                 newest[side] = max(newest[side], t)
             steps.append(("record", value))
         else:
-            ticks.now += value
+            ticks.now_s += value
             released, releases = joiner.release_idle()
             outputs += released
             # A stream is released when it buffers something: its newest record, unless released since.
             expected = {side for side in (LEFT, RIGHT) if last_arrival[side] is not None
-                        and ticks.now - last_arrival[side] >= IDLE_TICKS and newest[side] > floor[side]}
+                        and ticks.now_s - last_arrival[side] >= IDLE_TICKS and newest[side] > floor[side]}
             assert {release.side for release in releases} == expected
             for release in releases:
                 assert release.up_to_ms == START_MS + newest[release.side]
                 floor[release.side] = newest[release.side]
             for side in (LEFT, RIGHT):
-                if last_arrival[side] is not None and ticks.now - last_arrival[side] >= IDLE_TICKS:
+                if last_arrival[side] is not None and ticks.now_s - last_arrival[side] >= IDLE_TICKS:
                     last_arrival[side] = None  # named once until its next record
             steps.append(("release", [(r.side, r.up_to_ms) for r in releases]))
         certain = [sorted(t for t in accepted[side] if t <= max(newest[side] - bound, floor[side]))
@@ -175,19 +168,19 @@ def test_held_records_and_the_recorded_releases_restore_the_join(streams, data, 
     _, _, arrivals, bound, delta = streams
     events = data.draw(quiet_spells(arrivals))
     crash_at = min(crash_at, len(events))
-    ticks = Ticks()
+    ticks = ManualClock()
 
     def drive(joiner, part, accepted):
         outputs, releases = [], {}
         for kind, value in part:
             if kind == "record":
-                ticks.now += 1
+                ticks.now_s += 1
                 outcome = joiner.ingest(record(*arrivals[value]), value)
                 outputs += outcome.outputs
                 if outcome.status is IngestStatus.ACCEPTED:
                     accepted[arrivals[value][0]].append(arrivals[value][1])
             else:
-                ticks.now += value
+                ticks.now_s += value
                 released, made = joiner.release_idle()
                 outputs += released
                 releases.update({(r.thing, r.binding.spec.name, r.binding.axis, r.side): r.up_to_ms for r in made})
@@ -207,19 +200,19 @@ def test_held_records_and_the_recorded_releases_restore_the_join(streams, data, 
 
 
 def test_idle_streams_name_each_quiet_stream_once_in_order_of_arrival() -> None:
-    ticks = Ticks()
+    ticks = ManualClock()
     streams = IdleStreams(ticks)
     streams.arrived(("a", LEFT), 2.0)
-    ticks.now = 1
+    ticks.now_s = 1
     streams.arrived(("b", RIGHT), 2.0)
     streams.arrived(("c", LEFT), 10.0)
     assert streams.due() == []
-    ticks.now = 2
+    ticks.now_s = 2
     assert streams.due() == [("a", LEFT)]
     streams.arrived(("b", RIGHT), 2.0)  # it spoke again: its quiet spell starts over
-    ticks.now = 3.5
+    ticks.now_s = 3.5
     assert streams.due() == []
-    ticks.now = 12
+    ticks.now_s = 12
     assert streams.due() == [("b", RIGHT), ("c", LEFT)]
     assert streams.due() == [] and len(streams) == 0
     streams.arrived(("d", LEFT), 2.0)

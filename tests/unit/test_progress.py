@@ -15,7 +15,7 @@ from pipeline_core import lifecycle
 from pipeline_core.health_metrics import HealthMetrics, PointsRefused, health_line
 from pipeline_core.lifecycle import StopSignal, process_stop_signal
 from pipeline_core.progress import Observation, ProgressReporter, StageCounters, progress_report
-from support import wait_for
+from support import ManualClock, wait_for
 
 TAGS = {"stage": "db_connector", "instance": "host-1"}
 
@@ -59,14 +59,6 @@ class _Counters(StageCounters):
     batches: int = 0
 
 
-class _Clock:
-    def __init__(self) -> None:
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
 class _Recorder:
     """Stands in for HealthMetrics: keeps the lines it is given."""
 
@@ -81,13 +73,13 @@ class _Recorder:
 
 
 def test_the_reporter_reports_once_per_interval_with_the_stage_s_lag(caplog) -> None:
-    clock, recorder, counters = _Clock(), _Recorder(), _Counters()
+    clock, recorder, counters = ManualClock(100.0), _Recorder(), _Counters()
     reporter = ProgressReporter("db_connector", counters, interval_s=10.0, observe=lambda: Observation(lag=7),
                                 health=recorder, instance="host-1", clock=clock)  # type: ignore[arg-type]
     counters.records_in += 100
-    clock.now += 9.9
+    clock.now_s += 9.9
     assert reporter.maybe_report() is None and recorder.lines == []
-    clock.now += 0.1
+    clock.now_s += 0.1
     with caplog.at_level(logging.INFO):
         report = reporter.maybe_report()
     assert report is not None and report.rates["records_in"] == pytest.approx(10.0) and report.lag == 7
@@ -100,7 +92,7 @@ def test_the_reporter_reports_once_per_interval_with_the_stage_s_lag(caplog) -> 
 
 def test_closing_reports_what_was_counted_since_the_last_report() -> None:
     recorder, counters = _Recorder(), StageCounters()
-    reporter = ProgressReporter("x", counters, interval_s=10.0, health=recorder, clock=_Clock())  # type: ignore[arg-type]
+    reporter = ProgressReporter("x", counters, interval_s=10.0, health=recorder, clock=ManualClock(100.0))  # type: ignore[arg-type]
     reporter.report()
     reporter.close()
     assert len(recorder.lines) == 1  # nothing new: the last line stands
@@ -115,7 +107,7 @@ def test_a_failing_measurement_is_logged_and_the_counters_still_reported(caplog)
 
     recorder = _Recorder()
     reporter = ProgressReporter("x", StageCounters(records_in=3), interval_s=1.0, observe=broken,
-                                health=recorder, clock=_Clock())  # type: ignore[arg-type]
+                                health=recorder, clock=ManualClock(100.0))  # type: ignore[arg-type]
     report = reporter.report()
     assert report.lag is None and "records_in=3i" in recorder.lines[0]
     assert "broker gone" in caplog.text
