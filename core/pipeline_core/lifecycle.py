@@ -90,8 +90,8 @@ def exit_on_thread_failure() -> None:
         if stopping:
             return
         # Not sys.exit: the main thread may be blocked anywhere.
-        end_process(THREAD_FAILURE_EXIT_CODE, "ending the process (exit status %d) so that supervision starts it "
-                    "again" % THREAD_FAILURE_EXIT_CODE)
+        end_process(THREAD_FAILURE_EXIT_CODE, f"ending the process (exit status {THREAD_FAILURE_EXIT_CODE}) so that "
+                    "supervision starts it again")
 
     threading.excepthook = on_failure
 
