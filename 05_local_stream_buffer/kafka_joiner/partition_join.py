@@ -97,6 +97,9 @@ class PartitionJoin:
                                     if record.position is not None or record.key is not None)
         self.replay_below = self.committed
         self.rebuilding = True
+        # The changelog covers nothing now: the rebuild's end is written as its coverage even where no record
+        # follows the committed offset, or every restart would take the state for lost again.
+        self.covered = None
 
     def restore(self, held: list[StateRecord], state_topic: str, releases: list[StateRecord] = ()) -> int:
         """Re-ingest the held records of the changelog, in their original order, silently, then apply its release

@@ -35,3 +35,13 @@ def test_a_rebuilding_partition_keeps_its_commit_and_writes_no_coverage_until_th
     assert join.commit_position().offset == 510
     assert join.coverage() == 510 and join.coverage() is None  # written once per move
     assert coverage_value(510) == b"510"
+
+
+def test_a_rebuild_through_to_the_committed_offset_writes_its_coverage() -> None:
+    # A partition with no record after the commit (one whose input all came before a switch of joiners): without
+    # its coverage, every restart took the changelog for lost again and read the partition from its beginning.
+    join = partition(500)
+    join.rebuild([])
+    join.position = 500
+    assert not join.replaying
+    assert join.coverage() == 500 and join.coverage() is None
