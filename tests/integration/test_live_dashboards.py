@@ -40,7 +40,9 @@ EXPECTED: dict[str, Any] = {
     "Torque per axis": 77.125,
     "Duty cycle (ED) per machine": 50.0,  # one active join result of two, in per cent
     "Load distribution by power level": "high (1, 50%)",
-    "Power per axis and machine, 1-minute history": 2167.0,  # sum 4334 over count 2
+    # Sum 4334 over count 2; once the minute of the live point (4321.5) is over, InfluxDB's continuous query rolls it
+    # up into the same 30-minute bucket of the panel: (4334 + 4321.5) over 3.
+    "Power per axis and machine, 1-minute history": (2167.0, (4334.0 + 4321.5) / 3),
     "Lag now, by stage": 2500,
     "Lag by stage": 2500,
     "Records in per second, by stage": 5000.0,
@@ -180,6 +182,8 @@ def _holds(values: dict[str, Any], title: str, expected: Any) -> bool:
     panel = values.get(title, {"numbers": [], "texts": []})
     if isinstance(expected, str):
         return any(expected in text for text in panel["texts"] if isinstance(text, str))
+    if isinstance(expected, tuple):  # either of two values, each computed by hand
+        return any(_holds(values, title, alternative) for alternative in expected)
     return any(number is not None and abs(number - expected) < 1e-9 for number in panel["numbers"])
 
 
