@@ -9,7 +9,7 @@ from confluent_kafka.admin import ConfigResource, NewTopic, ResourceType
 
 from pipeline_core.kafka_clients import admin_client
 from pipeline_core.topics import MACHINE_DATA, ensure_topics
-from support import unique
+from support import unique, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -24,7 +24,13 @@ def test_ensure_topics_sets_the_size_bound_on_an_existing_topic(bootstrap: str) 
     try:
         assert admin.describe_configs([resource])[resource].result(30)["retention.bytes"].value == "-1"
         assert ensure_topics(admin, (spec,)) == []  # nothing created: it exists
-        configs = admin.describe_configs([resource])[resource].result(30)
+        # The controller acknowledges the change once committed; the broker that answers `describe` applies it from
+        # the metadata log a moment later.
+        def bounded() -> dict | None:
+            configs = admin.describe_configs([resource])[resource].result(30)
+            return configs if configs["retention.bytes"].value != "-1" else None
+
+        configs = wait_for(bounded, 30, "the size bound in the broker's view")
         assert configs["retention.bytes"].value == spec.config["retention.bytes"]
         assert configs["retention.ms"].value == "172800000"  # the rest left as it was
     finally:
