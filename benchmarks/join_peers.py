@@ -225,7 +225,8 @@ class SparkIntervalPeer(SparkPeer):
 
 class KafkaJoinerPeer:
     """The standalone joiner in a process of its own, as ``benchmarks.kafka_joiner`` runs it: it stops once it
-    has committed the run's reference pairs (or ``max_s`` after its first record)."""
+    has committed the run's reference pairs, or read the run's records and committed nothing more for a second (a
+    disorder bound holds the last pairs), or ``max_s`` after its first record."""
 
     name = "(c) standalone joiner"
 
@@ -241,7 +242,7 @@ class KafkaJoinerPeer:
         settings = dataclasses.replace(settings, join_specs=join_specs_for(run, self.workdir))
         self.results = []
         self.thread = threading.Thread(target=lambda: self.results.extend(
-            run_instances([settings], run.pairs, self.max_s)), daemon=True)
+            run_instances([settings], run.pairs, self.max_s, records=run.records)), daemon=True)
         self.thread.start()
 
     def done(self, run: RunInput) -> bool:

@@ -167,8 +167,8 @@ def _throughput_instance(settings: KafkaJoinerSettings, started: multiprocessing
                          stop: multiprocessing.synchronize.Event, reports: multiprocessing.Queue,
                          pass_through: bool = False) -> None:
     """One joiner instance in its own process, as `python -m kafka_joiner` runs (or its pass-through, the
-    same loop without the join): it reports its committed outputs every 0.1 s, and its result once the
-    parent says stop."""
+    same loop without the join): it reports its committed outputs and the records it read every 0.1 s, and its
+    result once the parent says stop."""
     configure_logging("WARNING")
     tune_gc_for_streaming()
     joiner = PassThrough(settings) if pass_through else KafkaJoiner(settings)
@@ -180,7 +180,8 @@ def _throughput_instance(settings: KafkaJoinerSettings, started: multiprocessing
         nonlocal next_report
         now = time.monotonic()
         if now >= next_report:
-            reports.put(("progress", settings.instance_id, (stats.first_record_at, stats.records_out)))
+            reports.put(("progress", settings.instance_id, (stats.first_record_at, stats.records_out,
+                                                              stats.records_in)))
             next_report = now + 0.1
         return stop.is_set()
 
@@ -194,9 +195,14 @@ def _throughput_instance(settings: KafkaJoinerSettings, started: multiprocessing
         stats.transactions, joiner.forced(), time.process_time() - cpu_before)))
 
 
+# Read all of its input with no output committed for this long, a run is over: what it has not written, it holds.
+SETTLED_S = 1.0
+
+
 def run_instances(settings: list[KafkaJoinerSettings], joins: int, max_s: float,
-                  pass_through: bool = False) -> list[InstanceResult]:
-    """Run one process per instance until together they committed `joins` outputs, or for at most
+                  pass_through: bool = False, records: int | None = None) -> list[InstanceResult]:
+    """Run one process per instance until together they committed `joins` outputs, or read `records` input records
+    and committed nothing more for SETTLED_S (a join with a disorder bound holds its last pairs), or for at most
     `max_s` after the first record (`pass_through`: the joiner's pass-through instead)."""
     context = multiprocessing.get_context("spawn")
     started = context.Barrier(len(settings))
@@ -207,7 +213,10 @@ def run_instances(settings: list[KafkaJoinerSettings], joins: int, max_s: float,
     for process in processes:
         process.start()
     committed: dict[str, int] = {}
+    read: dict[str, int] = {}
     first_record_at: float | None = None
+    # Since when every input record was read and the committed outputs stood at this count.
+    settled: tuple[float, int] | None = None
     results: dict[str, InstanceResult] = {}
     try:
         while len(results) < len(processes):
@@ -218,11 +227,16 @@ def run_instances(settings: list[KafkaJoinerSettings], joins: int, max_s: float,
                     raise RuntimeError("a joiner instance failed") from None
                 continue
             if kind == "progress":
-                first, committed[name] = report
+                first, committed[name], read[name] = report
                 if first is not None:
                     first_record_at = first if first_record_at is None else min(first_record_at, first)
-                out_of_time = first_record_at is not None and time.monotonic() - first_record_at > max_s
-                if sum(committed.values()) >= joins or out_of_time:
+                now = time.monotonic()
+                out_of_time = first_record_at is not None and now - first_record_at > max_s
+                outputs = sum(committed.values())
+                if records is not None and sum(read.values()) >= records:
+                    settled = settled if settled and settled[1] == outputs else (now, outputs)
+                held_only = settled is not None and now - settled[0] >= SETTLED_S
+                if outputs >= joins or out_of_time or held_only:
                     stop.set()
             else:
                 results[name] = report
