@@ -35,7 +35,7 @@ def test_after_the_fence_the_tail_holds_what_a_frozen_follower_kept_unreadable()
     workdir = chaos_workdir("connector-fence")
     stack = PrivateClusterStack(workdir / "stack", "lsb")
     try:
-        stack.stack("up", timeout_s=900)
+        stack.stack("up", "--servers-only", timeout_s=900)  # the three Kafka nodes: the fence is called here
         security, bootstrap = stack.kafka_security, stack.bootstrap
         admin = admin_client(bootstrap, **security)
         topic = unique("fence-probe")
