@@ -3,9 +3,11 @@ existed (unbounded, or with another bound) gets the configured retention.bytes w
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 
 import pytest
-from confluent_kafka.admin import ConfigResource, NewTopic, ResourceType
+from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic, ResourceType
 
 from pipeline_core.kafka_clients import admin_client
 from pipeline_core.topics import MACHINE_DATA, ensure_topics
@@ -22,17 +24,28 @@ def test_ensure_topics_sets_the_size_bound_on_an_existing_topic(bootstrap: str) 
         future.result(30)
     resource = ConfigResource(ResourceType.TOPIC, spec.name)
     try:
-        assert admin.describe_configs([resource])[resource].result(30)["retention.bytes"].value == "-1"
+        assert described(admin, resource, "the new topic's configuration")["retention.bytes"].value == "-1"
         assert ensure_topics(admin, (spec,)) == []  # nothing created: it exists
-        # The controller acknowledges the change once committed; the broker that answers `describe` applies it from
-        # the metadata log a moment later.
-        def bounded() -> dict | None:
-            configs = admin.describe_configs([resource])[resource].result(30)
-            return configs if configs["retention.bytes"].value != "-1" else None
-
-        configs = wait_for(bounded, 30, "the size bound in the broker's view")
+        configs = described(admin, resource, "the size bound", lambda found: found["retention.bytes"].value != "-1")
         assert configs["retention.bytes"].value == spec.config["retention.bytes"]
         assert configs["retention.ms"].value == "172800000"  # the rest left as it was
     finally:
         for future in admin.delete_topics([spec.name], operation_timeout=30).values():
             future.result(30)
+
+
+def described(admin: AdminClient, resource: ConfigResource, what: str,
+              holds: Callable[[dict], bool] = lambda _: True) -> dict:
+    """The topic's configuration once the broker answering `describe` shows what `holds`: the controller
+    acknowledges a topic's creation or change once committed, and each broker applies it from the metadata log a
+    moment later."""
+    def configs() -> dict | None:
+        try:
+            found = admin.describe_configs([resource])[resource].result(30)
+        except KafkaException as error:
+            if error.args[0].code() != KafkaError.UNKNOWN_TOPIC_OR_PART:
+                raise
+            return None
+        return found if holds(found) else None
+
+    return wait_for(configs, 30, f"{what} in the broker's view")
