@@ -6,10 +6,9 @@ import dataclasses
 from collections.abc import Callable
 
 import pytest
-from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic, ResourceType
 
-from pipeline_core.kafka_clients import admin_client
+from pipeline_core.kafka_clients import admin_client, retry_transient
 from pipeline_core.topics import MACHINE_DATA, ensure_topics
 from support import unique, wait_for
 
@@ -40,12 +39,8 @@ def described(admin: AdminClient, resource: ConfigResource, what: str,
     acknowledges a topic's creation or change once committed, and each broker applies it from the metadata log a
     moment later."""
     def configs() -> dict | None:
-        try:
-            found = admin.describe_configs([resource])[resource].result(30)
-        except KafkaException as error:
-            if error.args[0].code() != KafkaError.UNKNOWN_TOPIC_OR_PART:
-                raise
-            return None
+        found = retry_transient(lambda: admin.describe_configs([resource])[resource].result(30),
+                                what=f"describing {resource.name}", deadline_s=30)
         return found if holds(found) else None
 
     return wait_for(configs, 30, f"{what} in the broker's view")
