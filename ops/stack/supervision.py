@@ -332,14 +332,24 @@ def active_programs() -> list[str]:
 
 
 def shut_down_daemon() -> bool:
-    """Stop supervisord (each host's, with its event listener) and wait until it has exited; True when one ran."""
-    return any([_shut_down(daemon) for daemon in daemons()])
+    """Stop supervisord (each host's, with its event listener) and wait until it has exited; True when one ran.
+    Every daemon is told first and then waited for: each takes a second or two to exit, ten hosts' in a row
+    took 20 s of every `down`."""
+    stopping = [(daemon, pid) for daemon in daemons() if (pid := _ask_to_shut_down(daemon)) is not None]
+    end = time.monotonic() + 30
+    for daemon, pid in stopping:
+        while Path(f"/proc/{pid}").exists() and time.monotonic() < end:
+            time.sleep(0.05)
+        if Path(f"/proc/{pid}").exists():
+            raise StackError(f"supervisord (pid {pid}) did not exit within 30 s; see {daemon.log}")
+    return bool(stopping)
 
 
-def _shut_down(daemon: Daemon) -> bool:
+def _ask_to_shut_down(daemon: Daemon) -> int | None:
+    """Tell `daemon` to shut down; its PID, or None when it did not run."""
     pid = _pid_of(daemon)
     if pid is None:
-        return False
+        return None
     try:
         rpc = _rpc(daemon).supervisor
         # supervisord shuts down one process group per pass of its loop, a second each, stopped or not: the
@@ -353,9 +363,4 @@ def _shut_down(daemon: Daemon) -> bool:
         rpc.shutdown()
     except UNREACHABLE:
         pass  # it may close the connection as it goes
-    end = time.monotonic() + 30
-    while Path(f"/proc/{pid}").exists() and time.monotonic() < end:
-        time.sleep(0.05)
-    if Path(f"/proc/{pid}").exists():
-        raise StackError(f"supervisord (pid {pid}) did not exit within 30 s; see {daemon.log}")
-    return True
+    return pid
