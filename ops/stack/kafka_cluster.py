@@ -133,5 +133,9 @@ class KafkaNode(Kafka):
             return False
         return self.node_id in metadata.brokers
 
+    @property
+    def setup_id(self) -> str:
+        return "kafka-cluster"  # every node's set-up is the cluster's topics and principals
+
     def after_ready(self) -> None:
         ensure_topics_and_principals(bootstrap_servers())

@@ -157,29 +157,38 @@ def start_together(services: list[Service]) -> list[str]:
     """Have supervisord start each of `services` that does not run yet, all at once, then wait until each is
     healthy (the nodes of a quorum each wait for the others) and set up (topics, databases); names of those
     started now."""
-    launched = []
-    for service in services:
-        if supervision.process_info(service.name).state in supervision.ACTIVE_STATES:
-            continue
-        with placement.on_host(service.name):  # its ports are free there, and its configuration that host's
-            for role, port in service.ports().items():
-                if not port_is_free(port, service.bind_host(role)):
-                    raise StackError(f"port {port} ({service.name} {role}) is already in use by "
-                                     f"{port_holder(port)}: stop that process or choose another port "
-                                     f"(see docs/operations.md, 'Ports and settings')")
-            service.state_dir.mkdir(parents=True, exist_ok=True)
-            service.prepare()
+    launched = [service for service in services
+                if supervision.process_info(service.name).state not in supervision.ACTIVE_STATES]
+    try:
+        for service in launched:
+            with placement.on_host(service.name):  # its ports are free there, and its configuration that host's
+                for role, port in service.ports().items():
+                    if not port_is_free(port, service.bind_host(role)):
+                        raise StackError(f"port {port} ({service.name} {role}) is already in use by "
+                                         f"{port_holder(port)}: stop that process or choose another port "
+                                         f"(see docs/operations.md, 'Ports and settings')")
+                service.state_dir.mkdir(parents=True, exist_ok=True)
+                service.prepare()
+    finally:
+        # Each one's preparation (a Kafka node's storage formatted in a JVM of its own) went on beside the others';
+        # each is waited for, another's failure or not (a format's argument file holds the admin's password).
+        for service in launched:
+            service.await_prepared()
+    for service in launched:
         with open(service.log_file, "a") as log_file:
             log_file.write(f"{START_MARKER} {time.strftime('%Y-%m-%d %H:%M:%S')}\n")
         supervision.start_process(service.name)
-        launched.append(service)
     for service in services:
         _await_ready(service)
     # Every one, not only those started now: an `up` that gave up waiting for a slow Kafka left it running without
-    # its topics, and the next `up` found it running (the set-up is idempotent).
+    # its topics, and the next `up` found it running (the set-up is idempotent). Once per set-up: a cluster's nodes
+    # share theirs.
+    set_up: set[str] = set()
     for service in services:
-        with placement.on_host(service.name):
-            service.after_ready()
+        if service.setup_id not in set_up:
+            set_up.add(service.setup_id)
+            with placement.on_host(service.name):
+                service.after_ready()
     return [service.name for service in launched]
 
 

@@ -12,6 +12,7 @@ import sys
 import time
 import uuid
 from abc import ABC, abstractmethod
+from dataclasses import dataclass
 from pathlib import Path
 from string import Template
 
@@ -105,7 +106,17 @@ class Service(ABC):
         return {}
 
     def prepare(self) -> None:
-        """Render config files and initialise storage before the first start."""
+        """Render config files and initialise storage before the first start; what takes long may go on in the
+        background until `await_prepared`."""
+
+    def await_prepared(self) -> None:
+        """Wait for what `prepare` left running (several services' at once: `manager.start_together`)."""
+
+    @property
+    def setup_id(self) -> str:
+        """Services whose `after_ready` is one and the same (the nodes of one cluster) share this id: it runs
+        once for them."""
+        return self.name
 
     @abstractmethod
     def is_ready(self, pid: int | None = None) -> bool:
@@ -194,6 +205,19 @@ class Mosquitto(Service):
         return mqtt_ready("127.0.0.1", self.ports()["mqtt"], refusal_counts=credentials.is_secure())
 
 
+# How long formatting a Kafka node's storage (a JVM run of StorageTool) may take.
+FORMAT_DEADLINE_S = 120.0
+
+
+@dataclass(frozen=True)
+class _Formatting:
+    """A Kafka node's storage being formatted: the StorageTool's process, the file it reads its arguments from
+    (deleted once it is done), and the marker to write once it formatted with SCRAM users (None: not secure)."""
+    process: subprocess.Popen
+    argument_file: Path
+    scram_marker: Path | None
+
+
 class Kafka(Service):
     name = "kafka"
     start_group = SERVERS
@@ -201,6 +225,7 @@ class Kafka(Service):
     stop_grace_s = 30.0
     startsecs = 10.0  # a bad config or a taken port ends the JVM a few seconds in
     default_heap = "-Xms256m -Xmx1g"  # KAFKA_HEAP_OPTS overrides it
+    _formatting: _Formatting | None = None
 
     def ports(self) -> dict[str, int]:
         return {"kafka": env_port("KAFKA_PORT", 9092),
@@ -255,16 +280,28 @@ class Kafka(Service):
         # The java launcher reads the main class and its arguments from the file: the admin's password stays off
         # the command line.
         argument_file = security.write_private(self.state_dir / "format.args", "\n".join(arguments) + "\n")
+        # In the background: a cluster's nodes format at once, a JVM's start each (`await_prepared`).
+        self._formatting = _Formatting(
+            subprocess.Popen([*self._java(), *self._jvm_flags(), f"@{argument_file}"], stdout=subprocess.PIPE,
+                             stderr=subprocess.STDOUT, text=True),
+            argument_file, scram_marker if values else None)
+
+    def await_prepared(self) -> None:
+        formatting, self._formatting = self._formatting, None
+        if formatting is None:
+            return
         try:
-            formatted = subprocess.run([*self._java(), *self._jvm_flags(), f"@{argument_file}"],
-                                       capture_output=True, text=True, timeout=120)
+            output, _ = formatting.process.communicate(timeout=FORMAT_DEADLINE_S)
+        except subprocess.TimeoutExpired:
+            formatting.process.kill()
+            formatting.process.communicate()
+            raise StackError(f"formatting the KRaft storage of {self.name} took more than {FORMAT_DEADLINE_S:.0f} s")
         finally:
-            argument_file.unlink(missing_ok=True)
-        if formatted.returncode != 0:
-            raise StackError(f"formatting the KRaft storage of {self.name} failed:\n"
-                             f"{formatted.stdout}{formatted.stderr}")
-        if values:
-            scram_marker.touch()
+            formatting.argument_file.unlink(missing_ok=True)
+        if formatting.process.returncode != 0:
+            raise StackError(f"formatting the KRaft storage of {self.name} failed:\n{output}")
+        if formatting.scram_marker is not None:
+            formatting.scram_marker.touch()
 
     def _jvm_flags(self) -> list[str]:
         heap = os.environ.get("KAFKA_HEAP_OPTS", self.default_heap).split()

@@ -151,21 +151,30 @@ def test_each_node_takes_sasl_ssl_on_both_listeners_with_its_own_certificate_and
 
 
 def test_each_node_is_formatted_with_the_one_cluster_id_and_the_admins_scram_credential(secure_cluster, monkeypatch):
-    """The arguments of kafka-storage format, read from the argument file the java launcher gets."""
+    """The arguments of kafka-storage format, read from the argument file the java launcher gets, which stays until
+    the format is done."""
     formats: list[tuple[list[str], str]] = []
 
-    def run(command, **_kwargs):
-        argument_file = Path(command[-1].removeprefix("@"))
-        formats.append((command, argument_file.read_text()))
-        return subprocess.CompletedProcess(command, 0, "", "")
+    class Format:
+        returncode = 0
+
+        def __init__(self, command, **_kwargs):
+            self.argument_file = Path(command[-1].removeprefix("@"))
+            formats.append((command, self.argument_file.read_text()))
+
+        def communicate(self, timeout=None):
+            assert self.argument_file.exists()
+            return "", None
 
     nodes = [kafka_cluster.KafkaNode(n) for n in kafka_cluster.NODES]
     for node in nodes:
-        node.render_config()  # its certificate, made by openssl before subprocess.run is replaced
+        node.render_config()  # its certificate, made by openssl before subprocess.Popen is replaced
     monkeypatch.setattr(services.Kafka, "_java", lambda node: ["java"])
-    monkeypatch.setattr(services.subprocess, "run", run)
+    monkeypatch.setattr(services.subprocess, "Popen", Format)
     for node in nodes:
         node.prepare()
+    for node in nodes:
+        node.await_prepared()
     password = secure_cluster["KAFKA_ADMIN_PASSWORD"]
     assert len(formats) == 3
     for command, arguments in formats:
