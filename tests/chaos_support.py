@@ -601,10 +601,12 @@ def dead_lettered_payloads(messages: list[Message]) -> list[bytes]:
 
 
 def run_chaos(plan: ChaosPlan, workdir: Path, faults: list[Fault] | None = None,
-              stack_class: type[PrivateStack] = PrivateStack, keep_workdir: bool = False) -> ChaosReport:
+              stack_class: type[PrivateStack] = PrivateStack, keep_workdir: bool = False,
+              running: bool = False) -> ChaosReport:
     """Replay, break (the seeded schedule unless `faults` are given), recover, then check every topic
     and InfluxDB against what a fault-free run holds. `stack_class`: the stack to run (cluster_support's for
-    TOPOLOGY=cluster). `keep_workdir`: leave the stage logs for a caller whose own checks of the report follow."""
+    TOPOLOGY=cluster). `keep_workdir`: leave the stage logs for a caller whose own checks of the report follow.
+    `running`: the caller brought the stack up and checked it already."""
     report = ChaosReport(plan)
     rows_file = workdir / "rows.json"
     subprocess.run([sys.executable, "-m", "simulator", "--synthetic", "--machines", str(plan.machines),
@@ -616,8 +618,9 @@ def run_chaos(plan: ChaosPlan, workdir: Path, faults: list[Fault] | None = None,
     bad = bad_payloads(plan.bad_rows, plan.seed)
     stack = stack_class(workdir / "stack", plan.joiner)
     try:
-        # Inside: an `up` that fails (a process never healthy) leaves the others running until `down`.
-        stack.stack("up", timeout_s=900)
+        if not running:
+            # Inside: an `up` that fails (a process never healthy) leaves the others running until `down`.
+            stack.stack("up", timeout_s=900)
         replay_s = plan.rows / plan.rate
         report.faults = faults if faults is not None else fault_schedule(plan, replay_s)
         settings = stack.simulator_settings("--events-file", str(rows_file), "--rate", str(plan.rate), "--order",

@@ -475,7 +475,9 @@ def run_storm(argv: list[str] | None = None) -> int:
         stacks.append(PrivateHostsStack(args.state_dir, joiner, args.prefix))
         return stacks[-1]
 
-    report = run_chaos(plan, workdir, faults, stack_class=hosts_stack, keep_workdir=True)  # see forget_run
+    # `storm_across_hosts` brought the stack up and checked every program in its host.
+    report = run_chaos(plan, workdir, faults, stack_class=hosts_stack, keep_workdir=True,  # see forget_run
+                       running=True)
     print(json.dumps({"summary": report.summary(), "confirmed": report.confirmed, "joins": report.joins,
                       "dead_letters": report.dead_letters, "replay_s": report.replay_s, "settle_s": report.settle_s,
                       "recovered_s": stacks[0].recoveries(), "went_on_s": stacks[0].went_on(),
