@@ -5,9 +5,7 @@ import dataclasses
 import fcntl
 import os
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from pathlib import Path
-from typing import IO
 
 import pytest
 from hypothesis import settings as hypothesis_settings
@@ -37,33 +35,17 @@ hypothesis_settings.load_profile("pipeline")
 EVENTS_FILE = Path(__file__).resolve().parents[1] / "01_simulator" / "data" / "test_events.json"
 
 
-class Cores:
-    """The run's two cores, shared by the tests of its processes: a test asks for them alone (`alone`) for the part
-    whose checks hold it to times, the replay of a storm across hosts with a dozen JVMs on two cores, and shares
-    them again after it; its bring-up and the rest share them throughout."""
-
-    def __init__(self, lock_file: IO[str]) -> None:
-        self._lock_file = lock_file
-
-    @contextmanager
-    def alone(self) -> Iterator[None]:
-        # The shared lock becomes the exclusive one once the other processes' running tests end; theirs wait.
-        fcntl.flock(self._lock_file, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(self._lock_file, fcntl.LOCK_SH)
-
-
 @pytest.fixture(autouse=True)
-def cores(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cores]:
-    """Every test shares the cores (a shared lock on the run's lock file) unless it asks for them alone."""
+def cores_shared_or_alone(request: pytest.FixtureRequest,
+                          tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """A test marked `alone` runs with no other test of the run beside it: the storms across hosts, whose checks hold
+    a dozen JVMs to fault times on two cores. Any other test shares the cores with the other processes' tests."""
     run_dir = tmp_path_factory.getbasetemp()
     if os.environ.get("PYTEST_XDIST_WORKER"):
         run_dir = run_dir.parent  # each worker's folder is in the run's
     with open(run_dir / "cores.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_SH)
-        yield Cores(lock)
+        fcntl.flock(lock, fcntl.LOCK_EX if request.node.get_closest_marker("alone") else fcntl.LOCK_SH)
+        yield
 
 
 @pytest.fixture(autouse=True)

@@ -18,8 +18,6 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Callable
-from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 
 from chaos_support import (MOSQUITTO_SAVE_WINDOW_S, REPO_ROOT, BrokerKill, ChaosPlan, Fault, PrivateStack,
@@ -401,12 +399,11 @@ def _stack(env: dict[str, str], *args: str, timeout_s: float = 900) -> subproces
                           text=True, timeout=timeout_s)
 
 
-def storm_across_hosts(joiner: str, rows: int, rate: float, severe: bool = False, kills: bool = False,
-                       alone: Callable[[], AbstractContextManager] = nullcontext) -> dict:
+def storm_across_hosts(joiner: str, rows: int, rate: float, severe: bool = False, kills: bool = False) -> dict:
     """TOPOLOGY=hosts from nothing with `joiner`: every program checked to run healthy in its host's network
     namespace, then the seeded storm (`run_storm`, on the operator host) of `rows` rows at `rate` rows/s (`severe`,
-    `kills`: with its severe faults, with the cluster's SIGKILLs), within `alone` (the machine's cores to itself);
-    then `down`, after which nothing of the hosts may be left. The storm's report, with the folder of its logs."""
+    `kills`: with its severe faults, with the cluster's SIGKILLs); then
+    `down`, after which nothing of the hosts may be left. The storm's report, with the folder of its logs."""
     netns.preflight()  # root and `ip netns`, or a clear failure
     swept = netns.sweep_orphans()  # what a test killed before its `down` left
     if swept:
@@ -429,11 +426,9 @@ def storm_across_hosts(joiner: str, rows: int, rate: float, severe: bool = False
             host = placement.inventory().host_of(service["name"]).name
             assert os.stat(f"/proc/{service['pid']}/ns/net").st_ino == \
                 os.stat(f"/run/netns/{network.namespace(host)}").st_ino, f"{service['name']} runs outside its host {host}"
-        with alone():
-            storm = _stack(env, "run", "--", sys.executable, str(Path(__file__).resolve()), "--joiner", joiner,
-                           "--state-dir", str(state_dir), "--prefix", prefix, "--rows", str(rows), "--rate",
-                           str(rate), *(["--severe"] if severe else []), *(["--kills"] if kills else []),
-                           timeout_s=3000)
+        storm = _stack(env, "run", "--", sys.executable, str(Path(__file__).resolve()), "--joiner", joiner,
+                       "--state-dir", str(state_dir), "--prefix", prefix, "--rows", str(rows), "--rate", str(rate),
+                       *(["--severe"] if severe else []), *(["--kills"] if kills else []), timeout_s=3000)
         assert storm.returncode == 0, storm.stdout[-5000:] + storm.stderr[-20000:]
         report = json.loads(storm.stdout.strip().splitlines()[-1])
     finally:

@@ -14,10 +14,9 @@ from __future__ import annotations
 
 import pytest
 
-from conftest import Cores
 from hosts_support import forget_run, storm_across_hosts
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.alone]
 
 
 # The cluster's SIGKILLs of each joiner's storm (cluster_support.cluster_fault_schedule), one each.
@@ -27,9 +26,8 @@ KILLED = {"spark": ("kill kafka-", "kill stream-connector", "kill db-connector-"
 
 
 @pytest.mark.parametrize("joiner", ["spark", "lsb"])
-def test_the_cluster_across_hosts_survives_a_storm_of_network_faults_and_kills_exactly(joiner: str, cores: Cores) -> None:
-    # The replay alone on the cores: its faults must land while it runs (conftest.Cores).
-    report = storm_across_hosts(joiner, rows=5_000, rate=50.0, kills=True, alone=cores.alone)
+def test_the_cluster_across_hosts_survives_a_storm_of_network_faults_and_kills_exactly(joiner: str) -> None:
+    report = storm_across_hosts(joiner, rows=5_000, rate=50.0, kills=True)
     print(report["summary"], "; recovered after each healing (s):", report["recovered_s"])
     confirmed = report["confirmed"]
     for kill in KILLED[joiner]:
