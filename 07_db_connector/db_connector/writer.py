@@ -17,9 +17,8 @@ import re
 from collections.abc import Callable, Sequence
 
 import requests
-from influxdb import InfluxDBClient
-from influxdb.exceptions import InfluxDBClientError, InfluxDBServerError
 
+from pipeline_core.influx import InfluxDBClient, InfluxDBClientError, InfluxDBServerError
 from pipeline_core.influx_retention import RetentionSettings, ensure_retention, policy_missing
 
 from .points import body

@@ -11,7 +11,7 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from influxdb import InfluxDBClient
+from pipeline_core.influx import InfluxDBClient
 
 from .dashboards import Dashboard, Variable
 

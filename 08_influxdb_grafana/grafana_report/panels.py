@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
-from influxdb import InfluxDBClient
+from pipeline_core.influx import InfluxDBClient
 
 from .dashboards import Dashboard, Panel
 from .macros import TimeRange, alias, duration_ms, interval_ms, substitute

@@ -13,7 +13,8 @@ matplotlib.use("Agg")  # files only: no display on servers and in tests
 import matplotlib.dates as mdates  # noqa: E402
 import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.ticker import FuncFormatter, PercentFormatter  # noqa: E402
-from influxdb import InfluxDBClient  # noqa: E402
+
+from pipeline_core.influx import InfluxDBClient  # noqa: E402
 
 from .dashboards import Dashboard, Panel  # noqa: E402
 from .macros import TimeRange  # noqa: E402

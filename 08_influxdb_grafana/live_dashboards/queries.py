@@ -10,7 +10,7 @@ import logging
 import time
 from dataclasses import dataclass, field
 
-from influxdb import InfluxDBClient
+from pipeline_core.influx import InfluxDBClient
 
 from grafana_report.dashboards import Dashboard
 from grafana_report.macros import TimeRange, all_values

@@ -15,9 +15,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 
-from influxdb.exceptions import InfluxDBClientError, InfluxDBServerError
-
-from .influx import escape_measurement, escape_tag, influx_client
+from .influx import InfluxDBClientError, InfluxDBServerError, escape_measurement, escape_tag, influx_client
 from .influx_retention import HEALTH_POLICY, ensure_retention, policy_missing, retention_settings
 from .retry import Backoff, Retries
 from .settings import InfluxSettings

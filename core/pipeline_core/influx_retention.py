@@ -21,9 +21,7 @@ import logging
 import re
 from dataclasses import dataclass, fields
 
-from influxdb import InfluxDBClient
-
-from .influx import influx_client
+from .influx import InfluxDBClient, influx_client
 from .settings import InfluxSettings, load_settings, setting
 
 log = logging.getLogger(__name__)

@@ -13,11 +13,8 @@ import getpass
 import sys
 from collections.abc import Mapping
 
-from influxdb import InfluxDBClient
-from influxdb.exceptions import InfluxDBClientError
-
 from pipeline_core import credentials
-from pipeline_core.influx import influx_client
+from pipeline_core.influx import InfluxDBClient, InfluxDBClientError, influx_client
 from pipeline_core.settings import InfluxSettings, load_settings
 
 from .processes import StackError

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
-from influxdb import InfluxDBClient
-
 from pipeline_core.health_metrics import HEALTH_MEASUREMENT
+from pipeline_core.influx import InfluxDBClient
 from pipeline_core.influx_retention import HEALTH_POLICY
 
 # The counters, as `make status` names them.

@@ -7,6 +7,9 @@ nothing of the project but the core's pure time normalisation; the core imports 
 from __future__ import annotations
 
 import ast
+import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -153,3 +156,41 @@ def test_the_compose_scripts_import_only_the_core() -> None:
         names |= {node.module.split(".")[0] for node in ast.walk(tree)
                   if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module}
         assert names & PACKAGES.keys() <= {"pipeline_core"}, source.name
+
+
+def test_only_the_core_s_influx_module_imports_the_influxdb_library() -> None:
+    """pipeline_core.influx keeps pandas out of every process that talks to InfluxDB (see its docstring): an
+    `influxdb` import anywhere else could run before it and bring pandas back."""
+    offending = []
+    for package, folder in PACKAGES.items():
+        for source in (REPO_ROOT / folder).rglob("*.py"):
+            tree = ast.parse(source.read_text())
+            names = {alias.name for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names}
+            names |= {node.module for node in ast.walk(tree)
+                      if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module}
+            if any(name.split(".")[0] == "influxdb" for name in names):
+                offending.append(str(source.relative_to(REPO_ROOT)))
+    assert offending == ["core/pipeline_core/influx.py"]
+
+
+STAGE_ENTRY_POINTS = ("stack.__main__", "simulator.__main__", "stream_connector.__main__", "kafka_joiner.__main__",
+                      "db_connector.__main__", "live_dashboards.__main__")
+
+
+def test_the_stages_and_the_operator_start_without_pandas() -> None:
+    """Every stage writes health metrics through the InfluxDB client: importing it must not import pandas (about
+    0.8 s and 80 MB per process). Only the Spark joiner's processes need pandas, and load it themselves."""
+    check = f"""
+import importlib, json, sys
+for name in {STAGE_ENTRY_POINTS!r}:
+    importlib.import_module(name)
+import influxdb
+try:
+    influxdb.DataFrameClient()
+    refused = False
+except ImportError:
+    refused = True
+print(json.dumps({{"pandas": "pandas" in sys.modules, "client": influxdb.InfluxDBClient.__name__, "refused": refused}}))
+"""
+    done = subprocess.run([sys.executable, "-c", check], capture_output=True, check=True, timeout=120, text=True)
+    assert json.loads(done.stdout) == {"pandas": False, "client": "InfluxDBClient", "refused": True}
