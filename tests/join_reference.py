@@ -7,17 +7,28 @@ A join spec pairs, per thing and axis, the left quantity's stream (actSpeed_C<ax
 (vaTorque_C<axis>) into an output quantity (vaPower_C<axis>).
 
 Which records a stream joins, given its records in arrival order (Kafka's partition order):
-- a record more than the spec's bound (max_out_of_orderness) behind the newest earlier record of its stream
-  is late; one exactly at the bound is not;
+- first its clock (docs/join.md, "Clocks that lie"): a record more than the spec's clock_step_ahead ahead of
+  the newest record its stream's timeline has taken, or more than its bound plus clock_step_back behind it,
+  is set aside; the records after it decide (a record at the time of one set aside is dropped and counts for
+  nothing). Once clock_confirm further records take the timeline, the set-aside
+  records are outliers: dropped. Once clock_confirm records in all lie together off the timeline (each within
+  the same limits of the newest of them), the clock moved: ahead, they continue the timeline; behind, the
+  timeline ends and they begin the next one. A record ahead of records set aside ahead of the timeline, and
+  fitting neither, shows time went on: they continue the timeline, and it is set aside in their place. Any other
+  record that fits neither drops those set aside and is set aside itself. The timelines of a stream are
+  numbered from 0; the n-th of one stream joins the n-th of the other;
+- within a timeline, a record more than the spec's bound (max_out_of_orderness) behind the newest earlier
+  record of its stream is late; one exactly at the bound is not;
 - a record at the time of an earlier accepted record of its stream is a repeat (dropped) or a conflict
   (rejected): the first stays;
 - the join sees the accepted records in time order, but only those at or before the stream's watermark,
   its newest time minus the bound (the rest wait for the stream to move on); with a bound of 0 that is
-  every accepted record.
+  every accepted record. Of a timeline that ended, the join sees every accepted record.
 
 Which pairs the join emits over the records it saw (L left, R right): each record with its successor in the
 other stream (the earliest record at or after it), and with its predecessor there (the latest at or before
-it) once it has a successor; pairs farther apart than delta_time dropped. The case: same_time (equal
+it) once it has a successor, or once the other stream's timeline ended; pairs farther apart than delta_time
+dropped. The case: same_time (equal
 times); for l < r left_successor if r is l's successor, else right_predecessor; for l > r right_successor
 if l is r's successor, else left_predecessor.
 
@@ -51,6 +62,10 @@ class Spec:
     formula: Callable[[float, float], float]
     delta_time_ms: float | None
     bound_ms: float = 0.0
+    # The clock rule's limits, as docs/join.md gives their defaults; clock_confirm 0 takes every record as it comes.
+    clock_ahead_ms: float = 3_600_000.0
+    clock_back_ms: float = 60_000.0
+    clock_confirm: int = 2
 
 
 # The shipped join_specs.toml: power of each axis, pairs at most 1 s apart, each stream in time order.
@@ -61,8 +76,52 @@ def _plain(t: float) -> int | float:
     return int(t) if float(t).is_integer() else float(t)
 
 
-def _stream_joins(records: list[dict[str, Any]], bound_ms: float) -> list[dict[str, Any]]:
-    """The records of one stream (arrival order) the join sees, in time order."""
+def timelines(records: list[dict[str, Any]], spec: Spec) -> tuple[list[list[dict[str, Any]]], list[dict[str, Any]]]:
+    """One stream's records (arrival order) as its clock rule places them: the records each timeline takes, in the
+    order it takes them, and the outliers dropped."""
+    lines: list[list[dict[str, Any]]] = [[]]
+    outliers: list[dict[str, Any]] = []
+    aside: list[dict[str, Any]] = []
+    votes = 0
+
+    def fits(t: float, newest: float) -> bool:
+        return newest - spec.bound_ms - spec.clock_back_ms <= t <= newest + spec.clock_ahead_ms
+
+    for record in records:
+        t = record["phenomenonTime"]
+        taken = lines[-1]
+        newest = max((r["phenomenonTime"] for r in taken), default=None)
+        if not spec.clock_confirm or newest is None or (not aside and fits(t, newest)):
+            taken.append(record)
+        elif any(r["phenomenonTime"] == t for r in aside):
+            continue  # a repeat or conflict of a record set aside: the first stays
+        elif not aside:
+            aside, votes = [record], 0
+        elif fits(t, newest):
+            taken.append(record)
+            votes += 1
+            if votes == spec.clock_confirm:
+                outliers += aside
+                aside = []
+        elif fits(t, max(r["phenomenonTime"] for r in aside)):
+            aside.append(record)
+            if len(aside) == spec.clock_confirm:
+                if aside[0]["phenomenonTime"] > newest:
+                    taken += aside
+                else:
+                    lines.append(aside)
+                aside = []
+        elif aside[0]["phenomenonTime"] > newest and t > max(r["phenomenonTime"] for r in aside):
+            taken += aside  # time went on ahead again, past them: they were readings after a gap
+            aside, votes = [record], 0
+        else:
+            outliers += aside
+            aside, votes = [record], 0
+    return lines, outliers
+
+
+def _stream_joins(records: list[dict[str, Any]], bound_ms: float, ended: bool = False) -> list[dict[str, Any]]:
+    """The records of one stream's timeline (in the order it took them) the join sees, in time order."""
     accepted: dict[float, dict[str, Any]] = {}
     newest = -math.inf
     for record in records:
@@ -71,11 +130,12 @@ def _stream_joins(records: list[dict[str, Any]], bound_ms: float) -> list[dict[s
             continue  # late, or a repeat or conflict of an accepted record
         accepted[t] = record
         newest = max(newest, t)
-    watermark = newest - bound_ms
+    watermark = math.inf if ended else newest - bound_ms
     return [accepted[t] for t in sorted(accepted) if t <= watermark]
 
 
-def _pairs(left: list[float], right: list[float], delta_ms: float | None) -> list[tuple[float, float, str]]:
+def _pairs(left: list[float], right: list[float], delta_ms: float | None, left_ended: bool = False,
+           right_ended: bool = False) -> list[tuple[float, float, str]]:
     def successor(t: float, others: list[float]) -> float | None:
         index = bisect_left(others, t)
         return others[index] if index < len(others) else None
@@ -85,10 +145,10 @@ def _pairs(left: list[float], right: list[float], delta_ms: float | None) -> lis
         return others[index - 1] if index else None
 
     found: set[tuple[float, float]] = set()
-    for times, others, is_left in ((left, right, True), (right, left, False)):
+    for times, others, is_left, others_ended in ((left, right, True, right_ended), (right, left, False, left_ended)):
         for t in times:
             after = successor(t, others)
-            if after is None:
+            if after is None and not others_ended:
                 continue
             for partner in (after, predecessor(t, others)):
                 if partner is not None:
@@ -134,10 +194,26 @@ def reference_join(records: Iterable[dict[str, Any]], spec: Spec = POWER) -> lis
                 streams.setdefault((record["thing"], matched.group(1), side), []).append(record)
     outputs = []
     for thing, axis in sorted({(thing, axis) for thing, axis, _side in streams}):
-        left = {r["phenomenonTime"]: r for r in _stream_joins(streams.get((thing, axis, "left"), []), spec.bound_ms)}
-        right = {r["phenomenonTime"]: r for r in _stream_joins(streams.get((thing, axis, "right"), []), spec.bound_ms)}
-        for lt, rt, case in _pairs(sorted(left), sorted(right), spec.delta_time_ms):
-            output = output_record(thing, spec, axis, left[lt], right[rt], case)
-            if math.isfinite(output["result"]):
-                outputs.append(output)
+        left_lines = timelines(streams.get((thing, axis, "left"), []), spec)[0]
+        right_lines = timelines(streams.get((thing, axis, "right"), []), spec)[0]
+        for line in range(min(len(left_lines), len(right_lines))):
+            left_ended, right_ended = line < len(left_lines) - 1, line < len(right_lines) - 1
+            left = {r["phenomenonTime"]: r for r in _stream_joins(left_lines[line], spec.bound_ms, left_ended)}
+            right = {r["phenomenonTime"]: r for r in _stream_joins(right_lines[line], spec.bound_ms, right_ended)}
+            for lt, rt, case in _pairs(sorted(left), sorted(right), spec.delta_time_ms, left_ended, right_ended):
+                output = output_record(thing, spec, axis, left[lt], right[rt], case)
+                if math.isfinite(output["result"]):
+                    outputs.append(output)
     return outputs
+
+
+def reference_outliers(records: Iterable[dict[str, Any]], spec: Spec = POWER) -> list[dict[str, Any]]:
+    """The records of joined streams the clock rule drops as outliers, by thing, axis, side and arrival."""
+    sides = ((spec.left, "left"), (spec.right, "right"))
+    patterns = {side: re.compile(re.escape(prefix) + r"(\d+)\Z") for prefix, side in sides}
+    streams: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
+    for record in records:
+        for side, pattern in patterns.items():
+            if matched := pattern.match(record["quantity"]):
+                streams.setdefault((record["thing"], matched.group(1), side), []).append(record)
+    return [outlier for stream in sorted(streams) for outlier in timelines(streams[stream], spec)[1]]

@@ -31,11 +31,12 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Iterator, Mapping, NamedTuple
 
+from .clock import END, ClockCounters, ClockedJoin, Held
 from .eviction import DEFAULT_MAX_JOIN_KEYS, eviction_reason, evicted_records, keys_to_evict
 from .idle_release import IdleStreams
 from .output import canonical_time, output_builder
 from .record import Record
-from .rejections import Rejection
+from .rejections import Rejection, order_rejection
 from .reorder import ReorderedJoin, late_reason, order_reason
 from .specs import JoinSpec, SpecBinding, SpecResolver
 from .status import IngestStatus
@@ -77,6 +78,9 @@ class JoinCounters:
     evicted_keys: int = 0  # join keys evicted by the key bound (local_stream_buffer.eviction)
     evicted: int = 0  # records those keys held, handed to on_evict
     idle_releases: int = 0  # quiet streams whose reorder buffer was released (idle_release_s)
+    clock_outliers: int = 0  # records set aside by the clock rule and dropped as outliers
+    clock_steps_back: int = 0  # timelines a stream's clock ended by stepping back (local_stream_buffer.clock)
+    clock_jumps_ahead: int = 0  # runs of records set aside ahead that their timeline then took
 
 
 class IdleRelease(NamedTuple):
@@ -109,9 +113,33 @@ class _KeyJoin:
         self.outputs: list[OutputRecord] = []
         self.used = joiner._counters.records_in  # the record count at its last record: recency for eviction
         self._build = output_builder(thing, binding)
-        self.join = TwoStreamJoin(
-            emit=self._emit,
-            release=joiner._release,
+        rule = binding.clock_rule
+        if rule is None:
+            self.join = self._new_line(joiner, self._emit, joiner._release)
+            return
+        release = joiner._release
+
+        def release_held(item: _Held | None) -> None:
+            if item is not None:  # None: the record ending a timeline
+                release(item)
+
+        def drop(side: int, held: Held, reason: str, outlier: bool) -> None:
+            joiner._drop(thing, binding, side, held, reason, outlier)
+
+        def reject_reason(join: Any, side: int, t: float, status: IngestStatus) -> str:
+            return joiner._rejection(join, thing, binding.quantity(side), side, t, status)
+
+        self.join = ClockedJoin(lambda: self._new_line(joiner, self._emit_on_timeline, release_held), rule, release,
+                                drop, (f"{thing}.{binding.left_quantity}", f"{thing}.{binding.right_quantity}"),
+                                reject_reason, joiner._clock_counters, lambda: joiner._clock_changed.setdefault(self))
+
+    def _new_line(self, joiner: KeyedJoiner, emit: Callable[[int, Entry, Entry], None],
+                  release: Callable[[Any], None]) -> TwoStreamJoin | ReorderedJoin:
+        """The join of the key (of one of its timelines, under the clock rule)."""
+        binding = self.binding
+        join = TwoStreamJoin(
+            emit=emit,
+            release=release,
             delta_time=binding.delta_time_ms,
             max_pending_per_side=joiner.max_pending_per_side,
             max_latency=joiner.max_latency,
@@ -121,11 +149,15 @@ class _KeyJoin:
             # Bounded disorder: a reorder buffer per side hands the join its streams in time order.
             idle_s = binding.spec.idle_release_s
             arrived = None if idle_s is None else lambda side: joiner._idle.arrived((self, side), idle_s)
-            self.join = ReorderedJoin(self.join, binding.max_out_of_orderness_ms, joiner._release, arrived,
-                                      binding.idle_release_ms)
+            join = ReorderedJoin(join, binding.max_out_of_orderness_ms, release, arrived, binding.idle_release_ms)
+        return join
 
     def _emit(self, case: int, left: Entry, right: Entry) -> None:
         self.outputs.append(self._build(case, left[0], left[1], right[0], right[1]))
+
+    def _emit_on_timeline(self, case: int, left: Entry, right: Entry) -> None:
+        if left[0] != END and right[0] != END:  # a pair with the end of a timeline is none
+            self.outputs.append(self._build(case, left[0], left[1], right[0], right[1]))
 
 
 class KeyedJoiner:
@@ -141,6 +173,9 @@ class KeyedJoiner:
         :mod:`local_stream_buffer.eviction`).
     :param on_evict: called per evicted key with its held records (input record dicts, with their sources)
         and the reason, before they are released.
+    :param on_dead_letter: called with (input record dict, source, reason) for a record accepted earlier that
+        is not joined after all: an outlier of the clock rule, or a record it set aside that the join turned
+        away when it took it (see :mod:`local_stream_buffer.clock`). Released after the call.
     """
 
     def __init__(
@@ -154,6 +189,7 @@ class KeyedJoiner:
         on_late: Callable[[Any, object], None] | None = None,
         max_join_keys: int | None = DEFAULT_MAX_JOIN_KEYS,
         on_evict: Callable[[list[tuple[dict[str, Any], object]], str], None] | None = None,
+        on_dead_letter: Callable[[dict[str, Any], object, str], None] | None = None,
     ) -> None:
         self.resolver = specs if isinstance(specs, SpecResolver) else SpecResolver(specs)
         self.max_pending_per_side = max_pending_per_side
@@ -169,6 +205,10 @@ class KeyedJoiner:
         self._held: dict[_Held, None] = {}  # insertion-ordered set of held records
         self._counters = JoinCounters()
         self._idle = IdleStreams(clock)  # streams of specs with an idle release, by their last arrival
+        self._clock_counters = ClockCounters()
+        self._on_dead_letter = on_dead_letter
+        # Keys whose clock rule changed what a restore needs since the last `clock_changes` (insertion-ordered set).
+        self._clock_changed: dict[_KeyJoin, None] = {}
 
     def ingest(self, record: Mapping[str, Any] | Record, source: object | None = None) -> IngestOutcome:
         """Route one record to its keys; returns its status and the output records it completed."""
@@ -247,7 +287,7 @@ class KeyedJoiner:
             counters.late += 1
             if status is _LATE:
                 binding, side = self.resolver.routes(quantity)[0]
-                reason = late_reason(self._keys[(thing, binding)].join, thing, quantity, side, t)
+                reason = late_reason(self._taking(thing, binding, side), thing, quantity, side, t)
             if self._on_late is not None:
                 self._on_late(record, source)
         return IngestOutcome(status, outputs, reason)
@@ -277,6 +317,8 @@ class KeyedJoiner:
         counters = self._counters
         for name in evicted:
             key = self._keys.pop(name)
+            if type(key.join) is ClockedJoin:
+                self._clock_changed.setdefault(key)  # its clock state goes with it
             thing, binding = name
             for quantity in (binding.left_quantity, binding.right_quantity):
                 self._streams.pop((thing, quantity), None)  # other keys of the stream are found again
@@ -293,6 +335,66 @@ class KeyedJoiner:
         if evicted:
             logger.warning("evicted %d join keys (least recently used, over the bound of %d); %d held records "
                            "evicted in all", len(evicted), self.max_join_keys, counters.evicted)
+
+    def clock_changes(self) -> list[tuple[str, str, str, dict | None]]:
+        """Per key whose clock rule changed since the last call: (thing, spec name, axis, what a restore needs
+        beyond the held records, with each record named by its source; None: nothing, or the key is gone). An
+        adapter that keeps held records keeps these beside them (:meth:`restore_clock`)."""
+        changes = []
+        for key in self._clock_changed:
+            binding = key.binding
+            current = self._keys.get((key.thing, binding)) is key
+            snapshot = key.join.snapshot(lambda held: held.source) if current else None
+            changes.append((key.thing, binding.spec.name, binding.axis, snapshot))
+        self._clock_changed.clear()
+        return changes
+
+    def restore_clock(self, thing: str, spec_name: str, axis: str, snapshot: dict) -> bool:
+        """Take a key's clock state back (:meth:`clock_changes`), before its held records are restored with
+        :meth:`restore_ingest`. False when no join spec of that name with a clock rule exists any more."""
+        spec = next((spec for spec in self.resolver.specs if spec.name == spec_name), None)
+        if spec is None or spec.clock_confirm_readings == 0:
+            return False
+        binding = spec.bind(axis)
+        if not self._stream_keys(thing, binding.left_quantity) or (thing, binding) not in self._keys:
+            return False
+        self._keys[(thing, binding)].join.restore(snapshot)
+        return True
+
+    def restore_ingest(self, record: Mapping[str, Any] | Record, source: object) -> IngestStatus:
+        """A held record put back where it was when its state was kept, in its original order, never judged by the
+        clock rule again (it was judged when it came); its outputs were sent then and are dropped now. Call
+        :meth:`restored` after the last one."""
+        try:
+            thing, quantity, t, value = _fields(record)
+        except (KeyError, TypeError, ValueError):
+            return _REJECTED
+        stream = self._streams.get((thing, quantity)) or self._stream_keys(thing, quantity)
+        if not stream:
+            return _UNROUTED
+        held = _Held(source)
+        for key, side in stream:
+            held.keys += 1
+            join = key.join
+            if type(join) is ClockedJoin:
+                status = join.place(side, t, value, held, source)
+            else:
+                status = join.ingest(side, t, value, held)
+            if status is not _ACCEPTED:
+                held.keys -= 1
+            key.outputs.clear()
+        if not held.keys:
+            return _REJECTED
+        self._held[held] = None
+        return _ACCEPTED
+
+    def restored(self) -> None:
+        """Every held record is back (:meth:`restore_ingest`): timelines a stream had left are ended again."""
+        for key in self._keys.values():
+            if type(key.join) is ClockedJoin:
+                key.join.restored()
+                key.outputs.clear()
+        self._clock_changed.clear()
 
     def poll(self) -> list[OutputRecord]:
         """Emit pairs overdue by ``max_latency`` in all keys (call it regularly while streams are idle)."""
@@ -349,6 +451,9 @@ class KeyedJoiner:
         """A snapshot of the counters."""
         snapshot = JoinCounters(**vars(self._counters))
         snapshot.forced = sum(key.join.forced for key in self._keys.values())
+        snapshot.clock_outliers = self._clock_counters.outliers
+        snapshot.clock_steps_back = self._clock_counters.steps_back
+        snapshot.clock_jumps_ahead = self._clock_counters.jumps_ahead
         return snapshot
 
     def state_size(self) -> int:
@@ -371,7 +476,31 @@ class KeyedJoiner:
 
     def _order_violation(self, thing: str, quantity: str, route: tuple[SpecBinding, int], t: float) -> str:
         binding, side = route
-        return order_reason(self._keys[(thing, binding)].join, thing, quantity, side, t)
+        join = self._keys[(thing, binding)].join
+        if type(join) is ClockedJoin and join.sets_aside(side, t):
+            return order_rejection(thing, quantity, t, t)  # at the time of a record set aside, another result
+        return order_reason(self._taking(thing, binding, side), thing, quantity, side, t)
+
+    def _taking(self, thing: str, binding: SpecBinding, side: int) -> TwoStreamJoin | ReorderedJoin:
+        """The join a key's side takes its records into (under the clock rule: its timeline's)."""
+        join = self._keys[(thing, binding)].join
+        return join.taking(side) if type(join) is ClockedJoin else join
+
+    def _rejection(self, join: TwoStreamJoin | ReorderedJoin, thing: str, quantity: str, side: int, t: float,
+                   status: IngestStatus) -> str:
+        """Why ``join`` turned away a record it was handed (late, or rejected: not a duplicate, which is dropped)."""
+        if status is _LATE:
+            return late_reason(join, thing, quantity, side, t) or Rejection.LATE.reason()
+        return order_reason(join, thing, quantity, side, t)
+
+    def _drop(self, thing: str, binding: SpecBinding, side: int, held: Held, reason: str, outlier: bool) -> None:
+        """A record accepted earlier that is not joined after all (the clock rule's): counted, handed over."""
+        if not outlier:
+            self._counters.rejected += 1
+        logger.debug("dropped %s", reason)
+        if self._on_dead_letter is not None:
+            record = evicted_records(thing, binding, [(side, held[0], held[1])])[0]
+            self._on_dead_letter(record, held[2].source, reason)
 
 
 def _epoch_ms(t: object) -> float:

@@ -15,11 +15,11 @@ from typing import NamedTuple, Protocol
 
 import numpy as np
 
-from .batch import BatchJoinState, PairArrays, join_batch
+from .batch import PairArrays
+from .clock import ClockCounters
+from .clocked_batch import is_clocked, join_clocked, join_key_records, needs_clock
 from .columnar_batch import StateColumns, continues_streams, join_columns
-from .order import order_verdicts
-from .rejections import order_rejection
-from .reorder import is_reordered, join_reordered, load_key_state, rejected_rows
+from .reorder import is_reordered
 from .specs import SpecBinding
 from .two_stream_join import DEFAULT_MAX_PENDING_PER_SIDE, LEFT, RIGHT
 
@@ -67,6 +67,17 @@ class KeyedRows(NamedTuple):
     result: np.ndarray  # float64
 
 
+class Dropped(NamedTuple):
+    """A record a key held from an earlier call and gave up in this one (the clock rule's: an outlier, or a record
+    it set aside that its timeline's join turned away), as its dead letter gives it back."""
+
+    key: int  # index into the rows' keys
+    side: int
+    time: float
+    result: float
+    reason: str
+
+
 class KeyedPairs(NamedTuple):
     """The pairs of one call: per key (in the order of ``keys``), by left time, then right time."""
 
@@ -74,6 +85,8 @@ class KeyedPairs(NamedTuple):
     pairs: PairArrays
     rejected: np.ndarray  # row numbers (into the input rows) that break their stream's order
     reasons: list[str]  # why, per rejected row (a Rejection's text)
+    dropped: list[Dropped] = []  # records held before and given up now (local_stream_buffer.clock)
+    clock: ClockCounters | None = None  # what the clock rule did in this call
 
     @property
     def count(self) -> int:
@@ -114,7 +127,7 @@ def join_keyed_batch(states: KeyStates, rows: KeyedRows,
     # Keys without a bound or reorder buffers whose records continue their streams go through the columnar
     # join together; the others (out of order, late, bounded disorder) one by one.
     plain = np.flatnonzero([not rows.keys[code][1].max_out_of_orderness_ms and not is_reordered(blob)
-                            for code, blob in zip(codes, blobs)])
+                            and not is_clocked(blob) for code, blob in zip(codes, blobs)])
     side_bounds = np.stack([starts, splits, ends], axis=1)
     arriving = np.diff(side_bounds, axis=1)  # (keys, 2): rows per side
     has_rows = arriving > 0
@@ -123,6 +136,14 @@ def join_keyed_batch(states: KeyStates, rows: KeyedRows,
     rising = np.all(~has_rows | (not_rising[side_bounds[:, 1:] - 1] == not_rising[side_starts]), axis=1)
     columns = StateColumns.from_bytes([blobs[index] for index in plain.tolist()])
     fits = rising[plain] & continues_streams(columns, first[plain], has_rows[plain])
+    # Under the clock rule a record far ahead of the one before it is set aside: its key goes one by one.
+    ahead = _ahead_ms([rows.keys[code][1] for code in codes])
+    gap = np.diff(times, prepend=-math.inf)
+    gap[side_bounds[:, :2][has_rows]] = -math.inf  # a side's first row is measured from the state's last time
+    key_gap = np.maximum.reduceat(gap, starts)
+    last = columns.last_time
+    first_gap = np.where(has_rows[plain] & (last > -math.inf), first[plain] - last, -math.inf).max(axis=1)
+    fits &= np.maximum(key_gap[plain], first_gap) <= ahead[plain]
     together = plain[fits]
     if len(together):
         if not fits.all():
@@ -139,51 +160,47 @@ def join_keyed_batch(states: KeyStates, rows: KeyedRows,
         found.append((key[starts[together]][joined.key], joined.pairs))
     alone = np.ones(len(codes), dtype=bool)
     alone[together] = False
+    dropped: list[Dropped] = []
+    clock = ClockCounters()
     for index in np.flatnonzero(alone).tolist():
         start, split, end = side_bounds[index].tolist()
         thing, binding = rows.keys[codes[index]]
-        stored = stored_keys[index]
         sides = (slice(start, split), slice(split, end))
-        bound = binding.max_out_of_orderness_ms
-        if bound or is_reordered(blobs[index]):
-            # Bounded disorder: each stream through the key's reorder buffer (kept in its state) first.
-            written[stored], pairs, verdicts = join_reordered(
-                blobs[index], times[sides[LEFT]], results[sides[LEFT]], times[sides[RIGHT]],
-                results[sides[RIGHT]], bound, delta_time=binding.delta_time_ms, max_pending_per_side=max_pending_per_side,
-                arrived_ms=arrived_ms)
-            released = None
-            for stream_side, stream, verdict in zip((LEFT, RIGHT), sides, verdicts):
-                if not (verdict.late.any() or verdict.rejected.any()):
-                    continue
-                if released is None:  # an idle release is the reason of some late records; it moves between calls
-                    released = load_key_state(written[stored])[0].released
-                broken, why = rejected_rows(verdict, thing, binding.quantity(stream_side), times[stream], bound,
-                                            released[stream_side], binding.idle_release_ms)
-                if len(broken):
-                    rejected.append(order[stream.start + broken])
-                    reasons.extend(why)
-            if pairs.count:
-                found.append((np.full(pairs.count, codes[index], dtype=np.int64), pairs))
-            continue
-        state = BatchJoinState.from_bytes(blobs[index]) if blobs[index] is not None else BatchJoinState()
-        for stream_side, stream in zip((LEFT, RIGHT), sides):
-            verdicts = order_verdicts(times[stream], results[stream], state.last_time[stream_side],
-                                      state.last_value[stream_side])
-            broken = np.flatnonzero(verdicts.rejected)
-            if not len(broken):
-                continue
-            rejected.append(order[stream.start + broken])
-            quantity = binding.quantity(stream_side)
-            reasons.extend(order_rejection(thing, quantity, t, last) for t, last in
-                           zip(times[stream][broken].tolist(), verdicts.latest_before[broken].tolist()))
-        state, pairs = join_batch(state, times[sides[LEFT]], results[sides[LEFT]], times[sides[RIGHT]],
-                                  results[sides[RIGHT]], delta_time=binding.delta_time_ms,
-                                  max_pending_per_side=max_pending_per_side)
-        written[stored] = state.to_bytes()
+        side_times = (times[sides[LEFT]], times[sides[RIGHT]])
+        side_values = (results[sides[LEFT]], results[sides[RIGHT]])
+        if needs_clock(blobs[index], binding.clock_rule, side_times):
+            # The clock rule sets records aside, or holds some from earlier calls (local_stream_buffer.clock).
+            clocked = join_clocked(blobs[index], binding, thing, side_times, side_values, max_pending_per_side,
+                                   arrived_ms)
+            stored, pairs = clocked.stored, clocked.pairs
+            turned_away = tuple(zip(clocked.rejected, clocked.reasons))
+            dropped.extend(Dropped(codes[index], *given_up) for given_up in clocked.dropped)
+            for counter in ("outliers", "steps_back", "jumps_ahead"):
+                setattr(clock, counter, getattr(clock, counter) + getattr(clocked.counters, counter))
+        else:
+            stored, pairs, turned_away = join_key_records(blobs[index], binding, thing, side_times, side_values,
+                                                          max_pending_per_side, arrived_ms)
+        if stored is not None:
+            written[stored_keys[index]] = stored
+        for stream, (broken, why) in zip(sides, turned_away):
+            if len(broken):
+                rejected.append(order[stream.start + broken])
+                reasons.extend(why)
         if pairs.count:
             found.append((np.full(pairs.count, codes[index], dtype=np.int64), pairs))
     states.write_many(written)
-    return KeyedPairs(*_in_key_and_time_order(found), np.concatenate(rejected) if rejected else _NO_ROWS, reasons)
+    return KeyedPairs(*_in_key_and_time_order(found), np.concatenate(rejected) if rejected else _NO_ROWS, reasons,
+                      dropped, clock)
+
+
+def _ahead_ms(bindings: Sequence[SpecBinding]) -> np.ndarray:
+    """Per key, how far ahead of its stream's timeline a record may lie before the clock rule sets it aside."""
+    limits: dict[SpecBinding, float] = {}
+    for binding in bindings:
+        if binding not in limits:
+            rule = binding.clock_rule
+            limits[binding] = math.inf if rule is None else rule.ahead_ms
+    return np.array([limits[binding] for binding in bindings], dtype=np.float64)
 
 
 def _delta(binding: SpecBinding) -> float:

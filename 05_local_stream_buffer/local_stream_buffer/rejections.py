@@ -23,6 +23,10 @@ class Rejection(Enum):
     # At or before the last record its stream's reorder buffer released after idle_release_s without records.
     RELEASED = ("late: t={t} arrived after {stream} was released up to t={released}, idle for its idle_release_s "
                 "{idle_s} s")
+    # Set aside by the clock rule for lying far off its stream's timeline, which the records after it kept to
+    # (local_stream_buffer.clock).
+    CLOCK_OUTLIER = ("clock_outlier: t={t} of {stream} lay {off_ms} ms {direction} its timeline at t={newest}, and "
+                     "the records after it did not follow (clock_confirm_readings {confirm})")
     NOT_FINITE = "join result is not a finite number"  # a join result (a formula overflowing, say)
     # a record its join key held when the key was evicted (local_stream_buffer.eviction)
     EVICTED = ("evicted: join key {key} was among the least recently used when its partition or bucket passed "

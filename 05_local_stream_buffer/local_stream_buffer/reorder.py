@@ -168,6 +168,13 @@ class ReorderedJoin:
         self._newest[side] = max(newest, up_to)
         return up_to
 
+    def close(self, side: int, item: Any) -> None:
+        """End a side's stream: everything its buffer holds goes to the join, then the join's side ends
+        (:meth:`TwoStreamJoin.close`)."""
+        self._hand_over(side, math.inf)
+        self._newest[side] = math.inf
+        self._join.close(side, item)
+
     def late_reason(self, thing: str, quantity: str, side: int, t: float) -> str | None:
         """Why a record judged late was: beyond the bound (with how far), at or before what an idle release
         gave up, or None inside a gap forcing closed."""

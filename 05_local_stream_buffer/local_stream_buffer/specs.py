@@ -30,6 +30,26 @@ DEFAULT_SPEC_RESOURCE = files(__package__).joinpath("join_specs.toml")
 # Quantity names (and axes) resolved and kept for the next record: far more than a plant's quantities, a
 # bound on what a flood of distinct names costs. A name pushed out is resolved again (a few regex matches).
 ROUTE_CACHE_SIZE = 4096
+# The clock rule's defaults (local_stream_buffer.clock): a reading more than an hour ahead of its timeline, or a
+# minute behind it beyond the disorder bound, is set aside until two readings tell what it was. An hour ahead
+# keeps a machine's pauses and sparse readings off the rule; a minute behind follows an NTP step or a clock
+# set back within two readings.
+DEFAULT_CLOCK_STEP_AHEAD_S = 3600.0
+DEFAULT_CLOCK_STEP_BACK_S = 60.0
+DEFAULT_CLOCK_CONFIRM_READINGS = 2
+
+
+class ClockRule(NamedTuple):
+    """A join spec's clock rule in milliseconds: how far a record may lie from its timeline's newest record
+    (ahead; and behind, the disorder bound included), and how many records decide what a record set aside was."""
+
+    ahead_ms: float
+    behind_ms: float
+    confirm: int
+
+    def fits(self, t: float, newest: float) -> bool:
+        """Whether a record at ``t`` fits a timeline whose newest record is at ``newest``."""
+        return newest - self.behind_ms <= t <= newest + self.ahead_ms
 
 
 @dataclass(frozen=True)
@@ -47,6 +67,12 @@ class JoinSpec:
     # Processing time without records of a stream after which what its reorder buffer holds is released
     # (None: never; see local_stream_buffer.idle_release). Only with a max_out_of_orderness_s above 0.
     idle_release_s: float | None = None
+    # The clock rule (local_stream_buffer.clock): how far a record may lie ahead of its stream's timeline, and
+    # behind it beyond max_out_of_orderness_s, before it is set aside; how many records then decide whether it
+    # was an outlier or the clock moved. clock_confirm_readings 0 turns the rule off.
+    clock_step_ahead_s: float = DEFAULT_CLOCK_STEP_AHEAD_S
+    clock_step_back_s: float = DEFAULT_CLOCK_STEP_BACK_S
+    clock_confirm_readings: int = DEFAULT_CLOCK_CONFIRM_READINGS
 
     def __post_init__(self) -> None:
         if self.formula not in FORMULAS:
@@ -66,6 +92,13 @@ class JoinSpec:
             if not self.max_out_of_orderness_s:
                 raise ValueError(f"join '{self.name}': idle_release_s releases what max_out_of_orderness_s holds; "
                                  "without a max_out_of_orderness_s above 0 nothing is held")
+        for setting in ("clock_step_ahead_s", "clock_step_back_s"):
+            if not 0 < getattr(self, setting) < float("inf"):
+                raise ValueError(f"join '{self.name}': {setting} must be a finite number of seconds above 0")
+        if type(self.clock_confirm_readings) is not int or self.clock_confirm_readings == 1 \
+                or self.clock_confirm_readings < 0:
+            raise ValueError(f"join '{self.name}': clock_confirm_readings must be 0 (no clock rule) or a whole "
+                             "number of readings from 2 up")
 
     def bind(self, axis: str) -> SpecBinding:
         """This spec applied to one axis ('' for a spec without ``{axis}``)."""
@@ -112,6 +145,16 @@ class SpecBinding:
         """The spec's idle_release_s in milliseconds (None: a quiet stream's held records wait for its next)."""
         return None if self.spec.idle_release_s is None else round(self.spec.idle_release_s * 1000, 6)
 
+    @property
+    def clock_rule(self) -> ClockRule | None:
+        """The spec's clock rule in milliseconds, None when it is off (``clock_confirm_readings`` 0)."""
+        spec = self.spec
+        if not spec.clock_confirm_readings:
+            return None
+        return ClockRule(round(spec.clock_step_ahead_s * 1000, 6),
+                         self.max_out_of_orderness_ms + round(spec.clock_step_back_s * 1000, 6),
+                         spec.clock_confirm_readings)
+
     def quantity(self, side: int) -> str:
         return self.right_quantity if side else self.left_quantity
 
@@ -131,7 +174,8 @@ def load_join_specs(path: str | Path | None = None) -> tuple[JoinSpec, ...]:
     for entry in document.get("join", []):
         name = entry.get("name", "?")
         unknown = set(entry) - {"name", "left", "right", "output", "formula", "delta_time_s", "axis",
-                                "max_out_of_orderness_s", "idle_release_s", *FORMER_KEYS}
+                                "max_out_of_orderness_s", "idle_release_s", "clock_step_ahead_s", "clock_step_back_s",
+                                "clock_confirm_readings", *FORMER_KEYS}
         if unknown:
             raise ValueError(f"join spec {name}: unknown keys {sorted(unknown)}")
         entry = _renamed_keys(entry, path or DEFAULT_SPEC_RESOURCE)
@@ -146,6 +190,9 @@ def load_join_specs(path: str | Path | None = None) -> tuple[JoinSpec, ...]:
             axis_pattern=entry.get("axis", DEFAULT_AXIS_PATTERN),
             max_out_of_orderness_s=float(entry.get("max_out_of_orderness_s", 0.0)),
             idle_release_s=None if entry.get("idle_release_s") is None else float(entry["idle_release_s"]),
+            clock_step_ahead_s=float(entry.get("clock_step_ahead_s", DEFAULT_CLOCK_STEP_AHEAD_S)),
+            clock_step_back_s=float(entry.get("clock_step_back_s", DEFAULT_CLOCK_STEP_BACK_S)),
+            clock_confirm_readings=entry.get("clock_confirm_readings", DEFAULT_CLOCK_CONFIRM_READINGS),
         ))
     return tuple(specs)
 

@@ -248,6 +248,20 @@ class TwoStreamJoin:
             self._force_overdue(entry[3])
         return _ACCEPTED
 
+    def close(self, side: int, item: Any) -> None:
+        """End a side's stream: a last record at +inf (``item`` its caller's item), after which the side takes no
+        record. Every pair the other stream still waits for that needs no later record of this side comes out;
+        the pairs with the +inf record itself are the caller's to drop (they are never within a finite
+        ``delta_time``). It never becomes overdue for ``max_latency``: forcing it would close the other stream."""
+        max_latency, self._max_latency = self._max_latency, None
+        try:
+            self.ingest(side, _UNBOUNDED, 0.0, item)
+        finally:
+            self._max_latency = max_latency
+        own = self._buffers[side]
+        if own and own[-1][0] == _UNBOUNDED:
+            own[-1] = (_UNBOUNDED, 0.0, item, _UNBOUNDED)
+
     def _grown(self, side: int, held: int) -> None:
         """A side holds more records than its peak so far or the pending limit: record the peak, enforce the limit."""
         if held > self.peak_buffer:

@@ -265,7 +265,8 @@ def test_bound_zero_is_todays_join() -> None:
     outcome = joiner.ingest(record(LEFT, 5))
     assert outcome.status is IngestStatus.REJECTED
     assert outcome.reason.startswith("out_of_order: ")
-    assert type(joiner._keys[(THING, joiner.resolver.routes(QUANTITIES[LEFT])[0].binding)].join) is TwoStreamJoin
+    assert type(joiner._keys[(THING, joiner.resolver.routes(QUANTITIES[LEFT])[0].binding)].join.taking(LEFT)) \
+        is TwoStreamJoin
 
 
 def test_a_late_record_is_late_by_how_far_it_is_beyond_the_bound() -> None:
