@@ -104,9 +104,9 @@ def _phase_costs(settings: KafkaJoinerSettings, records: int, records_per_transa
     cpu["decode and validate"] = clock() - began
 
     # The engine, transaction by transaction: what each one's changelog carries is what its records changed.
-    joins = {partition: PartitionJoin(settings.input_topic, partition, lambda on_release, on_evict: KeyedJoiner(
-        resolver, max_pending_per_side=settings.max_pending_per_side, on_release=on_release, on_evict=on_evict),
-        None, None)
+    joins = {partition: PartitionJoin(settings.input_topic, partition, lambda *hooks: KeyedJoiner(
+        resolver, max_pending_per_side=settings.max_pending_per_side, on_release=hooks[0], on_evict=hooks[1],
+        on_dead_letter=hooks[2]), None, None)
         for partition in range(partitions)}
     per_transaction = max(1, records_per_transaction)
     transactions: list[tuple[list, list]] = []  # per transaction: its outputs, its state changes

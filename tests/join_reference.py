@@ -10,13 +10,13 @@ Which records a stream joins, given its records in arrival order (Kafka's partit
 - first its clock (docs/join.md, "Clocks that lie"): a record more than the spec's clock_step_ahead ahead of
   the newest record its stream's timeline has taken, or more than its bound plus clock_step_back behind it,
   is set aside; the records after it decide (a record at the time of one set aside is dropped and counts for
-  nothing). Once clock_confirm further records take the timeline, the set-aside
-  records are outliers: dropped. Once clock_confirm records in all lie together off the timeline (each within
-  the same limits of the newest of them), the clock moved: ahead, they continue the timeline; behind, the
-  timeline ends and they begin the next one. A record ahead of records set aside ahead of the timeline, and
-  fitting neither, shows time went on: they continue the timeline, and it is set aside in their place. Any other
-  record that fits neither drops those set aside and is set aside itself. The timelines of a stream are
-  numbered from 0; the n-th of one stream joins the n-th of the other;
+  nothing). Once clock_confirm further records take the timeline, the set-aside records are outliers:
+  dropped. Once clock_confirm records in all lie together off the timeline (each within the same limits of the
+  newest of them, or, behind the timeline, beyond them and still behind it), the clock moved: ahead, they
+  continue the timeline; behind, the timeline ends and they begin the next one. A record ahead of records set
+  aside ahead of the timeline, and fitting neither, shows time went on: they continue the timeline, and it is
+  set aside in their place. Any other record that fits neither drops those set aside and is set aside itself.
+  The timelines of a stream are numbered from 0; the n-th of one stream joins the n-th of the other;
 - within a timeline, a record more than the spec's bound (max_out_of_orderness) behind the newest earlier
   record of its stream is late; one exactly at the bound is not;
 - a record at the time of an earlier accepted record of its stream is a repeat (dropped) or a conflict
@@ -103,7 +103,9 @@ def timelines(records: list[dict[str, Any]], spec: Spec) -> tuple[list[list[dict
             if votes == spec.clock_confirm:
                 outliers += aside
                 aside = []
-        elif fits(t, max(r["phenomenonTime"] for r in aside)):
+        elif fits(t, max(r["phenomenonTime"] for r in aside)) or (
+                aside[0]["phenomenonTime"] < newest
+                and max(r["phenomenonTime"] for r in aside) < t < newest - spec.bound_ms - spec.clock_back_ms):
             aside.append(record)
             if len(aside) == spec.clock_confirm:
                 if aside[0]["phenomenonTime"] > newest:

@@ -58,9 +58,9 @@ def frame_joiner(producer: ProducedRecords, frame_of) -> tuple[FrameJoiner, dict
     stats = JoinerStats()
     transaction = Transaction(lambda: producer, None, stats, interval_s=3600, max_records=10**9)
     joins = {partition: PartitionJoin(INPUT_TOPIC, partition,
-                                      lambda on_release, on_evict: KeyedJoiner(
-                                          RESOLVER, max_pending_per_side=MAX_PENDING_PER_SIDE,
-                                          on_release=on_release, on_evict=on_evict), None, None)
+                                      lambda on_release, on_evict, on_dead_letter: KeyedJoiner(
+                                          RESOLVER, max_pending_per_side=MAX_PENDING_PER_SIDE, on_release=on_release,
+                                          on_evict=on_evict, on_dead_letter=on_dead_letter), None, None)
              for partition in range(PARTITIONS)}
     return (FrameJoiner(transaction, stats, INPUT_TOPIC, OUTPUT_TOPIC, DLQ_TOPIC, frame_of, PARTITIONS),
             joins, stats)

@@ -18,6 +18,12 @@ transaction that commits its outputs also writes a release record (`release_key`
 released up to), which a restore applies after re-ingesting the held records. One per stream, overwritten by
 its next release.
 
+A join key whose clock rule holds more than its held records say (records set aside, or its streams on two
+timelines; `local_stream_buffer.clock`) has a clock record (`clock_key`: the key; value: its snapshot, JSON, with
+records named by their positions), written with the commit after it changed and deleted once the key's streams
+agree again. A restore takes the clock records back before re-ingesting the held records, so each held record
+goes back where it was, never judged by the rule a second time.
+
 Each commit also writes, per partition, the position its held records cover (`COVERAGE_KEY`): the
 committed offset itself. A changelog that covers less than the committed offset (the state topic deleted
 or recreated empty) has lost the state; the partition then rebuilds it from its input (`partition_join`).
@@ -56,11 +62,46 @@ _RESTORE_WARN_S = 15.0
 COVERAGE_KEY = b"covered"
 # Keys of release records start with this (never eight bytes long with what follows).
 RELEASE_PREFIX = b"released:"
+# Keys of clock records start with this (likewise never eight bytes long).
+CLOCK_PREFIX = b"clock:"
 
 
 def release_key(thing: str, spec_name: str, axis: str, side: int) -> bytes:
     """The key of a stream's release record: its join key (thing, spec, axis) and side, as JSON."""
     return RELEASE_PREFIX + json.dumps([thing, spec_name, axis, side]).encode()
+
+
+def clock_key(thing: str, spec_name: str, axis: str) -> bytes:
+    """The key of a join key's clock record: the join key (thing, spec, axis), as JSON."""
+    return CLOCK_PREFIX + json.dumps([thing, spec_name, axis]).encode()
+
+
+def decode_clock(key: bytes, value: bytes) -> tuple[str, str, str, dict]:
+    """A clock record's join key and snapshot; ValueError saying why when it is none."""
+    try:
+        thing, spec_name, axis = json.loads(key[len(CLOCK_PREFIX):])
+        snapshot = json.loads(value)
+        valid = (isinstance(thing, str) and isinstance(spec_name, str) and isinstance(axis, str)
+                 and _is_snapshot(snapshot))
+    except (ValueError, TypeError, RecursionError) as error:
+        raise ValueError(f"not a clock record ({type(error).__name__}: {error})") from None
+    if not valid:
+        raise ValueError("not a clock record (a thing, spec and axis, and a snapshot of two sides' timelines, votes "
+                         "and records set aside)")
+    return thing, spec_name, axis, snapshot
+
+
+def _is_snapshot(snapshot: object) -> bool:
+    def positions(value: object) -> bool:
+        return isinstance(value, list) and all(type(position) is int for position in value)
+
+    return (isinstance(snapshot, dict)
+            and all(isinstance(snapshot.get(name), list) and len(snapshot[name]) == 2
+                    for name in ("line", "votes", "aside", "left_lines"))
+            and all(type(number) is int and number >= 0 for name in ("line", "votes") for number in snapshot[name])
+            and all(positions(side) for side in snapshot["aside"])
+            and all(isinstance(lines, dict) and all(line.isdigit() and positions(held) for line, held in lines.items())
+                    for lines in snapshot["left_lines"]))
 
 
 class Release(NamedTuple):
@@ -112,11 +153,12 @@ def _position(key: bytes | None) -> int | None:
 class StateChanges:
     """What changed in one partition's held records since its last commit."""
 
-    __slots__ = ("puts", "deletes", "releases")
+    __slots__ = ("puts", "deletes", "releases", "clocks")
 
     def __init__(self) -> None:
         self.puts: dict[int, bytes | None] = {}  # record position -> input value, held since the last commit
         self.releases: dict[bytes, bytes] = {}  # release records (key -> time released up to) since the last commit
+        self.clocks: dict[bytes, bytes | None] = {}  # clock records (key -> snapshot; None: a tombstone) since then
         # Positions of records let go that the changelog holds; a key that is no position: a record dropped on restore.
         self.deletes: list[int | bytes] = []
 
@@ -135,10 +177,13 @@ class StateChanges:
             produce_state(_key(position), value)
         for key, value in self.releases.items():
             produce_state(key, value)
-        count = len(self.deletes) + len(self.puts) + len(self.releases)
+        for key, value in self.clocks.items():
+            produce_state(key, value)
+        count = len(self.deletes) + len(self.puts) + len(self.releases) + len(self.clocks)
         self.deletes.clear()
         self.puts.clear()
         self.releases.clear()
+        self.clocks.clear()
         return count
 
 
@@ -149,7 +194,8 @@ class Restorer:
                  security: Mapping[str, str] | None = None) -> None:
         self._topic = topic
         self.covered: dict[int, int | None] = {}  # of the partitions last restored: the offset their records cover
-        self.releases: dict[int, list[StateRecord]] = {}  # of the partitions last restored: their release records
+        # Of the partitions last restored: their release and clock records (keys that are no record position).
+        self.releases: dict[int, list[StateRecord]] = {}
         self._consumer = Consumer(consumer_config(bootstrap_servers, f"{group_id}.restore", **(security or {}), **{
             "enable.partition.eof": True}))
 
@@ -187,8 +233,8 @@ class Restorer:
                         self.covered[message.partition()] = _covered_offset(message.value())
                         continue
                     key = message.key()
-                    values = (releases if key is not None and key.startswith(RELEASE_PREFIX) else latest)[
-                        message.partition()]
+                    values = (releases if key is not None and key.startswith((RELEASE_PREFIX, CLOCK_PREFIX))
+                              else latest)[message.partition()]
                     if message.value() is None:
                         values.pop(message.key(), None)
                     else:

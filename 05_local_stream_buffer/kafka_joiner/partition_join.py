@@ -30,7 +30,8 @@ from local_stream_buffer.keyed import KeyedJoiner
 from local_stream_buffer.output import is_finite_result
 from local_stream_buffer.rejections import Rejection
 from local_stream_buffer.status import IngestStatus
-from .changelog import StateChanges, StateRecord, decode_release, record_position, release_key
+from .changelog import (CLOCK_PREFIX, StateChanges, StateRecord, clock_key, decode_clock, decode_release,
+                        record_position, release_key)
 from .progress import JoinerStats
 from .repartition import FramedRecord
 from .transaction import Transaction
@@ -52,14 +53,15 @@ _LATE = IngestStatus.LATE
 class PartitionJoin:
     """The keyed join of one co-partitioned partition, restored from the changelog on assignment.
 
-    :param new_joiner: an empty keyed join that calls the given hooks when it lets go of a record and when it
-        evicts a key (see `local_stream_buffer.eviction`).
+    :param new_joiner: an empty keyed join that calls the given hooks when it lets go of a record, when it
+        evicts a key (see `local_stream_buffer.eviction`), and when its clock rule gives up a record it held (see
+        `local_stream_buffer.clock`).
     :param committed: the committed offset, where processing resumes (None: nothing committed yet).
     :param metadata: the committed offset's metadata.
     """
 
     __slots__ = ("topic", "partition", "joiner", "changes", "committed", "position", "replay_below", "rebuilding",
-                 "covered", "evicted", "dead_letters")
+                 "covered", "evicted", "dropped", "dead_letters")
 
     def __init__(self, topic: str, partition: int, new_joiner: Callable[..., KeyedJoiner],
                  committed: int | None, metadata: str | None) -> None:
@@ -68,7 +70,11 @@ class PartitionJoin:
         self.changes = StateChanges()
         # Per evicted key, its held records and the reason: dead-lettered in the transaction that deletes them.
         self.evicted: list[tuple[list[tuple[dict, int]], str]] = []
-        self.joiner = new_joiner(self.changes.released, lambda records, reason: self.evicted.append((records, reason)))
+        # Records held before and given up by the clock rule (outliers; set aside, then turned away): dead-lettered
+        # in the transaction of the record that settled them (their changelog tombstones go with it).
+        self.dropped: list[tuple[dict, str]] = []
+        self.joiner = new_joiner(self.changes.released, lambda records, reason: self.evicted.append((records, reason)),
+                                 lambda record, _position, reason: self.dropped.append((record, reason)))
         self.committed = committed
         self.position: int | None = None  # next offset to ingest, once a frame arrived
         # After an upgrade from the earlier format, frames up to its processed position rebuild the state
@@ -106,7 +112,17 @@ class PartitionJoin:
         records; returns how many held records. A changelog record that is none (a key that is no position, a
         value that is no record or release) is dropped with a dead letter and a tombstone, never stopping the
         assignment."""
-        ingest = self.joiner.ingest
+        clocks = [record for record in releases if record.key is not None and record.key.startswith(CLOCK_PREFIX)]
+        releases = [record for record in releases if record not in clocks]
+        for record in clocks:
+            try:
+                thing, spec_name, axis, snapshot = decode_clock(record.key, record.value)
+            except ValueError as error:
+                self._reject(str(error), record, state_topic)
+                continue
+            if not self.joiner.restore_clock(thing, spec_name, axis, snapshot):
+                self.changes.clocks[record.key] = None  # its join spec is gone, or has no clock rule any more
+        ingest = self.joiner.restore_ingest
         restored = 0
         for record in held:
             try:
@@ -119,9 +135,10 @@ class PartitionJoin:
                 continue
             # What it lets go of again gets its tombstone at the next commit; so does a record it no longer takes
             # (a put whose tombstone compaction dropped, judged late behind a reorder buffer's watermark now).
-            if ingest(decoded, record.position).status is not _ACCEPTED:
+            if ingest(decoded, record.position) is not _ACCEPTED:
                 self.changes.released(record.position)
             restored += 1
+        self.joiner.restored()
         for record in releases:
             try:
                 release = decode_release(record.key, record.value)
@@ -131,6 +148,12 @@ class PartitionJoin:
             if not self.joiner.restore_release(*release):
                 self.changes.deletes.append(record.key)  # its join spec is gone, or has no bound any more
         return restored
+
+    def note_clock_changes(self) -> None:
+        """What the clock rule changed since the last commit goes to the changelog with this one."""
+        for thing, spec_name, axis, snapshot in self.joiner.clock_changes():
+            self.changes.clocks[clock_key(thing, spec_name, axis)] = None if snapshot is None else json.dumps(
+                snapshot, separators=(",", ":")).encode()
 
     def release_idle(self) -> list[dict]:
         """Release the quiet streams of this partition's join (a spec's ``idle_release_s``): the output records
@@ -260,6 +283,8 @@ class FrameJoiner:
                 status, outputs, reason = ingest(record, position)
                 if status is _ACCEPTED:
                     held_since_commit[position] = framed.value
+                if join.dropped:
+                    self._dead_letter_dropped(join, produce=not replay)
                 if replay:
                     rebuilt += 1
                     continue
@@ -326,6 +351,17 @@ class FrameJoiner:
                 self._transaction.append_times.append(int(time.time() * 1000))
                 produced += 1
         return produced
+
+    def _dead_letter_dropped(self, join: PartitionJoin, produce: bool) -> None:
+        """The records the clock rule gave up after holding them (`local_stream_buffer.clock`): dead-lettered as
+        the Spark joiner writes them (no partition or offset: they are from earlier frames), unless replaying."""
+        if produce:
+            for record, reason in join.dropped:
+                key = record_key(record["thing"], record["quantity"])
+                self.produce_dead_letter(dead_letter(reason, evicted_payload(record), STAGE,
+                                                     self._dead_letter_max_bytes, topic=self._input_topic, key=key),
+                                         key.encode())
+        join.dropped.clear()
 
     def _dead_letter_evicted(self, join: PartitionJoin) -> None:
         """The records held by keys the key bound evicted: given up, so dead-lettered (their changelog

@@ -5,10 +5,11 @@ from __future__ import annotations
 import logging
 import math
 from array import array
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
+from local_stream_buffer.clock import ClockCounters, clock_fault_points, clock_fault_totals
 from pipeline_core.progress import ConsumerCounters, Observation
 
 # How the shared reporter's log line names the counters here.
@@ -50,6 +51,8 @@ class StateFigures(NamedTuple):
     keys: int
     replaying: int  # partitions still replaying input after an upgrade from the earlier state format
     forced: int  # pending records forced out by the pending limit, in total
+    # Per machine, what the clock rule did to its streams (outliers, steps back, jumps ahead) in this process.
+    clock_faults: Mapping[str, ClockCounters] = {}
 
 
 class JoinerObservation:
@@ -83,4 +86,6 @@ class JoinerObservation:
         self._forced_reported = state.forced
         values.update(held_records=state.held, held_keys=state.keys, replaying_partitions=state.replaying or None,
                       forced=state.forced)
-        return Observation(lag=state.lag, values=values, waiting_for=waiting_for)
+        values.update(clock_fault_totals(state.clock_faults))
+        return Observation(lag=state.lag, values=values, waiting_for=waiting_for,
+                           machines=clock_fault_points(state.clock_faults))

@@ -17,6 +17,7 @@ from pipeline_core.broker_offsets import BrokerOffsets
 from pipeline_core.consumer_lag import unfetched_lag
 from pipeline_core.data_loss import OffsetWatch
 
+from local_stream_buffer.clock import ClockCounters
 from local_stream_buffer.keyed import KeyedJoiner
 from .alignment import InputAlignment
 from .changelog import COVERAGE_KEY, Restorer, StateRecord, coverage_value
@@ -34,7 +35,7 @@ class OwnedPartitions:
     """What this instance owns: every assigned partition with the offset it started from, and the join of
     each co-partitioned partition.
 
-    :param new_joiner: an empty keyed join for a co-partitioned partition, given its release and evict hooks.
+    :param new_joiner: an empty keyed join for a co-partitioned partition, given its release, evict and drop hooks.
     :param restorer: reads the held records of co-partitioned partitions from the changelog.
     :param forwarder, alignment: stage one's state per input partition (input partitioned by key), or None.
     :param broker_offsets: the ends of owned partitions nothing was delivered of (`lag`).
@@ -56,6 +57,8 @@ class OwnedPartitions:
         self.owned: list[TopicPartition] = []
         self.started_at: dict[tuple[str, int], int] = {}  # where each owned partition started
         self.joins: dict[int, PartitionJoin] = {}  # co-partitioned partition -> its join
+        # Per machine, what the clock rule did in joins this process no longer has (revoked, or reloaded).
+        self._clock_faults_before: dict[str, ClockCounters] = {}
         self.changes = 0  # assignments and revocations so far
 
     def assign(self, partitions: list[TopicPartition]) -> None:
@@ -93,6 +96,7 @@ class OwnedPartitions:
             offset = position.offset if position.offset >= 0 else None
             self.started_at[(position.topic, position.partition)] = offset if offset is not None else OFFSET_BEGINNING
             if position.topic == self._join_topic:
+                self._let_go(position.partition)
                 self.joins[position.partition] = PartitionJoin(
                     position.topic, position.partition, self._new_joiner, offset, position.metadata)
         # After the commits: reading them waits for a transaction still open on them, which also settles
@@ -134,7 +138,7 @@ class OwnedPartitions:
         for position in partitions:
             self.started_at.pop((position.topic, position.partition), None)
             if position.topic == self._join_topic:
-                self.joins.pop(position.partition, None)
+                self._let_go(position.partition)
             else:
                 if self._forwarder is not None:
                     self._forwarder.drop(position.partition)
@@ -225,13 +229,30 @@ class OwnedPartitions:
             for letter in join.dead_letters:
                 produce_dead_letter(letter)
             join.dead_letters.clear()
+            join.note_clock_changes()
             join.changes.flush(lambda key, value, partition=join.partition: produce_state(partition, key, value))
             covered = join.coverage()
             if covered is not None:
                 produce_state(join.partition, COVERAGE_KEY, coverage_value(covered))
 
+    def _let_go(self, partition: int) -> None:
+        """Forget a partition's join, keeping what its clock rule counted."""
+        join = self.joins.pop(partition, None)
+        if join is not None:
+            for thing, faults in join.joiner.clock_faults().items():
+                self._clock_faults_before.setdefault(thing, ClockCounters()).add(faults)
+
+    def clock_faults(self) -> dict[str, ClockCounters]:
+        """Per machine, what the clock rule did to its streams in this process (`local_stream_buffer.clock`)."""
+        totals = {thing: ClockCounters(*faults.as_tuple()) for thing, faults in self._clock_faults_before.items()}
+        for join in self.joins.values():
+            for thing, faults in join.joiner.clock_faults().items():
+                totals.setdefault(thing, ClockCounters()).add(faults)
+        return totals
+
     def figures(self) -> StateFigures:
         joins = self.joins.values()
         return StateFigures(lag=self.lag(), held=sum(join.joiner.held_count() for join in joins),
                             keys=sum(join.joiner.key_count() for join in joins),
-                            replaying=sum(join.replaying for join in joins), forced=self.forced())
+                            replaying=sum(join.replaying for join in joins), forced=self.forced(),
+                            clock_faults=self.clock_faults())

@@ -124,9 +124,9 @@ class KafkaJoiner:
                                   security_config(settings))
         self._partitions = OwnedPartitions(
             self._consumer, self.join_topic,
-            lambda on_release, on_evict: KeyedJoiner(
+            lambda on_release, on_evict, on_dead_letter: KeyedJoiner(
                 self.resolver, max_pending_per_side=settings.max_pending_per_side, on_release=on_release,
-                max_join_keys=settings.max_join_keys or None, on_evict=on_evict),
+                max_join_keys=settings.max_join_keys or None, on_evict=on_evict, on_dead_letter=on_dead_letter),
             self._restorer, self.stats, self._forwarder, self._alignment, self._watch,
             broker_offsets=BrokerOffsets(settings.kafka_bootstrap_servers, REPORT_REQUEST_TIMEOUT_S,
                                          security=security_config(settings)))

@@ -16,7 +16,8 @@ its *timeline* took, before the join (or the reorder buffer) sees it:
     **outliers**, dead-lettered ``clock_outlier``; the join never saw them, so it gives exactly the pairs it
     would have given without them;
   - ``clock_confirm_readings`` records in all lie together off the timeline first (each fitting the newest of
-    them by the same limits): the clock **moved**. Ahead, the timeline goes on with them, as after any gap.
+    them by the same limits, or, behind the timeline, lying beyond them but still behind it: time went on there):
+    the clock **moved**. Ahead, the timeline goes on with them, as after any gap.
     Behind, the timeline **ends** (what its join still waits for is settled as at the end of the stream: each
     record gets the pairs it can still have) and a new timeline begins with them;
   - a record ahead of records set aside ahead of the timeline shows that time went on: they were readings
@@ -37,8 +38,8 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Callable, Iterator
-from typing import Any, NamedTuple
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any, NamedTuple, Protocol
 
 from .output import canonical_time
 from .rejections import Rejection
@@ -108,7 +109,10 @@ class StreamClock:
             self._clear()
             return Settled(OUTLIERS, aside), True
         run_newest = self.aside_newest
-        if run_newest - rule.behind_ms <= t <= run_newest + rule.ahead_ms:
+        behind = aside[0][0] < newest
+        # A record fits the records set aside, or lies beyond them still behind the timeline (time went on there).
+        if run_newest - rule.behind_ms <= t <= run_newest + rule.ahead_ms or \
+                behind and run_newest < t < newest - rule.behind_ms:
             aside.append((t, value, item))
             if t > run_newest:
                 self.aside_newest = t
@@ -116,7 +120,7 @@ class StreamClock:
                 return None, False
             self._clear()
             return Settled(AHEAD if aside[0][0] > newest else BEHIND, aside), False
-        if aside[0][0] > newest and t > run_newest:
+        if not behind and t > run_newest:
             self._set_aside((t, value, item))
             return Settled(AHEAD, aside), False
         self._set_aside((t, value, item))
@@ -142,58 +146,89 @@ def outlier_reason(stream: str, t: float, newest: float, confirm: int) -> str:
 
 
 class ClockCounters:
-    """What the clock rule did to a key's streams."""
+    """What the clock rule did to streams (of a machine, or of many)."""
 
     __slots__ = ("outliers", "steps_back", "jumps_ahead")
+    NAMES = ("outliers", "steps_back", "jumps_ahead")
 
-    def __init__(self) -> None:
-        self.outliers = 0  # records dropped as outliers
-        self.steps_back = 0  # timelines ended by a step back (a new one began)
-        self.jumps_ahead = 0  # runs of records set aside ahead that the timeline then took (a gap, or a clock set ahead)
+    def __init__(self, outliers: int = 0, steps_back: int = 0, jumps_ahead: int = 0) -> None:
+        self.outliers = outliers  # records dropped as outliers
+        self.steps_back = steps_back  # timelines ended by a step back (a new one began)
+        self.jumps_ahead = jumps_ahead  # runs of records set aside ahead that the timeline then took (a gap, or a
+        # clock set ahead)
+
+    def add(self, other: ClockCounters) -> None:
+        self.outliers += other.outliers
+        self.steps_back += other.steps_back
+        self.jumps_ahead += other.jumps_ahead
+
+    def as_tuple(self) -> tuple[int, int, int]:
+        return self.outliers, self.steps_back, self.jumps_ahead
+
+    def __bool__(self) -> bool:
+        return bool(self.outliers or self.steps_back or self.jumps_ahead)
+
+
+def clock_fault_points(faults: Mapping[str, ClockCounters]) -> dict[str, dict[str, int]]:
+    """Per machine whose clock the rule caught at something, its counters as a stage reports them."""
+    return {thing: {f"clock_{name}": count for name, count in zip(ClockCounters.NAMES, counters.as_tuple())}
+            for thing, counters in faults.items() if counters}
+
+
+def clock_fault_totals(faults: Mapping[str, ClockCounters]) -> dict[str, int]:
+    """What the clock rule did to every machine's streams, added up, as a stage reports it."""
+    totals = ClockCounters()
+    for counters in faults.values():
+        totals.add(counters)
+    return {f"clock_{name}": count for name, count in zip(ClockCounters.NAMES, totals.as_tuple())}
+
+
+class ClockOwner(Protocol):
+    """What a :class:`ClockedJoin` asks of the key it joins (the keyed joiner's key)."""
+
+    def new_line(self) -> Any:
+        """A new, empty join for a timeline; its hooks let ``END`` pass (no item, no pair with its time)."""
+
+    def release(self, item: Any) -> None:
+        """Let go of a record the clock held (the joins release the rest through their own hook)."""
+
+    def drop(self, side: int, held: Held, reason: str, outlier: bool) -> None:
+        """A record held until now is not joined after all: an outlier, or a record set aside that its timeline's
+        join turned away (not as a duplicate, which goes without a word) when it took it. Released after."""
+
+    def stream(self, side: int) -> str:
+        """A side's stream, ``thing.quantity``, for reasons and logs."""
+
+    def reject_reason(self, join: Any, side: int, t: float, status: IngestStatus) -> str:
+        """The reason a timeline's join gave for turning a record away."""
+
+    def clock_counters(self) -> ClockCounters:
+        """Where the rule counts what it did (the machine's)."""
+
+    def clock_changed(self) -> None:
+        """What :meth:`ClockedJoin.snapshot` gives may have changed (a record set aside or settled, a vote, a
+        timeline begun or gone)."""
 
 
 class ClockedJoin:
     """A key's join behind the clock rule of each of its two streams: the per-record path.
 
-    Holds one join per live timeline (:class:`TwoStreamJoin`, or :class:`ReorderedJoin` with a bound), made by
-    ``new_line``. A timeline's join lives until both streams have left it; a stream leaving it is ended there by
-    a record at +inf (``END``), so its last pairs come out. Same interface as the joins it holds (``ingest``,
-    ``buffer``, ``held_items``, ``poll``, ``release``, ``forced``, ``len``).
-
-    :param new_line: a new, empty join for a timeline; its hooks must let ``END`` pass (the items it emits or
-        releases with ``END``'s time are no record).
-    :param rule: the spec's clock rule.
-    :param release: called with the item of a record the clock lets go (the join's own hook for the rest).
-    :param drop: called with (side, held record, reason, whether an outlier) for a record held until now that is
-        not joined after all: an outlier, or a record set aside that its timeline's join turned away (not as a
-        duplicate, which goes without a word) when it took it. Released after the call.
-    :param streams: the names of the two streams (``thing.quantity``), for reasons and logs.
-    :param reject_reason: the reason a join gave for turning a record away: (join, side, t, status) -> reason.
-    :param counters: where the rule counts what it did (shared by the keys of a keyed joiner).
-    :param changed: called whenever what :meth:`snapshot` gives may have changed (a record set aside or settled, a
-        vote, a timeline begun or gone).
+    Holds one join per live timeline (:class:`TwoStreamJoin`, or :class:`ReorderedJoin` with a bound), made by its
+    owner. A timeline's join lives until both streams have left it; a stream leaving it is ended there by a record
+    at +inf (``END``), so its last pairs come out. Same interface as the joins it holds (``ingest``, ``buffer``,
+    ``held_items``, ``poll``, ``release``, ``forced``, ``len``).
     """
 
-    __slots__ = ("_new_line", "_rule", "_release", "_drop", "_streams", "_reject_reason", "_lines", "_line",
-                 "_clocks", "counters", "_changed", "_plan")
+    __slots__ = ("_owner", "_rule", "_lines", "_line", "_clocks", "_plan", "recorded")
 
-    def __init__(self, new_line: Callable[[], Any], rule: ClockRule, release: Callable[[Any], None],
-                 drop: Callable[[int, Held, str, bool], None], streams: tuple[str, str],
-                 reject_reason: Callable[[Any, int, float, IngestStatus], str], counters: ClockCounters,
-                 changed: Callable[[], None] = lambda: None) -> None:
-        self._new_line = new_line
+    def __init__(self, owner: ClockOwner, rule: ClockRule) -> None:
+        self._owner = owner
         self._rule = rule
-        self._release = release
-        self._drop = drop
-        self._streams = streams
-        self._reject_reason = reject_reason
-        first = new_line()
-        self._lines: dict[int, Any] = {0: first}  # live timelines' joins, by number
+        self._lines: dict[int, Any] = {0: owner.new_line()}  # live timelines' joins, by number
         self._line = [0, 0]  # per side, the timeline its stream is on
         self._clocks = (StreamClock(), StreamClock())
-        self.counters = counters
-        self._changed = changed
         self._plan: dict | None = None  # while restoring: where each held record goes (see :meth:`restore`)
+        self.recorded = False  # whether its owner's adapter keeps a snapshot of it (to delete when the key goes)
 
     def ingest(self, side: int, t: float, value: Any, item: Any) -> IngestStatus:
         """Judge the next arriving record of a side by its clock, then the join of its timeline."""
@@ -208,7 +243,7 @@ class ClockedJoin:
         if repeat is not None:
             return _DUPLICATE if repeat else _REJECTED
         settled, take = clock.arrive(t, value, item, join.last_time(side), self._rule)
-        self._changed()
+        self._owner.clock_changed()
         status = _ACCEPTED  # set aside: held
         if settled is not None:
             status = self._settle(side, settled, item)
@@ -219,24 +254,25 @@ class ClockedJoin:
     def _settle(self, side: int, settled: Settled, arriving: Any) -> IngestStatus:
         """Apply what became of the records set aside; returns the status of the arriving record (its caller's
         ``arriving`` item) where it is among them (the join's verdict as it took it), else ACCEPTED."""
-        counters = self.counters
+        owner = self._owner
+        counters = owner.clock_counters()
         join = self._lines[self._line[side]]
         if settled.kind == OUTLIERS:  # the arriving record is never among them
             newest = join.last_time(side)
             counters.outliers += len(settled.records)
             for held in settled.records:
-                self._drop(side, held, outlier_reason(self._streams[side], held[0], newest, self._rule.confirm), True)
-                self._release(held[2])
+                owner.drop(side, held, outlier_reason(owner.stream(side), held[0], newest, self._rule.confirm), True)
+                owner.release(held[2])
             return _ACCEPTED
         if settled.kind == AHEAD:
             counters.jumps_ahead += 1
             log.info("%s went on %s ms ahead of its timeline at t=%s (after a gap, or its clock was set ahead): "
-                     "joined on", self._streams[side], canonical_time(settled.records[0][0] - join.last_time(side)),
+                     "joined on", owner.stream(side), canonical_time(settled.records[0][0] - join.last_time(side)),
                      canonical_time(join.last_time(side)))
         else:
             counters.steps_back += 1
             log.warning("%s stepped back: its clock went from t=%s to t=%s; the timeline ended there and a new one "
-                        "begins", self._streams[side], canonical_time(join.last_time(side)),
+                        "begins", owner.stream(side), canonical_time(join.last_time(side)),
                         canonical_time(settled.records[0][0]))
             join = self._next_line(side)
         arriving_status = _ACCEPTED
@@ -246,8 +282,8 @@ class ClockedJoin:
                 arriving_status = status
             elif status is not _ACCEPTED:
                 if status is not _DUPLICATE:
-                    self._drop(side, held, self._reject_reason(join, side, held[0], status), False)
-                self._release(held[2])
+                    owner.drop(side, held, owner.reject_reason(join, side, held[0], status), False)
+                owner.release(held[2])
         return arriving_status
 
     def _next_line(self, side: int) -> Any:
@@ -261,10 +297,10 @@ class ClockedJoin:
             del self._lines[line]
             for item in list(ended.held_items()):
                 if item is not None:
-                    self._release(item)
+                    self._owner.release(item)
         following = self._lines.get(line + 1)
         if following is None:
-            following = self._lines[line + 1] = self._new_line()
+            following = self._lines[line + 1] = self._owner.new_line()
         return following
 
     def snapshot(self, source_of: Callable[[Any], object]) -> dict | None:
@@ -286,10 +322,11 @@ class ClockedJoin:
 
     def restore(self, snapshot: dict) -> None:
         """Take a :meth:`snapshot` back, before the key's held records are placed again (:meth:`place`)."""
+        self.recorded = True
         self._line = list(snapshot["line"])
         for line in range(min(self._line), max(self._line) + 1):
             if line not in self._lines:
-                self._lines[line] = self._new_line()
+                self._lines[line] = self._owner.new_line()
         for clock, votes in zip(self._clocks, snapshot["votes"]):
             clock.votes = votes
         self._plan = {

@@ -103,9 +103,10 @@ class _Held:
 
 
 class _KeyJoin:
-    """The join of one (thing, binding) key, turning its pairs into output records."""
+    """The join of one (thing, binding) key, turning its pairs into output records (under the clock rule, the
+    owner its :class:`ClockedJoin` asks, see :class:`local_stream_buffer.clock.ClockOwner`)."""
 
-    __slots__ = ("thing", "binding", "join", "outputs", "_build", "used")
+    __slots__ = ("thing", "binding", "join", "outputs", "_build", "used", "_joiner")
 
     def __init__(self, thing: str, binding: SpecBinding, joiner: KeyedJoiner) -> None:
         self.thing = thing
@@ -113,30 +114,15 @@ class _KeyJoin:
         self.outputs: list[OutputRecord] = []
         self.used = joiner._counters.records_in  # the record count at its last record: recency for eviction
         self._build = output_builder(thing, binding)
+        self._joiner = joiner
         rule = binding.clock_rule
-        if rule is None:
-            self.join = self._new_line(joiner, self._emit, joiner._release)
-            return
-        release = joiner._release
+        self.join = self._line(self._emit, joiner._release) if rule is None else ClockedJoin(self, rule)
 
-        def release_held(item: _Held | None) -> None:
-            if item is not None:  # None: the record ending a timeline
-                release(item)
-
-        def drop(side: int, held: Held, reason: str, outlier: bool) -> None:
-            joiner._drop(thing, binding, side, held, reason, outlier)
-
-        def reject_reason(join: Any, side: int, t: float, status: IngestStatus) -> str:
-            return joiner._rejection(join, thing, binding.quantity(side), side, t, status)
-
-        self.join = ClockedJoin(lambda: self._new_line(joiner, self._emit_on_timeline, release_held), rule, release,
-                                drop, (f"{thing}.{binding.left_quantity}", f"{thing}.{binding.right_quantity}"),
-                                reject_reason, joiner._clock_counters, lambda: joiner._clock_changed.setdefault(self))
-
-    def _new_line(self, joiner: KeyedJoiner, emit: Callable[[int, Entry, Entry], None],
-                  release: Callable[[Any], None]) -> TwoStreamJoin | ReorderedJoin:
+    def _line(self, emit: Callable[[int, Entry, Entry], None],
+              release: Callable[[Any], None]) -> TwoStreamJoin | ReorderedJoin:
         """The join of the key (of one of its timelines, under the clock rule)."""
         binding = self.binding
+        joiner = self._joiner
         join = TwoStreamJoin(
             emit=emit,
             release=release,
@@ -151,6 +137,33 @@ class _KeyJoin:
             arrived = None if idle_s is None else lambda side: joiner._idle.arrived((self, side), idle_s)
             join = ReorderedJoin(join, binding.max_out_of_orderness_ms, release, arrived, binding.idle_release_ms)
         return join
+
+    # What the key's ClockedJoin asks of it (local_stream_buffer.clock.ClockOwner).
+
+    def new_line(self) -> TwoStreamJoin | ReorderedJoin:
+        return self._line(self._emit_on_timeline, self._release_on_timeline)
+
+    def release(self, item: _Held) -> None:
+        self._joiner._release(item)
+
+    def drop(self, side: int, held: Held, reason: str, outlier: bool) -> None:
+        self._joiner._drop(self.thing, self.binding, side, held, reason, outlier)
+
+    def stream(self, side: int) -> str:
+        return f"{self.thing}.{self.binding.quantity(side)}"
+
+    def reject_reason(self, join: TwoStreamJoin | ReorderedJoin, side: int, t: float, status: IngestStatus) -> str:
+        return self._joiner._rejection(join, self.thing, self.binding.quantity(side), side, t, status)
+
+    def clock_counters(self) -> ClockCounters:
+        return self._joiner._clock_faults.setdefault(self.thing, ClockCounters())
+
+    def clock_changed(self) -> None:
+        self._joiner._clock_changed.setdefault((self.thing, self.binding))
+
+    def _release_on_timeline(self, item: _Held | None) -> None:
+        if item is not None:  # None: the record ending a timeline
+            self._joiner._release(item)
 
     def _emit(self, case: int, left: Entry, right: Entry) -> None:
         self.outputs.append(self._build(case, left[0], left[1], right[0], right[1]))
@@ -205,10 +218,10 @@ class KeyedJoiner:
         self._held: dict[_Held, None] = {}  # insertion-ordered set of held records
         self._counters = JoinCounters()
         self._idle = IdleStreams(clock)  # streams of specs with an idle release, by their last arrival
-        self._clock_counters = ClockCounters()
+        self._clock_faults: dict[str, ClockCounters] = {}  # per thing whose clock the rule caught at something
         self._on_dead_letter = on_dead_letter
         # Keys whose clock rule changed what a restore needs since the last `clock_changes` (insertion-ordered set).
-        self._clock_changed: dict[_KeyJoin, None] = {}
+        self._clock_changed: dict[tuple[str, SpecBinding], None] = {}
 
     def ingest(self, record: Mapping[str, Any] | Record, source: object | None = None) -> IngestOutcome:
         """Route one record to its keys; returns its status and the output records it completed."""
@@ -317,8 +330,8 @@ class KeyedJoiner:
         counters = self._counters
         for name in evicted:
             key = self._keys.pop(name)
-            if type(key.join) is ClockedJoin:
-                self._clock_changed.setdefault(key)  # its clock state goes with it
+            if type(key.join) is ClockedJoin and key.join.recorded:
+                self._clock_changed.setdefault(name)  # its clock state goes with it
             thing, binding = name
             for quantity in (binding.left_quantity, binding.right_quantity):
                 self._streams.pop((thing, quantity), None)  # other keys of the stream are found again
@@ -341,11 +354,12 @@ class KeyedJoiner:
         beyond the held records, with each record named by its source; None: nothing, or the key is gone). An
         adapter that keeps held records keeps these beside them (:meth:`restore_clock`)."""
         changes = []
-        for key in self._clock_changed:
-            binding = key.binding
-            current = self._keys.get((key.thing, binding)) is key
-            snapshot = key.join.snapshot(lambda held: held.source) if current else None
-            changes.append((key.thing, binding.spec.name, binding.axis, snapshot))
+        for thing, binding in self._clock_changed:
+            key = self._keys.get((thing, binding))
+            snapshot = key.join.snapshot(lambda held: held.source) if key is not None else None
+            if key is not None:
+                key.join.recorded = snapshot is not None
+            changes.append((thing, binding.spec.name, binding.axis, snapshot))
         self._clock_changed.clear()
         return changes
 
@@ -451,10 +465,16 @@ class KeyedJoiner:
         """A snapshot of the counters."""
         snapshot = JoinCounters(**vars(self._counters))
         snapshot.forced = sum(key.join.forced for key in self._keys.values())
-        snapshot.clock_outliers = self._clock_counters.outliers
-        snapshot.clock_steps_back = self._clock_counters.steps_back
-        snapshot.clock_jumps_ahead = self._clock_counters.jumps_ahead
+        totals = ClockCounters()
+        for faults in self._clock_faults.values():
+            totals.add(faults)
+        snapshot.clock_outliers, snapshot.clock_steps_back, snapshot.clock_jumps_ahead = totals.as_tuple()
         return snapshot
+
+    def clock_faults(self) -> dict[str, ClockCounters]:
+        """Per thing, what the clock rule did to its streams since this joiner started (things it never caught
+        at anything are left out)."""
+        return {thing: ClockCounters(*faults.as_tuple()) for thing, faults in self._clock_faults.items()}
 
     def state_size(self) -> int:
         """Buffered entries over all keys (a record held by two keys counts twice)."""

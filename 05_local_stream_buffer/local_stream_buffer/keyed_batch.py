@@ -86,7 +86,7 @@ class KeyedPairs(NamedTuple):
     rejected: np.ndarray  # row numbers (into the input rows) that break their stream's order
     reasons: list[str]  # why, per rejected row (a Rejection's text)
     dropped: list[Dropped] = []  # records held before and given up now (local_stream_buffer.clock)
-    clock: ClockCounters | None = None  # what the clock rule did in this call
+    clock: dict[int, ClockCounters] = {}  # per key (index into the rows' keys), what the clock rule did in this call
 
     @property
     def count(self) -> int:
@@ -161,7 +161,7 @@ def join_keyed_batch(states: KeyStates, rows: KeyedRows,
     alone = np.ones(len(codes), dtype=bool)
     alone[together] = False
     dropped: list[Dropped] = []
-    clock = ClockCounters()
+    clock: dict[int, ClockCounters] = {}
     for index in np.flatnonzero(alone).tolist():
         start, split, end = side_bounds[index].tolist()
         thing, binding = rows.keys[codes[index]]
@@ -175,8 +175,8 @@ def join_keyed_batch(states: KeyStates, rows: KeyedRows,
             stored, pairs = clocked.stored, clocked.pairs
             turned_away = tuple(zip(clocked.rejected, clocked.reasons))
             dropped.extend(Dropped(codes[index], *given_up) for given_up in clocked.dropped)
-            for counter in ("outliers", "steps_back", "jumps_ahead"):
-                setattr(clock, counter, getattr(clock, counter) + getattr(clocked.counters, counter))
+            if clocked.counters:
+                clock[codes[index]] = clocked.counters
         else:
             stored, pairs, turned_away = join_key_records(blobs[index], binding, thing, side_times, side_values,
                                                           max_pending_per_side, arrived_ms)

@@ -8,6 +8,7 @@ are dropped, to rebuild the state (``processor``'s module doc says why the outpu
 from __future__ import annotations
 
 import functools
+import json
 import logging
 import time
 import zlib
@@ -20,11 +21,11 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from local_stream_buffer.clock import ClockCounters
+from local_stream_buffer.clocked_batch import due_sides, held_records, is_clocked, next_due_ms, release_idle_side
 from local_stream_buffer.eviction import eviction_reason, evicted_payload, evicted_records, keys_to_evict
-from local_stream_buffer.idle_release import due_sides, next_due_ms
 from local_stream_buffer.keyed_batch import JoinKey, KeyedPairs, KeyedRows, KeyStates, StateKey, join_keyed_batch
-from local_stream_buffer.reorder import is_reordered, load_key_state, release_idle_side
-from local_stream_buffer.two_stream_join import LEFT, RIGHT
+from local_stream_buffer.reorder import is_reordered
 from local_stream_buffer.specs import SpecBinding, SpecResolver
 from pipeline_core.records import dead_letter, record_key
 
@@ -38,6 +39,9 @@ log = logging.getLogger(__name__)
 # object per record.
 OUT = 0  # machine.out
 DLQ = 1  # machine.dlq
+# Not a record: what the clock rule did per machine in the batch (JSON: thing -> [outliers, steps back, jumps
+# ahead]), for the driver's counters (local_stream_buffer.clock).
+CLOCK = 2
 
 # The records of ``processor.OUTPUT_SCHEMA``'s one column, as an Arrow IPC record batch.
 EMITTED_ARROW_SCHEMA = pa.schema([
@@ -101,11 +105,14 @@ class BucketJoin:
         for chunk, entries in chunks.items():
             for stored, (state, used) in entries.items():
                 binding = self._binding(stored)
-                if binding is None or not is_reordered(state):
+                if binding is None or not (is_reordered(state) or is_clocked(state)):
                     continue
                 released = False
                 for side in due_sides(state, now_ms, binding.idle_release_ms):
-                    state, pairs = release_idle_side(state, side, binding.delta_time_ms, self.max_pending_per_side)
+                    release = release_idle_side(state, side, binding.delta_time_ms, self.max_pending_per_side)
+                    if release is None:
+                        continue
+                    state, pairs = release
                     released = True
                     if pairs.count:
                         joined = KeyedPairs(np.zeros(pairs.count, dtype=np.int64), pairs, np.empty(0, np.int64), [])
@@ -335,10 +342,7 @@ def evicted_dead_letters(resolver: SpecResolver, stored: StateKey, state: bytes,
                     "dead-lettered", stored)
         return []
     binding = spec.bind(axis)
-    reorder, joined = load_key_state(state)  # a bound's reorder buffers hold records too
-    held = [(side, t, value) for side in (LEFT, RIGHT)
-            for times, values in ((joined.times[side], joined.values[side]), (reorder.times[side], reorder.values[side]))
-            for t, value in zip(times.tolist(), values.tolist())]
+    held = held_records(state)  # reorder buffers and what the clock rule sets aside hold records too
     reason = eviction_reason(thing, binding, max_join_keys)
     return [dead_letter(reason, evicted_payload(record), STAGE, topic=input_topic,
                         key=record_key(record["thing"], record["quantity"]))
@@ -409,6 +413,15 @@ def join_bucket(resolver: SpecResolver, data: pa.Table, states: KeyStates, input
     for row, reason in zip(joined.rejected.tolist(), joined.reasons):
         emitted.dead_letter(reason, payloads[row].as_py(), input_topic, rows.partition[row], rows.offset[row],
                             record_key(things[row].as_py(), quantities[row].as_py()))
+    for dropped in joined.dropped:
+        # Held from an earlier batch and given up by the clock rule: as its reading, as the standalone joiner writes it.
+        thing, binding = rows.keys[dropped.key]
+        record, = evicted_records(thing, binding, [(dropped.side, dropped.time, dropped.result)])
+        key = record_key(record["thing"], record["quantity"])
+        emitted.dead_letters.append(dead_letter(dropped.reason, evicted_payload(record), STAGE, topic=input_topic,
+                                                key=key))
+    for code, counters in joined.clock.items():
+        emitted.clock_faults.setdefault(rows.keys[code][0], ClockCounters()).add(counters)
     if joined.count:
         emitted.outputs(encode(rows.keys, joined, input_topic))
     return emitted
@@ -421,9 +434,10 @@ class Emitted:
         self.dead_letters: list[bytes] = []
         self.keys: list[pa.Array] = []
         self.values: list[pa.Array] = []
+        self.clock_faults: dict[str, ClockCounters] = {}  # per machine, what the clock rule did
 
     def __len__(self) -> int:
-        return len(self.dead_letters) + sum(map(len, self.values))
+        return len(self.dead_letters) + sum(map(len, self.values)) + bool(self.clock_faults)
 
     def dead_letter(self, reason: str, payload: bytes | None, topic: str, partition: int, offset: int,
                     key: str | None) -> None:
@@ -437,12 +451,18 @@ class Emitted:
         self.dead_letters.extend(encoded.dead_letters)
 
     def frame(self) -> pd.DataFrame:
-        """The records as the processor's one output row: machine.dlq's, then machine.out's."""
+        """The records as the processor's one output row: machine.dlq's, then machine.out's, then the clock rule's
+        counts if it counted anything."""
         outputs = sum(map(len, self.values))
         kinds = np.full(len(self.dead_letters) + outputs, OUT, np.int8)
         kinds[:len(self.dead_letters)] = DLQ
         keys = pa.concat_arrays([pa.nulls(len(self.dead_letters), pa.string()), *self.keys])
         values = pa.concat_arrays([pa.array(self.dead_letters, pa.binary()), *self.values])
+        if self.clock_faults:
+            kinds = np.append(kinds, np.int8(CLOCK))
+            keys = pa.concat_arrays([keys, pa.nulls(1, pa.string())])
+            counts = {thing: counters.as_tuple() for thing, counters in self.clock_faults.items()}
+            values = pa.concat_arrays([values, pa.array([json.dumps(counts).encode()], pa.binary())])
         records = pa.RecordBatch.from_arrays([pa.array(kinds), keys, values], schema=EMITTED_ARROW_SCHEMA)
         return pd.DataFrame({"records": [records.serialize().to_pybytes()]})
 

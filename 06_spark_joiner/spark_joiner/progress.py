@@ -23,6 +23,7 @@ from typing import Any
 from pyspark.sql.streaming import StreamingQuery
 from pyspark.sql.streaming.listener import StreamingQueryProgress
 
+from local_stream_buffer.clock import clock_fault_points, clock_fault_totals
 from pipeline_core.broker_offsets import OffsetsLookup
 from pipeline_core.data_loss import Partition, deleted_unread
 from pipeline_core.progress import ConsumerCounters, Observation
@@ -207,7 +208,9 @@ class QueryProgress:
         return Observation(lag=lag, waiting_for=waiting_for,
                            values={"batch_id": latest.get("batch_id"), "batch_seconds": longest,
                                    "processed_rows_per_s": latest.get("processed_rows_per_s"),
-                                   "state_rows": latest.get("state_rows"), "state_bytes": latest.get("state_bytes")})
+                                   "state_rows": latest.get("state_rows"), "state_bytes": latest.get("state_bytes"),
+                                   **clock_fault_totals(sink.clock_faults)},
+                           machines=clock_fault_points(sink.clock_faults))
 
     def _count_loss(self, update: Mapping[str, Any]) -> None:
         """Count and log what the update's batch lost outside the job's control (see `batch_loss`)."""

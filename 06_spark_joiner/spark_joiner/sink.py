@@ -30,13 +30,14 @@ import logging
 import re
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import pyarrow as pa
 import pyarrow.compute as pc
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from pyspark.sql import DataFrame, SparkSession
 
+from local_stream_buffer.clock import ClockCounters
 from pipeline_core.kafka_clients import (DEFAULT_STARTUP_DEADLINE_S, TRANSACTIONAL_CALL_TIMEOUT_S, KafkaCallWedged,
                                          admin_client, call_bounded, consumer_config, drop_producer, is_transient,
                                          produce, raise_partition_errors, retry_transient,
@@ -47,7 +48,7 @@ from pipeline_core.topics import dead_letter_limit
 
 from .checkpoint import checkpoint_query_id
 from .encode import STAGE
-from .bucket_join import DLQ, unpack_emitted
+from .bucket_join import CLOCK, DLQ, unpack_emitted
 
 log = logging.getLogger(__name__)
 
@@ -78,6 +79,8 @@ class SinkCounters:
     # Input records a rebuild (a new checkpoint after committed outputs) needed and retention had deleted:
     # the join state it rebuilt misses them, so pairs around them may differ from what the old state gave.
     rebuild_records_lost: int = 0
+    # Per machine, what the clock rule did in committed batches (local_stream_buffer.clock).
+    clock_faults: dict[str, ClockCounters] = field(default_factory=dict)
 
 
 class TransactionalBatchSink:
@@ -213,6 +216,9 @@ class TransactionalBatchSink:
         if producer is None:
             raise RuntimeError(f"batch {batch_id}: the sink let go of its producer after a failed transaction; "
                                "the query restarts, and resume() makes a new one")
+        is_clock = pc.equal(rows.column("kind"), CLOCK)
+        clock_rows = rows.filter(is_clock).column("value").to_pylist()
+        rows = rows.filter(pc.invert(is_clock))
         try:
             producer.begin_transaction()
             dead_letters = self._produce(producer, rows)
@@ -240,6 +246,9 @@ class TransactionalBatchSink:
         counters.joins += rows.num_rows - dead_letters
         counters.dead_letters += dead_letters
         counters.last_batch_id = batch_id
+        for counts in clock_rows:
+            for thing, faults in json.loads(counts).items():
+                counters.clock_faults.setdefault(thing, ClockCounters()).add(ClockCounters(*faults))
         counters.produce_seconds += time.monotonic() - began
         log.debug("batch %d: %d records produced and committed in %.2f s", batch_id, rows.num_rows,
                   time.monotonic() - began)

@@ -23,6 +23,8 @@ from .settings import InfluxSettings
 log = logging.getLogger(__name__)
 
 HEALTH_MEASUREMENT = "pipeline_health"
+# Per machine, what a stage counted of it (a joiner's clock rule); tags stage, instance and thing.
+MACHINE_MEASUREMENT = "machine_health"
 # Health points waiting for InfluxDB: about a day of one stage's points at a 10 s interval.
 MAX_PENDING_POINTS = 10_000
 RETRY_MAX_S = 60.0

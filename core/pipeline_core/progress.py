@@ -14,6 +14,9 @@ The fields of the point (see 08_influxdb_grafana/README.md for what each stage p
   its working dir): bytes still free to it, and the share used as `df` shows it;
 * every further counter of the stage's `StageCounters` subclass, and the observation's values.
 
+A stage that counts per machine (a joiner's clock rule: outliers, steps back) also hands its totals per machine in
+its observation: each report writes them as `machine_health` points, one per machine, tagged with its name.
+
 With a heartbeat file (setting PROGRESS_FILE), each report also replaces that file with a `Heartbeat`: when
 the stage reported, when its work last moved (its `progress_counters` changed), whether work waits for it
 (lag or records in hand) and how much. `pipeline_core.stage_health` judges it: `make status` and the Compose
@@ -32,7 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import paths
-from .health_metrics import HealthMetrics, health_line
+from .health_metrics import MACHINE_MEASUREMENT, HealthMetrics, health_line
 from .settings import ProgressSettings
 from .stage_health import Heartbeat, write_heartbeat
 
@@ -83,6 +86,8 @@ class Observation:
     pending: int | None = None
     # A server the stage keeps trying and failing to use ("InfluxDB"): work waits on it, records known or not.
     waiting_for: str | None = None
+    # Per machine (its name), counters since the stage started: written as machine_health points, not logged.
+    machines: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
 
     @property
     def work_waiting(self) -> bool:
@@ -220,9 +225,14 @@ class ProgressReporter:
         self._write_heartbeat(wall_now, observation)
         self._logger.info("%s", report.describe(self._labels))
         if self.health is not None:
-            line = health_line(self._tags, {**report.fields(), **disk_fields(self._disk_path)}, time.time_ns())
+            time_ns = time.time_ns()
+            line = health_line(self._tags, {**report.fields(), **disk_fields(self._disk_path)}, time_ns)
             if line is not None:
                 self.health.record(line)
+            for machine, counts in observation.machines.items():
+                line = health_line({**self._tags, "thing": machine}, counts, time_ns, MACHINE_MEASUREMENT)
+                if line is not None:
+                    self.health.record(line)
         return report
 
     def close(self) -> None:

@@ -7,17 +7,19 @@ import os
 import signal
 import sys
 import time
+from collections.abc import Callable
 
 from pipeline_core import credentials
 from pipeline_core.health import influxdb_ready
-from pipeline_core.influx import influx_client
+from pipeline_core.influx import InfluxDBClient, influx_client
 from pipeline_core.influx_retention import RetentionSettings, provision
 from pipeline_core.kafka_clients import admin_client, security_config, wait_for_kafka
 from pipeline_core.logs import configure_logging
 from pipeline_core.settings import ConnectionSettings, load_settings
 from pipeline_core.stage_health import StageHealth, format_age
 from pipeline_core.topics import configured_topics, ensure_topics
-from . import configuration, disk, joiners, kafka_cluster, losses, manager, placement, security, supervision, topology
+from . import (clocks, configuration, disk, joiners, kafka_cluster, losses, manager, placement, security, supervision,
+               topology)
 from .kafka_acls import ensure_kafka_principals, kafka_users
 from .processes import StackError, follow, tail
 from .services import Kafka
@@ -193,6 +195,7 @@ def print_status(services: list) -> None:
               + ", ".join(f"{name} (pid {pid})" for name, pid in leftovers.items())
               + "; `make down` stops them, then `make up` runs them supervised")
     print(loss_line())
+    print(clock_line())
     print(disk.describe())
     for entry in entries:
         if entry.stage is not None and not entry.stage.healthy:
@@ -213,16 +216,21 @@ def required_service(name: str | None, command: str) -> str:
     raise StackError(f"name a service: `make {command} SERVICE=<name>`, one of {', '.join(known)}")
 
 
-def stage_losses() -> tuple[dict[str, dict[str, int]] | None, str | None]:
-    """What the stages lost outside the pipeline's control, from their health metrics in InfluxDB: the losses
-    per stage, or None and why they are unknown."""
+def from_health_metrics(ask: Callable[[InfluxDBClient], dict[str, dict[str, int]]]
+                        ) -> tuple[dict[str, dict[str, int]] | None, str | None]:
+    """What `ask` reads from the stages' health metrics in InfluxDB, or None and why it is unknown."""
     settings = load_settings(ConnectionSettings, [], environ=credentials.environ_for("monitor"))
     if not influxdb_ready(settings.influxdb_port, settings.influxdb_host, ca_file=settings.influxdb_tls_ca_file):
         return None, "unknown while InfluxDB does not answer"
     try:
-        return losses.stage_losses(influx_client(settings, timeout_s=5.0)), None
+        return ask(influx_client(settings, timeout_s=5.0)), None
     except Exception as error:  # noqa: BLE001 - the status of the services must show regardless
         return None, f"unknown ({type(error).__name__}: {str(error)[:200]})"
+
+
+def stage_losses() -> tuple[dict[str, dict[str, int]] | None, str | None]:
+    """What the stages lost outside the pipeline's control: the losses per stage, or None and why unknown."""
+    return from_health_metrics(losses.stage_losses)
 
 
 def loss_line() -> str:
@@ -231,11 +239,18 @@ def loss_line() -> str:
     return losses.describe(found) if found is not None else f"loss outside the pipeline's control: {unknown}"
 
 
+def clock_line() -> str:
+    """`status`'s line on the machines whose clocks the joiner's clock rule caught."""
+    found, unknown = from_health_metrics(clocks.machine_clock_faults)
+    return clocks.describe(found) if found is not None else f"clock faults: {unknown}"
+
+
 def status_document(services: list) -> dict:
     """What `status` prints, as one JSON-ready document: each process's columns (times in seconds, counts as
     numbers), then what the table's notes say (supervisord, processes without it, loss, disk, trouble)."""
     entries = manager.status(services)
     found, unknown = stage_losses()
+    faults, faults_unknown = from_health_metrics(clocks.machine_clock_faults)
     pid = supervision.daemon_pid()
     return {
         "topology": topology.current(),
@@ -256,6 +271,7 @@ def status_document(services: list) -> dict:
         if pid else None,
         "unsupervised": manager.unsupervised_processes(),
         "loss": {"window": losses.WINDOW, "by_stage": found, "unknown": unknown},
+        "clock_faults": {"window": clocks.WINDOW, "by_machine": faults, "unknown": faults_unknown},
         "disk": disk.measure().as_dict(),
     }
 

@@ -9,8 +9,8 @@ HELD = [StateRecord(7, (7).to_bytes(8, "big"), 0, b'{"thing": "R0815"}')]
 
 
 def partition(committed: int | None, metadata: str | None = None) -> PartitionJoin:
-    return PartitionJoin("machine.data", 2, lambda release, evict: KeyedJoiner(on_release=release, on_evict=evict),
-                         committed, metadata)
+    return PartitionJoin("machine.data", 2, lambda release, evict, drop: KeyedJoiner(
+        on_release=release, on_evict=evict, on_dead_letter=drop), committed, metadata)
 
 
 def test_a_changelog_short_of_the_committed_offset_is_lost() -> None:

@@ -19,7 +19,7 @@ from kafka_joiner_support import rows_as_records
 from pipeline_core.records import encode_record
 from spark_joiner.checkpoint import LAYOUT_FILE, has_checkpoint, prepare_checkpoint
 from spark_joiner.parse import RecordRouter, pack
-from spark_joiner.bucket_join import DLQ, committed_rows, unpack_emitted
+from spark_joiner.bucket_join import DLQ, OUT, committed_rows, unpack_emitted
 from spark_joiner.processor import BucketJoinProcessor
 from spark_joiner.state_layout import STATE_LAYOUT
 from spark_joiner.sink import batch_ends
@@ -99,7 +99,7 @@ class Job:
                 for kind, value in zip(emitted.column("kind").to_pylist(), emitted.column("value").to_pylist()):
                     if kind == DLQ:
                         self.dead_letters[_without_time(value)] += 1
-                    else:
+                    elif kind == OUT:
                         self.outputs[value] += 1
 
     def run_in_batches(self, payloads: list[bytes], first_offset: int, rng: random.Random, batches: int) -> None:

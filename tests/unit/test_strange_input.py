@@ -27,7 +27,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from kafka_joiner.changelog import RELEASE_PREFIX, StateRecord
+from kafka_joiner.changelog import CLOCK_PREFIX, RELEASE_PREFIX, StateRecord
 from kafka_joiner.partition_join import PartitionJoin
 from kafka_joiner.progress import JoinerStats
 from kafka_joiner.repartition import (FRAME_MAX_BYTES, Forwarder, FramedRecord, InputFrames, ThingRouter, decode_frame,
@@ -363,6 +363,12 @@ def test_any_input_record_passes_the_repartition_topic_or_is_dead_lettered(recor
     assert_letters_name_their_records(producer.on(DLQ_TOPIC), bad, "kafka_joiner")
 
 
+def partition_join(resolver: SpecResolver) -> PartitionJoin:
+    """The join of partition 2, as the standalone joiner makes it."""
+    return PartitionJoin(INPUT_TOPIC, 2, lambda on_release, on_evict, on_dead_letter: KeyedJoiner(
+        resolver, on_release=on_release, on_evict=on_evict, on_dead_letter=on_dead_letter), None, None)
+
+
 @BATCHES
 @given(st.lists(st.tuples(st.none() | st.binary(max_size=12) | st.integers(0, 2**40).map(lambda p: p.to_bytes(8, "big")),
                           payloads(RECORDS) | st.binary(max_size=50)), max_size=20))
@@ -370,8 +376,7 @@ def test_any_changelog_record_is_restored_or_dead_lettered(held: list) -> None:
     """The state topic is a plain topic too: a record whose key is no position or whose value is no record is
     dropped on restore with a dead letter naming its place in the changelog, and a tombstone at the next
     commit; the others are restored, and the assignment goes on."""
-    join = PartitionJoin(INPUT_TOPIC, 2, lambda on_release, on_evict: KeyedJoiner(RESOLVER, on_release=on_release,
-                                                                            on_evict=on_evict), None, None)
+    join = partition_join(RESOLVER)
     records = [StateRecord(int.from_bytes(key, "big") if key is not None and len(key) == 8 else None, key, offset, value)
                for offset, (key, value) in enumerate(held)]
     records.sort(key=lambda record: -1 if record.position is None else record.position)
@@ -420,11 +425,70 @@ def test_any_release_record_is_applied_or_dead_lettered(releases: list) -> None:
     """A changelog record keyed like a release record (an idle release's) that names no stream of a join key and
     a finite time is dropped on restore with a dead letter and a tombstone; the others are applied (or tombstoned
     when no spec of theirs releases any more), and the assignment goes on."""
-    join = PartitionJoin(INPUT_TOPIC, 2, lambda on_release, on_evict: KeyedJoiner(RELEASING, on_release=on_release,
-                                                                            on_evict=on_evict), None, None)
+    join = partition_join(RELEASING)
     records = [StateRecord(None, RELEASE_PREFIX + key, offset, value) for offset, (key, value) in enumerate(releases)]
     join.restore([], STATE_TOPIC, records)
     bad = {(2, record.offset): record.value for record in records if not names_a_release(record.key, record.value)}
+    assert_letters_name_their_records(join.dead_letters, bad, "kafka_joiner", STATE_TOPIC)
+    tombstones = []
+    join.changes.flush(lambda key, value: tombstones.append(key) if value is None else None)
+    assert {record.key for record in records if (2, record.offset) in bad} <= set(tombstones)
+
+
+CLOCK_KEYS = st.one_of(
+    st.binary(max_size=40),
+    st.lists(st.one_of(STRANGE_TEXT, st.sampled_from(["power", "11"]), st.integers(-2, 3), st.none()), max_size=4).map(
+        lambda items: json.dumps(items).encode()),
+    st.builds(lambda thing, axis: json.dumps([thing, "power", axis]).encode(), STRANGE_TEXT, st.sampled_from(["11", "x"])),
+    st.integers(1, 3).map(lambda depth: b"[" * 100_000 * depth),
+)
+SNAPSHOT_PARTS = st.one_of(st.integers(-2, 5), st.none(), STRANGE_TEXT, st.floats(allow_nan=True),
+                           st.lists(st.integers(-1, 3), max_size=3))
+CLOCK_VALUES = st.one_of(
+    st.binary(max_size=30),
+    st.fixed_dictionaries({"line": st.lists(SNAPSHOT_PARTS, max_size=3), "votes": st.lists(SNAPSHOT_PARTS, max_size=3),
+                           "aside": st.lists(SNAPSHOT_PARTS, max_size=3),
+                           "left_lines": st.lists(st.dictionaries(st.sampled_from(["0", "1", "x", "-1"]),
+                                                                  SNAPSHOT_PARTS, max_size=2) | SNAPSHOT_PARTS,
+                                                  max_size=3)}).map(lambda snapshot: json.dumps(snapshot).encode()),
+    st.just(json.dumps({"line": [1, 0], "votes": [0, 0], "aside": [[], []], "left_lines": [{}, {}]}).encode()),
+)
+
+
+def names_a_clock(key: bytes, value: bytes) -> bool:
+    """A clock record's form, written out: [thing, spec, axis] as JSON after the prefix; as the value, a snapshot
+    of two sides' timelines and votes (whole numbers from 0), positions set aside, and positions per timeline left."""
+    try:
+        join_key = json.loads(key[len(CLOCK_PREFIX):].decode("utf-8"))
+        snapshot = json.loads(value.decode("utf-8"))
+    except (ValueError, RecursionError):
+        return False
+    if not (isinstance(join_key, list) and len(join_key) == 3 and all(isinstance(part, str) for part in join_key)):
+        return False
+    if not isinstance(snapshot, dict):
+        return False
+    parts = [snapshot.get(name) for name in ("line", "votes", "aside", "left_lines")]
+    if not all(isinstance(part, list) and len(part) == 2 for part in parts):
+        return False
+    line, votes, aside, left_lines = parts
+    whole = all(type(n) is int and n >= 0 for n in line + votes)
+    positions = all(isinstance(side, list) and all(type(p) is int for p in side) for side in aside)
+    lines = all(isinstance(held, dict) and all(number.isdigit() and isinstance(p, list) and
+                                               all(type(n) is int for n in p) for number, p in held.items())
+                for held in left_lines)
+    return whole and positions and lines
+
+
+@BATCHES
+@given(st.lists(st.tuples(CLOCK_KEYS, CLOCK_VALUES), max_size=12))
+def test_any_clock_record_is_applied_or_dead_lettered(clocks: list) -> None:
+    """A changelog record keyed like a clock record (a join key's clock rule) that names no join key or holds no
+    snapshot is dropped on restore with a dead letter and a tombstone; the others are applied (or tombstoned when
+    their spec is gone), and the assignment goes on."""
+    join = partition_join(RESOLVER)
+    records = [StateRecord(None, CLOCK_PREFIX + key, offset, value) for offset, (key, value) in enumerate(clocks)]
+    join.restore([], STATE_TOPIC, records)
+    bad = {(2, record.offset): record.value for record in records if not names_a_clock(record.key, record.value)}
     assert_letters_name_their_records(join.dead_letters, bad, "kafka_joiner", STATE_TOPIC)
     tombstones = []
     join.changes.flush(lambda key, value: tombstones.append(key) if value is None else None)
