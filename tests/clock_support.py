@@ -4,13 +4,17 @@ input by the engine's per-record and batch paths, beside the reference's (tests/
 from __future__ import annotations
 
 import dataclasses
+import json
 import random
+from collections import Counter
 from collections.abc import Iterable
 from typing import Any
 
 from hypothesis import strategies as st
 
 from join_reference import POWER, Spec
+from local_stream_buffer.keyed import KeyedJoiner
+from local_stream_buffer.status import IngestStatus
 
 SPEED, TORQUE = "actSpeed_C11", "vaTorque_C11"
 HOUR_MS = 3_600_000
@@ -92,3 +96,31 @@ def reference_spec(bound_ms: float = 0.0, confirm: int = 2) -> Spec:
 def reading(record: dict[str, Any]) -> tuple[str, str, float, float]:
     """A record as a dead letter gives it back: its stream, time and result."""
     return record["thing"], record["quantity"], float(record["phenomenonTime"]), float(record["result"])
+
+
+def engine_join(records: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[dict[str, Any]],
+                                                        list[tuple[dict[str, Any], str]]]:
+    """The standalone joiner's engine on the records in this order (the shipped join specs): its outputs, the
+    records it rejected as they came, and the records it gave up after holding them (the clock rule's), each as
+    its dead letter's payload gives it back, with the reason."""
+    dropped: list[tuple[dict[str, Any], str]] = []
+    joiner = KeyedJoiner(on_dead_letter=lambda record, _source, reason: dropped.append((record, reason)))
+    outputs: list[dict[str, Any]] = []
+    rejected: list[dict[str, Any]] = []
+    for record in records:
+        outcome = joiner.ingest(record, object())
+        outputs.extend(outcome.outputs)
+        if outcome.status is IngestStatus.REJECTED:
+            rejected.append(record)
+    return outputs, rejected, dropped
+
+
+def given_up(letters: list[dict[str, Any]]) -> Counter:
+    """Dead letters of records a joiner gave up after holding them (they name no offset: no frame of this
+    batch), as (payload record, reason)."""
+    return Counter((json.dumps(json.loads(letter["payload"]), sort_keys=True), letter["reason"]) for letter in letters
+                   if "offset" not in letter)
+
+
+def as_given_up(dropped: list[tuple[dict[str, Any], str]]) -> Counter:
+    return Counter((json.dumps(record, sort_keys=True), reason) for record, reason in dropped)
