@@ -8,13 +8,16 @@ import json
 import random
 from collections import Counter
 from collections.abc import Iterable
+from pathlib import Path
 from typing import Any
 
 from hypothesis import strategies as st
 
-from join_reference import POWER, Spec
+from connector_support import run_simulator, topic_size
+from join_reference import POWER, Spec, reference_join, reference_outliers
 from local_stream_buffer.keyed import KeyedJoiner
 from local_stream_buffer.status import IngestStatus
+from support import read_topic, wait_for
 
 SPEED, TORQUE = "actSpeed_C11", "vaTorque_C11"
 HOUR_MS = 3_600_000
@@ -124,3 +127,83 @@ def given_up(letters: list[dict[str, Any]]) -> Counter:
 
 def as_given_up(dropped: list[tuple[dict[str, Any], str]]) -> Counter:
     return Counter((json.dumps(record, sort_keys=True), reason) for record, reason in dropped)
+
+
+# The plant of the end-to-end tests: machines with one clock fault each, through the stack.
+TICKS = 120  # readings per machine, one a second
+
+
+def machine_rows(thing: str, *, outlier_at: int | None = None, outlier_ms: int = 0, only: str | None = None,
+                 step_at: int | None = None, step_ms: int = 0, gap_at: int | None = None) -> list[dict]:
+    """A machine's rows, speed and torque each second (torque half a second later), with one fault: the readings
+    of one tick stamped `outlier_ms` off (of `only` that quantity), a clock moved by `step_ms` from `step_at` on,
+    or an hour's pause at `gap_at`."""
+    rows = []
+    for tick in range(TICKS):
+        shift = (step_ms if step_at is not None and tick >= step_at else 0) + \
+                (HOUR_MS if gap_at is not None and tick >= gap_at else 0)
+        for quantity, half, value in ((SPEED, 0, 1000.0 + tick), (TORQUE, 500, 2.0 + tick % 7)):
+            stamp = START_MS + tick * 1000 + half + shift
+            if tick == outlier_at and only in (None, quantity):
+                stamp += outlier_ms
+            rows.append({"Thing": thing, "Timestamp": stamp, quantity: value, "id": f"{thing}-{tick}-{quantity}"})
+    return rows
+
+
+def plant_rows() -> list[dict]:
+    """The machines' rows, machine after machine as each sends them (one topic per machine keeps its order)."""
+    machines = [
+        machine_rows("ahead-one-reading", outlier_at=60, outlier_ms=10 * YEAR_MS, only=SPEED),
+        machine_rows("ahead-both-readings", outlier_at=60, outlier_ms=10 * YEAR_MS),
+        machine_rows("behind-one-reading", outlier_at=40, outlier_ms=-2 * HOUR_MS, only=TORQUE),
+        machine_rows("set-back", step_at=60, step_ms=-HOUR_MS),
+        machine_rows("set-ahead", step_at=60, step_ms=2 * HOUR_MS),
+        machine_rows("off-for-an-hour", gap_at=60),
+        machine_rows("well-behaved"),
+    ]
+    return [row for rows in machines for row in rows]
+
+
+def records_of(bootstrap: str, topic: str) -> list[dict]:
+    """machine.data as the joiners read it: each stream in partition order."""
+    return [json.loads(m.value) for m in sorted(read_topic(bootstrap, topic), key=lambda m: (m.partition, m.offset))]
+
+
+def dead_lettered_readings(bootstrap: str, dlq: str) -> list[tuple]:
+    letters = [json.loads(m.value) for m in read_topic(bootstrap, dlq)]
+    assert all(letter["reason"].startswith("clock_outlier: ") for letter in letters), letters
+    return sorted((json.loads(letter["payload"])["thing"], json.loads(letter["payload"])["quantity"],
+                   json.loads(letter["payload"])["phenomenonTime"]) for letter in letters)
+
+
+def replay_plant(bridge, tmp_path: Path) -> list[dict]:
+    """The plant's rows through the simulator and `bridge` (a stream connector) into its machine.data, read back."""
+    rows = plant_rows()
+    events = tmp_path / "clock_faults.json"
+    events.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    simulated = run_simulator(bridge.mqtt_topic, "--events-file", str(events), "--order", "file")
+    assert simulated.returncode == 0 and f"published {len(rows)} rows" in simulated.stdout, simulated.stdout
+    wait_for(lambda: topic_size(bridge.bootstrap, bridge.data_topic) >= len(rows), 90, f"{len(rows)} records")
+    return records_of(bridge.bootstrap, bridge.data_topic)
+
+
+def check_the_reference(records: list[dict]) -> tuple[list[dict], list[tuple]]:
+    """The reference's join and outliers of machine.data, and what they say of each machine."""
+    expected = reference_join(records, POWER)
+    outliers = sorted((r["thing"], r["quantity"], r["phenomenonTime"]) for r in reference_outliers(records, POWER))
+    joins = {}
+    for output in expected:
+        joins[output["thing"]] = joins.get(output["thing"], 0) + 1
+    clean = 2 * TICKS - 1  # each reading with the other quantity's before and after it, but the last torque
+    assert joins["well-behaved"] == clean
+    # An outlier's two pairs are gone, and nothing takes their place (its neighbours are 1.5 s apart, beyond 1 s).
+    assert joins["ahead-one-reading"] == joins["behind-one-reading"] == clean - 2
+    assert joins["ahead-both-readings"] == clean - 3
+    # A pair across the jump is none (over a second apart); the set-back clock's old timeline ends with its last
+    # pair and the new one joins every reading.
+    assert joins["set-ahead"] == joins["off-for-an-hour"] == joins["set-back"] == clean - 1
+    assert [thing for thing, _, _ in outliers] == ["ahead-both-readings", "ahead-both-readings", "ahead-one-reading",
+                                                   "behind-one-reading"]
+    return expected, outliers
+
+
