@@ -266,7 +266,7 @@ class ClockedJoin:
             return _ACCEPTED
         if settled.kind == AHEAD:
             counters.jumps_ahead += 1
-            log.info("%s went on %s ms ahead of its timeline at t=%s (after a gap, or its clock was set ahead): "
+            log.debug("%s went on %s ms ahead of its timeline at t=%s (after a gap, or its clock was set ahead): "
                      "joined on", owner.stream(side), canonical_time(settled.records[0][0] - join.last_time(side)),
                      canonical_time(join.last_time(side)))
         else:

@@ -205,7 +205,7 @@ def join_clocked(data: bytes | None, binding: SpecBinding, thing: str, times: tu
                         newest = -math.inf
                     else:
                         counters.jumps_ahead += 1
-                        log.info("%s went on %s ms ahead of its timeline at t=%s (after a gap, or its clock was set "
+                        log.debug("%s went on %s ms ahead of its timeline at t=%s (after a gap, or its clock was set "
                                  "ahead): joined on", stream, canonical_time(settled.records[0][0] - newest),
                                  canonical_time(newest))
                     for held in settled.records:
