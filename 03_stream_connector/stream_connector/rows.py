@@ -18,7 +18,7 @@ from pipeline_core.partitioning import thing_partition
 from pipeline_core.records import MachineRecord, encode_record, record_key
 from pipeline_core.timestamps import InvalidTime, event_time_ms
 from pipeline_core.validation import (DEFAULT_MAX_QUANTITIES, ROW_FIELDS, ROW_ID, THING, TIMESTAMP, describe,
-                                      is_finite_number, label, name_problem, row_id_problem, thing_problem)
+                                      is_finite_number, label, name_problem, row_id_problem)
 
 
 @dataclass
@@ -61,7 +61,7 @@ def _row_fields(row: dict[str, Any], max_quantities: int) -> tuple[str, int | fl
     thing = row[THING]
     if type(thing) is not str or not thing:
         raise RejectedRow(f"{THING} must be a non-empty string, got {describe(thing)}")
-    problem = thing_problem(thing)
+    problem = name_problem(thing)
     if problem is not None:
         raise RejectedRow(f"{THING} {describe(thing)} {problem}")
     if TIMESTAMP not in row:
@@ -120,6 +120,6 @@ def split_row(payload: bytes, max_payload_bytes: int, max_quantities: int = DEFA
 
 def kafka_messages(records: list[MachineRecord], partitions: int) -> list[tuple[bytes, bytes, int]]:
     """(value, key, partition) of each record on machine.data: the record's JSON, its key
-    ``"<thing>.<quantity>"``, the partition of its thing (`pipeline_core.partitioning`)."""
+    (`pipeline_core.record_keys.record_key`), the partition of its thing (`pipeline_core.partitioning`)."""
     return [(encode_record(record), record_key(record["thing"], record["quantity"]).encode(),
              thing_partition(record["thing"], partitions)) for record in records]

@@ -16,6 +16,8 @@ from importlib.resources import files
 from pathlib import Path
 from typing import Iterable, NamedTuple
 
+from pipeline_core.record_keys import split_key
+
 from .formulas import COLUMN_FORMULAS, FORMULAS, ColumnFormula, Formula
 from .two_stream_join import LEFT, RIGHT
 
@@ -229,11 +231,10 @@ class SpecResolver:
             for side, pattern in ((LEFT, spec.left), (RIGHT, spec.right))
         ]
         self._outputs = [(spec.compile(spec.output), spec) for spec in self.specs]
-        # A record key "thing.quantity" whose quantity some spec joins (the thing may contain dots itself: the
-        # shortest thing wins): one match per key, whatever its number of dots.
+        # A quantity some spec joins: one match per record key, never a route resolved (and cached) for it.
         quantities = "|".join(f"(?:{spec.compile(pattern).pattern.replace('(?P<axis>', '(?:')})"
                               for spec in self.specs for pattern in (spec.left, spec.right))
-        self._joinable_key = re.compile(f"(?P<thing>.*?)\\.(?:{quantities})", re.DOTALL) if quantities else None
+        self._joinable_quantity = re.compile(f"(?:{quantities})") if quantities else None
         # Bounded, first in first out: a hit costs one dict lookup, as an unbounded cache did.
         self._routes: dict[str, tuple[Route, ...]] = {}
         self._bindings: dict[tuple[JoinSpec, str], SpecBinding] = {}
@@ -252,11 +253,13 @@ class SpecResolver:
         return routes
 
     def joinable_thing(self, key: str) -> str | None:
-        """The thing of a record key ``thing.quantity`` whose quantity a spec joins; None if no spec does."""
-        if self._joinable_key is None:
+        """The thing of a record key (`pipeline_core.record_keys`) whose quantity a spec joins; None if no spec
+        does, or the text is no record key."""
+        parts = split_key(key)
+        joinable = self._joinable_quantity
+        if parts is None or joinable is None or joinable.fullmatch(parts.quantity) is None:
             return None
-        match = self._joinable_key.fullmatch(key)
-        return None if match is None else match.group("thing")
+        return parts.thing
 
     def binding_for_output(self, output_quantity: str) -> SpecBinding | None:
         """The binding producing an output quantity (e.g. 'vaPower_C11'), None if no spec does."""

@@ -267,20 +267,21 @@ class ChunkedStates:
                 self._batches[chunk] = pa.ipc.read_record_batch(pa.py_buffer(value[0]), CHUNK_ARROW_SCHEMA)
 
 
-# Joins a stored key's fields into one name: no thing and no axis holds it (both are parts of record names,
-# which are printable), so the name is one key's alone, whatever its spec's name holds.
-_NAME_SEPARATOR = "\x00"
+# Joins a stored key's fields into one name: a byte no UTF-8 text holds, so the name is one key's alone, whatever
+# its thing, axis and spec's name hold (a name may hold any character, NUL included).
+_NAME_SEPARATOR = b"\xff"
+_NAME = _NAME_SEPARATOR.join([b"%s"] * 3)
 
 
 def key_names(keys: Sequence[StateKey]) -> pa.Array:
-    """Each stored key as one string, as :func:`stored_names` names the keys of a chunk."""
-    separator = _NAME_SEPARATOR
-    return pa.array([f"{thing}{separator}{axis}{separator}{spec}" for thing, spec, axis in keys], pa.string())
+    """Each stored key as one name (bytes), as :func:`stored_names` names the keys of a chunk."""
+    name = _NAME
+    return pa.array([name % (thing.encode(), axis.encode(), spec.encode()) for thing, spec, axis in keys], pa.binary())
 
 
 def stored_names(chunk: pa.Table | pa.RecordBatch) -> pa.Array:
     """The names (:func:`key_names`) of the keys a chunk holds."""
-    names = pc.binary_join_element_wise(chunk.column("thing"), chunk.column("axis"), chunk.column("spec"),
+    names = pc.binary_join_element_wise(*(chunk.column(field).cast(pa.binary()) for field in ("thing", "axis", "spec")),
                                         _NAME_SEPARATOR)
     return names.combine_chunks() if isinstance(names, pa.ChunkedArray) else names
 

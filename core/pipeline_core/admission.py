@@ -2,8 +2,9 @@
 
 1. **Skip** a record whose key names a series no join needs (`skips`), without reading its value: the topic
    carries other series too, and the stages that read them judge them (the DB connector reads every record
-   and dead-letters what is none). A key that names nothing (none, not UTF-8, no dot) is not skipped: the
-   record cannot say it is someone else's, so the joiner reads it and says what is wrong with it.
+   and dead-letters what is none). A key that names nothing (none, not UTF-8, no record key by
+   `pipeline_core.record_keys.split_key`) is not skipped: the record cannot say it is someone else's, so the
+   joiner reads it and says what is wrong with it.
 2. **Dead-letter** a value that is no record, a tombstone included (`pipeline_core.records.decode_record`'s
    reason).
 3. **Dead-letter** a record under a key other than its own (`wrong_key`): its partition and its place in its
@@ -21,21 +22,24 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from .partitioning import thing_partition
-from .records import MachineRecord, record_key
+from .record_keys import record_key, split_key
+from .records import MachineRecord
 
-# From a record key's text: the thing a join needs it for, or None (`SpecResolver.joinable_thing`).
+# From a record key's text: the thing a join needs it for, or None (`SpecResolver.joinable_thing`, which takes the
+# key apart with `pipeline_core.record_keys.split_key`).
 JoinableThing = Callable[[str], "str | None"]
 
 
 def key_text(key: bytes | None) -> str | None:
-    """A key's text if it can name a series (`thing.quantity`, UTF-8); None if it names nothing."""
+    """A key's text if it can name a series (UTF-8, a thing and a quantity by `split_key`); None if it names
+    nothing."""
     if key is None:
         return None
     try:
         text = key.decode("utf-8")
     except UnicodeDecodeError:
         return None
-    return text if "." in text else None
+    return text if split_key(text) is not None else None
 
 
 def skips(key: bytes | None, joinable_thing: JoinableThing) -> bool:

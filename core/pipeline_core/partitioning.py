@@ -1,10 +1,11 @@
 """Partitioning by thing: every quantity of a machine in one partition of machine.data.
 
-Records are keyed ``"<thing>.<quantity>"``, so Kafka's default partitioner spreads a machine's speed
-and torque over different partitions, and a join of the two must first repartition them. The stream
-connector instead chooses the partition from the thing alone, the partition Kafka's default
-partitioner (murmur2) gives the key ``"<thing>"``: a joiner then finds both streams of a key in one
-partition and joins them where they lie. Keys, and with them each series' order, stay as they are.
+Records are keyed by thing and quantity (`pipeline_core.record_keys`), so Kafka's default partitioner
+spreads a machine's speed and torque over different partitions, and a join of the two must first repartition
+them. The stream connector instead chooses the partition from the thing alone, the partition Kafka's default
+partitioner (murmur2) gives the key ``"<thing>"``, the thing's own UTF-8 (not its escape in a record key): a
+joiner then finds both streams of a key in one partition and joins them where they lie. Keys, and with them
+each series' order, stay as they are.
 """
 from __future__ import annotations
 

@@ -18,7 +18,7 @@ import pyarrow.json as pa_json
 
 from .records import InvalidRecord, decode_record
 from .timestamps import EARLIEST_MS, LATEST_MS
-from .validation import name_problem, thing_problem
+from .validation import name_problem
 
 _FIELDS = pa.schema([
     pa.field("thing", pa.string()),
@@ -104,9 +104,9 @@ def _plainly_valid(parsed: pa.Table) -> np.ndarray:
     distinct value), the time in the valid range, the result finite and exactly as Python reads it; a
     negative zero is left to decode_record (JSON's -0 is the int 0 there, -0.0 in Arrow)."""
     valid = np.ones(parsed.num_rows, dtype=bool)
-    for name, problem in (("thing", thing_problem), ("quantity", name_problem)):
+    for name in ("thing", "quantity"):
         encoded = parsed.column(name).combine_chunks().dictionary_encode()
-        good = np.array([problem(value) is None for value in encoded.dictionary.to_pylist()] + [False])
+        good = np.array([name_problem(value) is None for value in encoded.dictionary.to_pylist()] + [False])
         codes = encoded.indices.fill_null(len(encoded.dictionary)).to_numpy(zero_copy_only=False)
         valid &= good[codes]
     times = parsed.column("phenomenonTime").to_numpy(zero_copy_only=False)  # NaN where null

@@ -1,6 +1,7 @@
 """The record schema of the pipeline's Kafka topics: one definition, imported by every stage.
 
-`machine.data` carries one record per measured quantity, keyed ``"<thing>.<quantity>"``::
+`machine.data` carries one record per measured quantity, keyed by its thing and quantity
+(`pipeline_core.record_keys.record_key`: ``"<thing>.<quantity>"``, dots and backslashes in the thing escaped)::
 
     {"thing": "R0815", "quantity": "actSpeed_C11", "phenomenonTime": 1554096460415,
      "result": 288.2, "id": "<source row id>"}
@@ -9,8 +10,8 @@
 result quantity. `machine.dlq` carries `DeadLetter` envelopes: the original payload and the reason
 it was rejected, so nothing a user sent is ever lost silently.
 
-`decode_record` checks what `pipeline_core.validation` defines: thing and quantity are names (the
-thing without a dot), `phenomenonTime` is epoch milliseconds within the valid range (taken as it
+`decode_record` checks what `pipeline_core.validation` defines: thing and quantity are names,
+`phenomenonTime` is epoch milliseconds within the valid range (taken as it
 is, never re-interpreted), `result` is a finite number.
 """
 from __future__ import annotations
@@ -22,8 +23,9 @@ from typing import Any, TypedDict
 
 import orjson
 
+from .record_keys import record_key  # noqa: F401 (the record's key, where every stage imports it from)
 from .timestamps import EARLIEST_MS, LATEST_MS, VALID_RANGE
-from .validation import describe, is_finite_number, name_problem, thing_problem
+from .validation import describe, is_finite_number, name_problem
 
 REQUIRED_FIELDS = ("thing", "quantity", "phenomenonTime", "result")
 
@@ -38,11 +40,6 @@ class MachineRecord(TypedDict, total=False):
 
 class InvalidRecord(ValueError):
     """A payload that does not follow the record schema; the message is the reason."""
-
-
-def record_key(thing: str, quantity: str) -> str:
-    """The Kafka key of a record: all values of one time series land in one partition, in order."""
-    return f"{thing}.{quantity}"
 
 
 def encode_record(record: MachineRecord | dict[str, Any]) -> bytes:
@@ -80,7 +77,7 @@ def decode_record(payload: bytes | str | None) -> MachineRecord:
         raise InvalidRecord(f"thing must be a non-empty string, got {describe(thing)}")
     if type(quantity) is not str or not quantity:
         raise InvalidRecord(f"quantity must be a non-empty string, got {describe(quantity)}")
-    problem = thing_problem(thing)
+    problem = name_problem(thing)
     if problem is not None:
         raise InvalidRecord(f"thing {describe(thing)} {problem}")
     problem = name_problem(quantity)

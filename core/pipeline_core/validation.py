@@ -8,8 +8,8 @@ A row is one MQTT message, a JSON object in UTF-8::
 * **Size**: at most `--max-payload-bytes` (default `DEFAULT_MAX_ROW_BYTES`, 64 KiB) and at most
   `--max-quantities` quantities (default `DEFAULT_MAX_QUANTITIES`, 1000); the stream connector's
   settings, so one row can neither fill the broker's queue nor multiply into a flood of records.
-* **Thing**: a name (below) without ``.``: the record key is ``"<thing>.<quantity>"``, and the
-  thing ends at its first dot.
+* **Thing**: a name (below). The record key carries it escaped (`pipeline_core.record_keys`), so dots and
+  backslashes in a thing are data like any other character.
 * **Timestamp**: a time as `pipeline_core.timestamps.event_time_ms` reads it: s, ms, µs or ns since
   1970 by magnitude, or ISO-8601, within 2000-01-01 to 2100-01-01 UTC. machine.data carries it as
   epoch milliseconds, which every later stage trusts as they are.
@@ -17,12 +17,14 @@ A row is one MQTT message, a JSON object in UTF-8::
 * **quantities**: every other key; its name is a name (below), its value a finite number (JSON
   numbers only: not ``true``, not ``"3"``, not ``NaN``).
 
-A **name** (thing, quantity, a join result's case) is 1 to `MAX_NAME_LENGTH` (256) characters of
-printable Unicode (`str.isprintable`: no control characters such as tab or newline, no lone
-surrogates, no format, private-use or unassigned code points, no separator but the ASCII space) and
-no backslash. That keeps every name valid UTF-8 for Kafka keys and InfluxDB, and carries it through
-InfluxDB's line protocol, which escapes commas, spaces and ``=`` with a backslash but cannot carry a
-line break, and where a backslash of the name's own would mix with those escapes.
+A **name** (thing, quantity, a join result's case) is any text of 1 to `MAX_NAME_LENGTH` (256) characters
+(Unicode code points): dots, backslashes, spaces, slashes, quotes, commas, ``=``, MQTT wildcards, any script,
+control characters (tab, line feed, NUL), format, private-use, unassigned and separator characters are all
+data. Only what is no text is refused: a lone surrogate (JSON's ``"\\ud800"`` escape, or the raw bytes
+``ED A0 80``, which are no UTF-8), as UTF-8 cannot carry it. Each place a name meets a syntax carries it
+unambiguously: the Kafka key (`pipeline_core.record_keys`), InfluxDB's line protocol and InfluxQL
+(`pipeline_core.influx.stored_name`), an MQTT topic level (the simulator puts a name Mosquitto refuses in a
+topic under its fallback topic), a dead letter's reason (`describe`, `label`).
 """
 from __future__ import annotations
 
@@ -40,7 +42,6 @@ MAX_NAME_LENGTH = 256
 MAX_ID_LENGTH = 256
 DEFAULT_MAX_ROW_BYTES = 64 * 1024
 DEFAULT_MAX_QUANTITIES = 1000
-KEY_SEPARATOR = "."
 
 
 def name_problem(name: str) -> str | None:
@@ -56,20 +57,12 @@ def _short_name_problem(name: str) -> str | None:
     names, many times)."""
     if not name:
         return "is empty"
-    if not name.isprintable():
-        return ("contains a character that is not printable (a control or format character, a lone "
-                "surrogate, a private-use or unassigned code point, or a separator other than space)")
-    if "\\" in name:
-        return "contains a backslash"
+    if not name.isascii():
+        try:
+            name.encode("utf-8")
+        except UnicodeEncodeError:
+            return "is no text: it contains a lone surrogate, which UTF-8 cannot carry"
     return None
-
-
-def thing_problem(thing: str) -> str | None:
-    """Why `thing` is no valid thing name, or None."""
-    problem = name_problem(thing)
-    if problem is None and KEY_SEPARATOR in thing:
-        return f"contains {KEY_SEPARATOR!r}, which ends the thing in the record key"
-    return problem
 
 
 def row_id_problem(row_id: Any) -> str | None:
@@ -114,5 +107,6 @@ def describe(value: Any, limit: int = 80) -> str:
 
 
 def label(name: str) -> str:
-    """A name as it appears in a reason: as it is when valid, else quoted by `describe`."""
-    return name if name_problem(name) is None else describe(name)
+    """A name as it appears in a reason: as it is when printable (`str.isprintable`), else quoted by `describe`,
+    so a line feed or a lone surrogate of a name never breaks a log line or what carries the reason."""
+    return name if name.isprintable() else describe(name)

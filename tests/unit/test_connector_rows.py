@@ -54,8 +54,7 @@ def test_a_timestamp_that_is_no_time_rejects_the_row(value, reason):
     (b"{", "malformed JSON"),
     (b"\xff\xfe\xfa", "malformed JSON: not UTF-8"),
     (b'{"Thing": "\xed\xa0\x80", "Timestamp": 1554096460415, "q": 1}', "malformed JSON: not UTF-8"),
-    (b'{"Thing": "\\ud800", "Timestamp": 1554096460415, "q": 1}', 'Thing "\\ud800" contains a character'),
-    (b'{"Thing": "R.1", "Timestamp": 1554096460415, "q": 1}', "ends the thing in the record key"),
+    (b'{"Thing": "\\ud800", "Timestamp": 1554096460415, "q": 1}', 'Thing "\\ud800" is no text'),
     (b'{"Thing": "' + b"R" * 257 + b'", "Timestamp": 1554096460415, "q": 1}', "longer than 256 characters"),
     (b'{"Thing": "M", "Timestamp": 1554096460415, "id": {"a": 1}, "q": 1}', "id {\"a\": 1} must be a string"),
     (b'{"Thing": "M", "Timestamp": 1554096460415, "id": "", "q": 1}', "id \"\" must have 1 to 256"),
@@ -88,9 +87,8 @@ def test_a_row_over_the_quantity_limit_is_rejected_whole():
 
 
 @pytest.mark.parametrize("name, reason", [
-    ("", 'quantity name "" is empty'), ("a\ud800", 'quantity name "a\\ud800" contains a character'),
-    ("tab\there", "contains a character that is not printable"), ("x" * 300, "longer than 256"),
-    ("back\\slash", "contains a backslash")])
+    ("", 'quantity name "" is empty'), ("a\ud800", 'quantity name "a\\ud800" is no text'),
+    ("x" * 300, "longer than 256")])
 def test_a_bad_quantity_name_costs_only_that_quantity(name, reason):
     result = split_row(json.dumps({"Thing": "M", "Timestamp": T_MS, name: 1.0, "good": 2.0}).encode(), LIMIT)
     assert [record["quantity"] for record in result.records] == ["good"]

@@ -16,6 +16,7 @@ from local_stream_buffer.eviction import keys_to_evict
 from local_stream_buffer.keyed import KeyedJoiner
 from local_stream_buffer.reorder import join_reordered
 from local_stream_buffer.specs import ROUTE_CACHE_SIZE, JoinSpec, SpecResolver
+from pipeline_core.record_keys import record_key
 from spark_joiner.bucket_join import evicted_dead_letters
 
 
@@ -134,12 +135,13 @@ def test_the_route_cache_stays_bounded_over_100_000_distinct_quantity_names() ->
     router = ThingRouter(resolver, 5)
     for index in range(100_000):
         # Things with dots, quantities of new axes, and names no spec joins.
-        assert router.partition(f"site.{index}.line.actSpeed_C{index}".encode()) is not None
-        assert router.partition(f"site.{index}.junk_{index}".encode()) is None
+        assert router.partition(record_key(f"site.{index}.line", f"actSpeed_C{index}").encode()) is not None
+        assert router.partition(record_key(f"site.{index}", f"junk_{index}").encode()) is None
         resolver.routes(f"vaTorque_C{index}")
     assert len(resolver._routes) <= ROUTE_CACHE_SIZE and len(resolver._bindings) <= ROUTE_CACHE_SIZE
     assert resolver.routes("actSpeed_C7")[0].binding.output_quantity == "vaPower_C7"  # resolved again
-    assert resolver.joinable_thing("a.b.vaTorque_C3") == "a.b" and resolver.joinable_thing("a.b.c") is None
+    assert resolver.joinable_thing(record_key("a.b", "vaTorque_C3")) == "a.b"
+    assert resolver.joinable_thing("a.b.vaTorque_C3") is None  # thing "a", quantity "b.vaTorque_C3"
 
 
 def test_an_evicted_key_under_a_reorder_bound_hands_over_its_buffered_records_too() -> None:

@@ -20,7 +20,7 @@ from test_strange_input import HEADERS, KEYS, VALUES
 EXAMPLES = settings(max_examples=80, deadline=None, derandomize=True,
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 # Weighted towards one thing's one axis, so that most examples hold pairs, not only lone records.
-THINGS = ["R0815", "R0815", "M1", "Säge 4"]
+THINGS = ["R0815", "R0815", "M1", "Säge 4", "Plant1.Hall2.Press3", "C:\\P3\t\n"]
 QUANTITIES = ["actSpeed_C11", "vaTorque_C11"] * 3 + ["actSpeed_C12", "vaTorque_C12", "temperature"]
 BASE_MS = 1_554_096_460_000
 
