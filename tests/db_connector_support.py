@@ -20,6 +20,7 @@ from influxdb.resultset import ResultSet
 from join_reference import reference_join
 from pipeline_core import paths
 from pipeline_core.health import influxdb_ready
+from pipeline_core.influx import shown_name
 from pipeline_core.influx_retention import (DATA_MEASUREMENT, DEADLETTER_MEASUREMENT, JOINED_MEASUREMENT,
                                             JOINED_POLICY, RAW_POLICY, RetentionSettings, ensure_retention)
 from pipeline_core.kafka_clients import admin_client
@@ -124,11 +125,12 @@ def expected_joined_points(records: Iterable[dict[str, Any]],
 
 
 def influx_raw_points(client: InfluxDBClient, database: str | None = None) -> dict[RawPoint, Any]:
-    """Every point of the raw measurement, in every retention policy (a point in another one counts as well)."""
+    """Every point of the raw measurement, in every retention policy (a point in another one counts as well), by
+    the names its tags stand for (`shown_name`: a few names are stored escaped)."""
     points: dict[RawPoint, Any] = {}
     for policy in _policies(client, database):
         for point in _select(client, policy, DATA_MEASUREMENT, database):
-            key = (point["thing"], point["quantity"], point["time"])
+            key = (shown_name(point["thing"]), shown_name(point["quantity"]), point["time"])
             assert key not in points, f"raw point {key} in two retention policies"
             points[key] = point["result"] if policy == RAW_POLICY else ("in policy", policy, point["result"])
     return points
@@ -138,7 +140,8 @@ def influx_joined_points(client: InfluxDBClient, database: str | None = None) ->
     points: dict[JoinedPoint, Any] = {}
     for policy in _policies(client, database):
         for point in _select(client, policy, JOINED_MEASUREMENT, database):
-            key = (point["thing"], point["quantity"], point["case"], point["level"], point["time"])
+            key = (shown_name(point["thing"]), shown_name(point["quantity"]), point["case"], point["level"],
+                   point["time"])
             assert key not in points, f"joined point {key} in two retention policies"
             value = (point["result"], point["active"])
             points[key] = value if policy == JOINED_POLICY else ("in policy", policy, value)

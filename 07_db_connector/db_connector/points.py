@@ -20,8 +20,10 @@ Series and timestamps (all written with nanosecond precision):
 `result` is always written as a float: InfluxDB rejects an integer written into a float field.
 
 Every line is valid UTF-8 on one line: names are checked by `pipeline_core.records.decode_record`
-(and the join case here) against `pipeline_core.validation`, and a dead letter's stage and reason,
-which come from whoever wrote the envelope, are made safe before they are written.
+(and the join case here) against `pipeline_core.validation` and written as tag values by
+`pipeline_core.influx.stored_name` (each name as it is, but for the few InfluxDB cannot carry so: those
+escaped, reversibly, as readers undo with `shown_name`), and a dead letter's stage and reason, which come from
+whoever wrote the envelope, are made safe before they are written.
 """
 from __future__ import annotations
 
@@ -32,7 +34,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
-from pipeline_core.influx import escape_measurement, escape_tag
+from pipeline_core.influx import escape_measurement, escape_tag, stored_name
 from pipeline_core.records import InvalidRecord, MachineRecord, decode_record
 from pipeline_core.timestamps import EARLIEST_MS, LATEST_MS, VALID_RANGE
 from pipeline_core.validation import describe, is_finite_number, name_problem
@@ -103,13 +105,18 @@ _SERIES_CACHE_SIZE = 100_000
 
 @lru_cache(maxsize=_SERIES_CACHE_SIZE)
 def _data_series(measurement: str, quantity: str, thing: str) -> str:
-    return f"{escape_measurement(measurement)},quantity={escape_tag(quantity)},thing={escape_tag(thing)}"
+    return f"{escape_measurement(measurement)},quantity={name_tag(quantity)},thing={name_tag(thing)}"
 
 
 @lru_cache(maxsize=_SERIES_CACHE_SIZE)
 def _joined_series(measurement: str, case: str, level: str, quantity: str, thing: str) -> str:
-    return (f"{escape_measurement(measurement)},case={escape_tag(case)},level={level},"
-            f"quantity={escape_tag(quantity)},thing={escape_tag(thing)}")
+    return (f"{escape_measurement(measurement)},case={name_tag(case)},level={level},"
+            f"quantity={name_tag(quantity)},thing={name_tag(thing)}")
+
+
+def name_tag(name: str) -> str:
+    """A name as a tag value in line protocol."""
+    return escape_tag(stored_name(name))
 
 
 def data_point(measurement: str, record: MachineRecord) -> str:
@@ -164,7 +171,7 @@ def deadletter_point(measurement: str, payload: bytes | None, timestamp_ms: int,
             reason = envelope.get("reason") or reason
     except (ValueError, RecursionError):  # not UTF-8, not JSON, a number of too many digits, too deep
         pass
-    stage_tag = escape_tag(stage) if isinstance(stage, str) and name_problem(stage) is None else "unknown"
+    stage_tag = name_tag(stage) if isinstance(stage, str) and name_problem(stage) is None else "unknown"
     if not isinstance(reason, str):
         reason = describe(reason, limit=1000)
     # A lone surrogate (JSON allows its escape) becomes its escape again: the line stays UTF-8.

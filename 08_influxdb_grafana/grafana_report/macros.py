@@ -11,7 +11,7 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from pipeline_core.influx import InfluxDBClient
+from pipeline_core.influx import InfluxDBClient, shown_name
 
 from .dashboards import Dashboard, Variable
 
@@ -90,7 +90,9 @@ def all_values(client: InfluxDBClient, dashboard: Dashboard) -> dict[str, list[s
 
 
 def alias(template: str, name: str, tags: Mapping[str, str]) -> str:
-    """A series label from a target's alias (`$tag_<key>`, `$m` for the measurement)."""
+    """A series label from a target's alias (`$tag_<key>`, `$m` for the measurement), each tag value shown as the
+    name it stands for (`pipeline_core.influx.shown_name`)."""
+    tags = {key: shown_name(value) for key, value in tags.items()}
     if not template:
         return " ".join([name, *(f"{key}={value}" for key, value in sorted(tags.items()))])
     text = re.sub(r"\$tag_(\w+)", lambda match: tags.get(match[1], ""), template)

@@ -28,6 +28,12 @@ ROW_HEIGHT_IN = 0.32  # one Grafana grid row (30 px) on the page
 PAGE_WIDTH_IN = 16.0
 
 
+def plain(text: str) -> str:
+    """Text matplotlib draws as it is: a label with two dollar signs would be read as math (a machine named
+    ``$\\frac$`` failed the whole panel), so each is escaped, which matplotlib undoes in plain text."""
+    return text.replace("$", r"\$")
+
+
 def draw_panel(ax: plt.Axes, panel: Panel, series: list[Series], time_range: TimeRange) -> None:
     ax.set_title(panel.title + (f"  (last {panel.time_from})" if panel.time_from else ""), fontsize=10, loc="left")
     if not any(s.values or s.rows for s in series):
@@ -35,11 +41,11 @@ def draw_panel(ax: plt.Axes, panel: Panel, series: list[Series], time_range: Tim
         ax.set_axis_off()
         return
     if panel.type == "timeseries":
+        lines = []
         for entry in series:
             times_ms, values = with_gaps(entry, max(GAP_MS, 3 * panel_interval_ms(panel, time_range)))
             times = [datetime.fromtimestamp(time_ms / 1000, tz=timezone.utc) for time_ms in times_ms]
-            ax.plot(times, values, linewidth=0.8, label=entry.label,
-                    marker="o" if len(entry.values) < 20 else None, markersize=3)
+            lines += ax.plot(times, values, linewidth=0.8, marker="o" if len(entry.values) < 20 else None, markersize=3)
         start_ms = time_range.start_ms
         if panel.time_from:
             # A panel over the last hour (or week) of a stack started within it: the axis starts at its first
@@ -71,9 +77,11 @@ def draw_panel(ax: plt.Axes, panel: Panel, series: list[Series], time_range: Tim
             # Headroom above the data for the legend, so it covers no line.
             bottom, top = ax.get_ylim()
             ax.set_ylim(bottom, top + (top - bottom) * 0.08 * (1 + (len(series) - 1) // 3))
-            ax.legend(fontsize=6, loc="upper right", ncol=min(3, len(series)))
+            # Labels given, not taken from the lines: matplotlib leaves out a line whose label starts with "_".
+            ax.legend(lines, [plain(entry.label) for entry in series], fontsize=6, loc="upper right",
+                      ncol=min(3, len(series)))
     elif panel.type == "gauge":
-        labels = [entry.label for entry in series]
+        labels = [plain(entry.label) for entry in series]
         values = [entry.values[-1] if entry.values else 0.0 for entry in series]
         ax.barh(labels, values, color=[threshold_color(panel, v) for v in values])
         ax.set_xlim(panel.config.get("min", 0), panel.config.get("max", max(values) * 1.1 or 1))
@@ -91,14 +99,14 @@ def draw_panel(ax: plt.Axes, panel: Panel, series: list[Series], time_range: Tim
         for index, (entry, value) in enumerate(zip(series, values)):
             ax.barh(index, top, height=0.45, color="0.93")
             ax.barh(index, min(value, top), height=0.45, color=threshold_color(panel, value))
-            ax.text(0, index - 0.3, entry.label, va="bottom", ha="left", fontsize=8)
+            ax.text(0, index - 0.3, plain(entry.label), va="bottom", ha="left", fontsize=8)
             ax.text(top, index - 0.3, f"{value:,.{decimals}f} {unit_label(panel)}".strip(), va="bottom",
                     ha="right", fontsize=9, color=threshold_color(panel, value))
         ax.set_xlim(panel.config.get("min", 0), top)
         ax.set_ylim(len(values) - 0.5, -0.9)
         ax.set_axis_off()
     elif panel.type == "piechart":
-        labels = [entry.label for entry in series]
+        labels = [plain(entry.label) for entry in series]
         values = [sum(entry.values) for entry in series]
         ax.pie(values, labels=[f"{label} ({value:,.0f})" for label, value in zip(labels, values)],
                autopct="%1.0f%%", wedgeprops={"width": 0.45}, textprops={"fontsize": 7})
@@ -110,7 +118,7 @@ def draw_panel(ax: plt.Axes, panel: Panel, series: list[Series], time_range: Tim
         ax.set_axis_off()
     elif panel.type == "table":
         entry = series[0]
-        rows = [[cell_text(value) for value in row] for row in entry.rows[:8]]
+        rows = [[plain(cell_text(value)) for value in row] for row in entry.rows[:8]]
         widths = [0.2 if column in ("time", "stage") else 0.6 for column in entry.columns]
         table = ax.table(cellText=rows, colLabels=entry.columns, loc="upper center", cellLoc="left",
                          colWidths=widths)

@@ -8,6 +8,8 @@ for its module before the package is imported, and importing the client no longe
 imported `influxdb` before this module keeps the library's own module, which changes nothing but its start-up."""
 from __future__ import annotations
 
+import json
+import re
 import sys
 import types
 
@@ -32,8 +34,14 @@ from .records import InvalidRecord  # noqa: E402
 from .settings import InfluxSettings  # noqa: E402
 
 __all__ = ["InfluxDBClient", "InfluxDBClientError", "InfluxDBServerError", "escape_measurement", "escape_tag",
-           "influx_client", "tls_arguments"]
+           "influx_client", "shown_name", "stored_name", "tls_arguments"]
 
+# What InfluxDB 1.x cannot take and give back as it is in a tag value (measured with Debian's influxd 1.6): a line
+# feed ends a line-protocol line; a backslash at the end escapes the separator after it; InfluxQL reads no NUL
+# (its end of input) and no carriage return (read as a line feed) in a query's string or regular expression, so a
+# dashboard's `WHERE thing =~ /.../` could not name such a tag. And the mark that starts a stored escape.
+_NOT_AS_IT_IS = re.compile(r'[\x00\n\r]|\\\Z|\A\\"')
+_STORED_MARK = '\\"'
 _MEASUREMENT_ESCAPES = str.maketrans({",": r"\,", " ": r"\ "})
 _TAG_ESCAPES = str.maketrans({",": r"\,", " ": r"\ ", "=": r"\="})
 
@@ -57,6 +65,28 @@ def tls_arguments(settings: InfluxSettings) -> dict[str, object]:
 def escape_measurement(name: str) -> str:
     """A measurement name in line protocol."""
     return name.translate(_MEASUREMENT_ESCAPES)
+
+
+def stored_name(name: str) -> str:
+    """A name (thing, quantity, a join's case) as its InfluxDB tag value: the name as it is, unless InfluxDB cannot
+    carry it so (it holds a NUL, a line feed or a carriage return, or ends with a backslash) or it starts with the
+    escape's mark (a backslash and a double quote); then a backslash followed by the name as a JSON string
+    (``Press\\n3`` with a line feed becomes ``\\"Press\\n3"``). Every name written as it is holds none of these,
+    so `shown_name` tells the two apart and gives back the name."""
+    if _NOT_AS_IT_IS.search(name) is None:
+        return name
+    return "\\" + json.dumps(name, ensure_ascii=False)
+
+
+def shown_name(value: str) -> str:
+    """The name an InfluxDB tag value stands for (`stored_name`'s inverse): what readers show."""
+    if not value.startswith(_STORED_MARK):
+        return value
+    try:
+        name = json.loads(value[1:])
+    except ValueError:  # not written by stored_name: shown as it is
+        return value
+    return name if isinstance(name, str) else value
 
 
 def escape_tag(value: str) -> str:

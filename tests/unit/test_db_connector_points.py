@@ -59,10 +59,13 @@ def test_tag_values_are_escaped() -> None:
     assert line.startswith(r"my\ measurement,quantity=vaTorque_C11,thing=R\ 0\,8\=15 result=1.5 ")
 
 
-@pytest.mark.parametrize("thing", ["R08\n15", "R0815\\"])
-def test_tag_values_line_protocol_cannot_carry_are_refused(thing: str) -> None:
-    with pytest.raises(InvalidRecord):
-        data_line(raw(thing=thing))
+@pytest.mark.parametrize("thing, tag", [("R08\n15", r'\"R08\n15"'), ("R0815\\", r'\"R0815\\"'),
+                                        ("R08\r15", r'\"R08\r15"'), ("R08\x0015", r'\"R08\u000015"'),
+                                        ('\\"R0815"', r'\"\\\"R0815\""'), ("R08\t15", "R08\t15"),
+                                        ("a\\b", "a\\b"), ("\\R0815", "\\R0815")])
+def test_names_influxdb_cannot_carry_as_they_are_are_escaped_the_others_not(thing: str, tag: str) -> None:
+    series, _time_ns = series_and_time(data_line(raw(thing=thing)))
+    assert series == f"m,quantity=vaTorque_C11,thing={tag}"
 
 
 def test_times_outside_influxdbs_range_are_refused() -> None:
