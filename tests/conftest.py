@@ -12,10 +12,11 @@ from hypothesis import settings as hypothesis_settings
 
 from pipeline_core import paths
 from pipeline_core.kafka_clients import admin_client
-from pipeline_core.settings import ConnectionSettings, load_settings
+from pipeline_core.settings import ConnectionSettings, MqttSettings, load_settings
 from pipeline_core.topics import MACHINE_DATA, MACHINE_DLQ, MACHINE_OUT, ensure_topics
 from stack import manager
-from stack.services import Kafka
+from stack.processes import free_loopback_ports
+from stack.services import Kafka, Mosquitto
 from stack.topology import private_ports
 from connector_support import close_record_counters
 from session_servers import shared_servers
@@ -124,3 +125,19 @@ def private_kafka(state_dir: Path) -> Iterator[str]:
             yield bootstrap
         finally:
             manager.down([Kafka()])
+
+
+@pytest.fixture
+def private_mosquitto(state_dir: Path) -> Iterator[MqttSettings]:
+    """A Mosquitto of the test's own (a free loopback port, a state folder of its own, run through `stack.manager`
+    under supervisord), for a test that restarts or stops it; yields the settings to reach it."""
+    (port,) = free_loopback_ports(1)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(paths, "STATE_DIR", state_dir)
+        patch.setenv("STACK_STATE_DIR", str(state_dir))
+        patch.setenv("MQTT_PORT", str(port))
+        try:
+            manager.up([Mosquitto()])
+            yield MqttSettings(mqtt_port=port)
+        finally:
+            manager.down([Mosquitto()])

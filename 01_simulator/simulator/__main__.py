@@ -16,14 +16,32 @@ from .placement import ReplayLog, ReplayNotes, newest_per_machine
 from .publisher import Publisher, PublishError
 from .replay import publish_rows, selected_rows
 from .settings import SimulatorSettings
+from .topics import fallback_topic
 
 log = logging.getLogger("simulator")
+
+# After SIGTERM or Ctrl-C: the longest the simulator waits for the acknowledgements of what it sent (and for the
+# broker, were it away) before it prints its summary and ends.
+STOP_DEADLINE_S = 3.0
 
 
 def default_client_id(settings: SimulatorSettings) -> str:
     """`simulator-<pid>`, so several run side by side; a broker that authenticates binds the device
     user to one client id, which it must then use (02_mqtt_broker, "Security")."""
     return DEVICE_CLIENT_ID if settings.mqtt_username else f"simulator-{os.getpid()}"
+
+
+def _stop_on_signals(publisher: Publisher) -> None:
+    """SIGTERM and Ctrl-C (SIGINT) end the run within STOP_DEADLINE_S (`Publisher.request_stop`)."""
+
+    def request_stop(signum: int, _frame) -> None:
+        name = signal.Signals(signum).name
+        log.info("received %s: publishing no more, waiting up to %.0f s for the acknowledgements of what was sent",
+                 name, STOP_DEADLINE_S)
+        publisher.request_stop(STOP_DEADLINE_S, name)
+
+    signal.signal(signal.SIGTERM, request_stop)
+    signal.signal(signal.SIGINT, request_stop)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -40,7 +58,9 @@ def main(argv: list[str] | None = None) -> int:
             print(f"wrote {count} rows to {settings.output}")
             return 0
         publisher = Publisher(settings, settings.mqtt_client_id or default_client_id(settings),
-                              window=settings.window, inflight=settings.inflight)
+                              window=settings.window, inflight=settings.inflight,
+                              fallback_topic=fallback_topic(settings.mqtt_topic))
+        _stop_on_signals(publisher)
         publisher.connect()
         notes = ReplayNotes(replay_log) if replay_log else None
         if notes is not None:
@@ -55,16 +75,8 @@ def main(argv: list[str] | None = None) -> int:
         log.error("%s", error)
         return 2
 
-    stop_requested = []
-
-    def request_stop(signum: int, _frame) -> None:
-        log.info("received %s: waiting for the acknowledgements of what was sent", signal.Signals(signum).name)
-        stop_requested.append(signum)
-
-    signal.signal(signal.SIGTERM, request_stop)
-    signal.signal(signal.SIGINT, request_stop)
     try:
-        summary = publish_rows(publisher, settings, rows, total, should_stop=lambda: bool(stop_requested))
+        summary = publish_rows(publisher, settings, rows, total)
     except PublishError as error:  # the broker refused the reconnect (credentials changed meanwhile)
         log.error("%s", error)
         return 2

@@ -23,15 +23,29 @@ log = logging.getLogger(__name__)
 @dataclass(frozen=True)
 class Summary:
     rows: int  # acknowledged by the broker
-    failures: int
+    failures: int  # not delivered: refused by the client, set aside, or not acknowledged at the end
     seconds: float
+    unacknowledged: int = 0  # of the failures: sent, but no PUBACK came by the end (the broker may hold some)
+    set_aside: int = 0  # of the failures: refused by the broker under their topic and the fallback topic
+    rerouted: int = 0  # published under the fallback topic, the broker refusing their own
+    stopped_by: str | None = None  # the signal that ended the run before its last row
 
     @property
     def rate(self) -> float:
         return self.rows / self.seconds if self.seconds > 0 else 0.0
 
     def __str__(self) -> str:
-        return f"published {self.rows} rows in {self.seconds:.1f} s ({self.rate:,.0f} rows/s), {self.failures} failures"
+        text = f"published {self.rows} rows in {self.seconds:.1f} s ({self.rate:,.0f} rows/s), {self.failures} failures"
+        parts = [f"{self.unacknowledged} not acknowledged"] if self.unacknowledged else []
+        if self.set_aside:
+            parts.append(f"{self.set_aside} set aside, refused by the broker (see the log)")
+        if parts:
+            text += f" ({'; '.join(parts)})"
+        if self.rerouted:
+            text += f", {self.rerouted} under the fallback topic, the broker refusing their own"
+        if self.stopped_by:
+            text += f"; stopped by {self.stopped_by}"
+        return text
 
 
 def selected_rows(settings: SimulatorSettings, previous: Mapping[str, float] | None = None
@@ -111,22 +125,24 @@ def due_times(settings: SimulatorSettings) -> Callable[[int, Row], float] | None
     return None
 
 
-def publish_rows(publisher: Publisher, settings: SimulatorSettings, rows: Iterator[Row], total: int | None,
-                 should_stop: Callable[[], bool] = lambda: False) -> Summary:
-    """Publish `rows` at the configured pace, then wait for the last acknowledgements."""
+def publish_rows(publisher: Publisher, settings: SimulatorSettings, rows: Iterator[Row], total: int | None) -> Summary:
+    """Publish `rows` at the configured pace, then wait for the last acknowledgements; after the publisher's
+    `request_stop`, publish no more and wait no longer than it allows."""
     due = due_times(settings)
     topic_of = row_topic(settings.mqtt_topic)
     started = time.perf_counter()
     with tqdm(total=total, unit=" rows", disable=not settings.progress, smoothing=0.05,
               mininterval=0.5) as progress:
         for index, row in enumerate(rows):
-            if should_stop():
+            if publisher.stopping:
                 break
             if due is not None:
                 due_at = started + due(index, row)
-                while (wait := due_at - time.perf_counter()) > 0:
+                while (wait := due_at - time.perf_counter()) > 0 and not publisher.stopping:
                     publisher.pump(min(wait, 0.05))
-            publisher.publish(topic_of(row), json.dumps(row))
+            if not publisher.publish(topic_of(row), json.dumps(row)):
+                break
             progress.update()
-        publisher.drain(settings.drain_timeout_s)
-    return Summary(publisher.acked, publisher.failed, time.perf_counter() - started)
+        unacknowledged = publisher.drain(settings.drain_timeout_s)
+    return Summary(publisher.acked, publisher.failed, time.perf_counter() - started, unacknowledged,
+                   publisher.set_aside, publisher.rerouted, publisher.stop_reason)

@@ -18,7 +18,6 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -31,7 +30,6 @@ from pipeline_core.settings import MACHINE_STATES_TOPIC, MqttSettings
 from stack import manager, supervision
 from stack.services import Mosquitto
 from chaos_support import group_gone
-from stack.processes import free_loopback_ports
 from support import unique, wait_for
 
 pytestmark = pytest.mark.integration
@@ -45,20 +43,6 @@ RESTART_AFTER = (0.2, 0.45, 0.7)
 # The connector acknowledges a row once Kafka confirmed its records: rows stay in flight at the
 # broker for a while, so its restore of the session's in-flight and queued rows is exercised too.
 ACK_HOLD_S = 0.05
-
-
-@pytest.fixture
-def private_mosquitto(state_dir: Path) -> Iterator[MqttSettings]:
-    (port,) = free_loopback_ports(1)
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(paths, "STATE_DIR", state_dir)
-        patch.setenv("STACK_STATE_DIR", str(state_dir))
-        patch.setenv("MQTT_PORT", str(port))
-        try:
-            manager.up([Mosquitto()])
-            yield MqttSettings(mqtt_port=port)
-        finally:
-            manager.down([Mosquitto()])
 
 
 class ConnectorLikeSubscriber(threading.Thread):
