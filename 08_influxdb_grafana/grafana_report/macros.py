@@ -91,9 +91,10 @@ def all_values(client: InfluxDBClient, dashboard: Dashboard) -> dict[str, list[s
 
 def alias(template: str, name: str, tags: Mapping[str, str]) -> str:
     """A series label from a target's alias (`$tag_<key>`, `$m` for the measurement), each tag value shown as the
-    name it stands for (`pipeline_core.influx.shown_name`)."""
+    name it stands for (`pipeline_core.influx.shown_name`), exactly: substituted in one pass, so a name holding
+    ``$m`` stays as it is, and only the template's own outer spaces are trimmed."""
     tags = {key: shown_name(value) for key, value in tags.items()}
     if not template:
         return " ".join([name, *(f"{key}={value}" for key, value in sorted(tags.items()))])
-    text = re.sub(r"\$tag_(\w+)", lambda match: tags.get(match[1], ""), template)
-    return text.replace("$measurement", name).replace("$m", name).strip()
+    return re.sub(r"\$(?:tag_(\w+)|measurement|m)",
+                  lambda match: tags.get(match[1], "") if match[1] is not None else name, template.strip())
