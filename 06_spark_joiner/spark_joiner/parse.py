@@ -28,8 +28,7 @@ from pyspark.sql.types import BinaryType, IntegerType, StructField, StructType
 from local_stream_buffer.specs import SpecResolver, load_join_specs
 from pipeline_core.admission import skips, wrong_key
 from pipeline_core.partitioning import thing_partition
-from pipeline_core.record_columns import RecordColumns, decode_record_columns
-from pipeline_core.record_keys import key_prefix
+from pipeline_core.record_columns import RecordColumns, decode_record_columns, key_column
 
 # Columns the job selects from Spark's Kafka source.
 KAFKA_COLUMNS = ("key", "value", "partition", "offset")
@@ -196,10 +195,7 @@ def _under_own_key(records: RecordColumns, keys: pa.Array) -> RecordColumns:
     rule's reason (step 3). The keys are compared as one column; reasons are made for the few that differ."""
     if not len(records.rows):
         return records
-    # Each record's own key (`pipeline_core.record_keys`): its thing's key prefix, made once per distinct thing.
-    thing_codes, things = _codes(records.thing)
-    prefixes = pa.array([key_prefix(thing) for thing in things], pa.string()).take(pa.array(thing_codes))
-    own = pc.binary_join_element_wise(prefixes, records.quantity, "").cast(pa.binary())
+    own = key_column(records.thing, records.quantity)
     matches = pc.fill_null(pc.equal(own, keys.take(pa.array(records.rows)).cast(pa.binary())), False)
     matches = matches.to_numpy(zero_copy_only=False)
     if matches.all():

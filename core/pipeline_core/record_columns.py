@@ -14,8 +14,10 @@ from typing import NamedTuple
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.json as pa_json
 
+from .record_keys import KEY_ESCAPE, KEY_SEPARATOR, key_prefix
 from .records import InvalidRecord, decode_record
 from .timestamps import EARLIEST_MS, LATEST_MS
 from .validation import name_problem
@@ -32,6 +34,7 @@ _PARSE_OPTIONS = pa_json.ParseOptions(explicit_schema=_FIELDS, unexpected_field_
 # exactly, so Arrow's value and Python's float() of the same JSON number agree. (Valid times lie far below.)
 _EXACT_LIMIT = 2.0 ** 53
 _OPEN_BRACE, _NEWLINE, _RETURN = ord("{"), ord("\n"), ord("\r")
+_SEPARATOR_BYTE, _ESCAPE_BYTE = ord(KEY_SEPARATOR), ord(KEY_ESCAPE)
 
 
 class RecordColumns(NamedTuple):
@@ -163,3 +166,16 @@ def _merge(fast: RecordColumns, slow: RecordColumns) -> RecordColumns:
                          pa.concat_arrays([fast.quantity, slow.quantity]).take(taken),
                          np.concatenate([fast.time, slow.time])[order], np.concatenate([fast.result, slow.result])[order],
                          slow.rejected, slow.reasons)
+
+
+def key_column(things: pa.Array, quantities: pa.Array) -> pa.Array:
+    """Each record's Kafka key (`pipeline_core.record_keys.record_key`) as a binary column: the things' key
+    prefixes made once per distinct thing, and not at all when no thing holds a character to escape (nearly
+    always: a look at the column's bytes)."""
+    data = things.buffers()[2]
+    text = np.frombuffer(data, dtype=np.uint8) if data is not None else np.zeros(0, dtype=np.uint8)
+    if not np.any((text == _SEPARATOR_BYTE) | (text == _ESCAPE_BYTE)):
+        return pc.binary_join_element_wise(things, quantities, KEY_SEPARATOR).cast(pa.binary())
+    encoded = things.dictionary_encode()
+    prefixes = pa.array([key_prefix(thing) for thing in encoded.dictionary.to_pylist()], pa.string())
+    return pc.binary_join_element_wise(prefixes.take(encoded.indices), quantities, "").cast(pa.binary())

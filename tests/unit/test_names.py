@@ -26,7 +26,7 @@ from names_support import MAX_NAME_LENGTH, PLANT_NAMES, names
 from pipeline_core.admission import key_text, refusal, skips, wrong_key
 from pipeline_core.influx import shown_name, stored_name
 from pipeline_core.partitioning import thing_partition
-from pipeline_core.record_columns import decode_record_columns
+from pipeline_core.record_columns import decode_record_columns, key_column
 from pipeline_core.record_keys import record_key, split_key
 from pipeline_core.records import InvalidRecord, decode_record, encode_record
 from pipeline_core.validation import name_problem
@@ -245,6 +245,7 @@ def test_the_column_decoder_reads_any_names_as_the_record_decoder_does(pairs: li
                 for thing, quantity in pairs]
     columns = decode_record_columns(pa.array(payloads, pa.binary()))
     assert list(zip(columns.thing.to_pylist(), columns.quantity.to_pylist())) == pairs
+    assert key_column(columns.thing, columns.quantity).to_pylist() == [record_key(*pair).encode() for pair in pairs]
 
 
 # --- the dashboards and `make report` ---------------------------------------------------------------
