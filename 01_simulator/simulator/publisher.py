@@ -78,7 +78,7 @@ class Publisher:
         self.rerouted = 0  # published under the fallback topic, the broker refusing their own
         self.refused_topics: set[str] = set()
         self._connected = False
-        self._connected_at = 0.0  # monotonic time of the last CONNACK
+        self._connack_monotonic = 0.0  # monotonic time of the last CONNACK
         self._refused: str | None = None
         self._careful: deque[_Held] | None = None  # rows to send again one at a time, oldest first
         self._stop_by: float | None = None  # monotonic: every wait ends by then (request_stop)
@@ -108,7 +108,7 @@ class Publisher:
             self._refused = f"MQTT broker refused the connection: {reason_code}"
         else:
             self._connected = True
-            self._connected_at = time.monotonic()
+            self._connack_monotonic = time.monotonic()
 
     def _on_publish(self, client, userdata, mid, reason_code, properties) -> None:
         self.acked += 1
@@ -158,7 +158,7 @@ class Publisher:
 
     def _connection_lost(self) -> None:
         if (self._careful is None and self.unacked
-                and time.monotonic() - self._connected_at < SUSPECT_LOSS_S):
+                and time.monotonic() - self._connack_monotonic < SUSPECT_LOSS_S):
             self._hold_unacknowledged()
         self._reconnect()
 
@@ -170,7 +170,7 @@ class Publisher:
             client._out_messages.clear()
             client._inflight_messages = 0
         log.warning("MQTT connection lost %.1f s after it was made, %d rows unacknowledged: sending them again one "
-                    "at a time, to find a row the broker refuses", time.monotonic() - self._connected_at,
+                    "at a time, to find a row the broker refuses", time.monotonic() - self._connack_monotonic,
                     len(self._careful))
 
     def _reconnect(self) -> None:
