@@ -4,12 +4,12 @@ A transaction is batched by time (`interval_s`) or size (`max_records`), never o
 go in with the consumer group metadata (`send_offsets_to_transaction`, KIP-447), so an instance whose
 partitions moved cannot commit any more.
 
-Every transactional call is bounded (`call_bounded`), and its errors are handled as confluent-kafka
-documents: a retriable one is asked again (as long as Kafka is away: the heartbeat says the joiner waits
-for it), one that requires an abort aborts, and a fatal one (the producer fenced), a call that outlived
-its bound or an abort that failed replace the producer. A new producer with the same transactional id
-fences the old one and aborts its open transaction, so nothing of it ever commits; the caller goes back to
-the last commit either way.
+Every transactional call goes through the pipeline's one transactional call policy
+(`pipeline_core.transactional`): bounded, a retriable answer asked again for as long as Kafka is away (the
+heartbeat says the joiner waits for it) unless the joiner is stopping. One that requires an abort aborts, and
+a fatal one (the producer fenced), a call that outlived its bound or an abort that failed replace the producer:
+a new producer with the same transactional id fences the old one and aborts its open transaction, so nothing
+of it ever commits; the caller goes back to the last commit either way.
 """
 from __future__ import annotations
 
@@ -19,23 +19,17 @@ from collections.abc import Callable
 
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 
-from pipeline_core.kafka_clients import (TRANSACTIONAL_CALL_TIMEOUT_S, KafkaCallWedged, call_bounded, drop_producer,
-                                         is_transient)
-from pipeline_core.retry import Backoff
+from pipeline_core.kafka_clients import TRANSACTIONAL_CALL_TIMEOUT_S, KafkaCallWedged
+from pipeline_core.transactional import TransactionalProducer
 
 from .progress import JoinerStats
 
 log = logging.getLogger(__name__)
 
 KAFKA_TIMEOUT_S = TRANSACTIONAL_CALL_TIMEOUT_S
-# What a bounded call may take beyond the timeout it passes to librdkafka before it counts as wedged.
-_WEDGED_AFTER_S = 5.0
-# A call unanswered this long means Kafka is away: the heartbeat says the joiner waits for it.
-_SLOW_CALL_S = 5.0
-# Longest pause between two attempts of a call Kafka answered with a retriable error at once (the first is
-# 0.1 s): the joiner asks again for as long as Kafka stays away, so this bounds how late it notices Kafka back.
+# Longest pause between two attempts of a call Kafka answered with a retriable error at once: the joiner asks
+# again for as long as Kafka stays away, so this bounds how late it notices Kafka back.
 _MAX_RETRY_PAUSE_S = 0.5
-_RETRY_BACKOFF = Backoff(0.1, _MAX_RETRY_PAUSE_S)
 
 
 class Transaction:
@@ -48,24 +42,31 @@ class Transaction:
     def __init__(self, new_producer: Callable[[], Producer], consumer: Consumer, stats: JoinerStats,
                  interval_s: float, max_records: int, while_waiting: Callable[[], object] | None = None,
                  stopping: Callable[[], bool] = lambda: False) -> None:
-        self._new_producer = new_producer
-        self.producer = new_producer()
+        self._kafka = TransactionalProducer(new_producer, call_timeout_s=KAFKA_TIMEOUT_S,
+                                            max_retry_pause_s=_MAX_RETRY_PAUSE_S, while_waiting=while_waiting)
         self._consumer = consumer
         self._stats = stats
         self._interval_s = interval_s
         self._max_records = max_records
-        self._while_waiting = while_waiting
         self._stopping = stopping
         self.open = False
         self.started = 0.0  # time.monotonic() of begin()
         self.records = 0  # records consumed or joined in it
         self.append_times: list[int] = []  # per output: append time of its completing record
-        self.waiting_for: str | None = None  # "Kafka" while a commit keeps failing
+
+    @property
+    def producer(self) -> Producer:
+        return self._kafka.producer
+
+    @property
+    def waiting_for(self) -> str | None:
+        """"Kafka" while a transactional call goes unanswered or a commit keeps failing."""
+        return self._kafka.waiting_for
 
     def initialise(self, timeout_s: float = KAFKA_TIMEOUT_S) -> None:
         """`init_transactions` (one bounded attempt): aborts the open transaction of an earlier producer with this
         transactional id and fences it."""
-        self._call(lambda: self.producer.init_transactions(timeout_s), "init_transactions", timeout_s)
+        self._kafka.call(lambda producer: producer.init_transactions(timeout_s), "init_transactions", timeout_s)
 
     def begin(self) -> None:
         self.producer.begin_transaction()
@@ -91,10 +92,11 @@ class Transaction:
         try:
             if offsets:
                 metadata = self._consumer.consumer_group_metadata()
-                self._until_done(
-                    lambda: self.producer.send_offsets_to_transaction(offsets, metadata, KAFKA_TIMEOUT_S),
-                    "send_offsets_to_transaction")
-            self._until_done(lambda: self.producer.commit_transaction(KAFKA_TIMEOUT_S), "commit_transaction")
+                self._kafka.until_done(
+                    lambda producer: producer.send_offsets_to_transaction(offsets, metadata, KAFKA_TIMEOUT_S),
+                    "send_offsets_to_transaction", stopping=self._stopping)
+            self._kafka.until_done(lambda producer: producer.commit_transaction(KAFKA_TIMEOUT_S), "commit_transaction",
+                                   stopping=self._stopping)
         except KafkaException as exception:
             error = exception.args[0]
             if error.txn_requires_abort():
@@ -107,7 +109,7 @@ class Transaction:
             self._replace_producer(str(wedged))
             return False
         finally:
-            self.waiting_for = None
+            self._kafka.waiting_for = None
         self.open = False
         stats = self._stats
         stats.transactions += 1
@@ -125,7 +127,7 @@ class Transaction:
         Without `replace_on_failure` (the joiner exits) the failure is raised: the broker aborts the transaction
         after its timeout, and a restart with this transactional id at once."""
         try:
-            self._call(lambda: self.producer.abort_transaction(KAFKA_TIMEOUT_S), "abort_transaction")
+            self._kafka.call(lambda producer: producer.abort_transaction(KAFKA_TIMEOUT_S), "abort_transaction")
         except (KafkaException, KafkaCallWedged) as error:
             if not replace_on_failure:
                 self._closed()
@@ -133,48 +135,13 @@ class Transaction:
             self._replace_producer(f"the abort failed: {error}")
             return
         finally:
-            self.waiting_for = None
+            self._kafka.waiting_for = None
         self._closed()
 
     def _closed(self) -> None:
         self.open = False
         self.append_times.clear()
         self._stats.aborted += 1
-
-    def _until_done(self, call: Callable[[], None], what: str) -> None:
-        """`call()`, asked again while Kafka answers a retriable error (a resumed commit_transaction goes on
-        where it stopped), for as long as Kafka stays away, unless the joiner is stopping."""
-        pauses_s = _RETRY_BACKOFF.pauses_s()
-        while True:
-            try:
-                self._call(call, what)
-                return
-            except KafkaException as exception:
-                error = exception.args[0]
-                if not is_transient(error) or error.txn_requires_abort() or self._stopping():
-                    raise
-                self._waiting(f"{what}: {error}", next(pauses_s))
-
-    def _waiting(self, why: str, pause_s: float) -> None:
-        if self.waiting_for is None:
-            log.warning("%s: asking again until Kafka answers", why)
-        self.waiting_for = "Kafka"
-        if self._while_waiting is not None:
-            self._while_waiting()
-        time.sleep(pause_s)
-
-    def _call(self, call: Callable[[], None], what: str, timeout_s: float = KAFKA_TIMEOUT_S) -> None:
-        started = time.monotonic()
-
-        def waiting() -> None:
-            if self.waiting_for is None and time.monotonic() - started > _SLOW_CALL_S:
-                log.warning("%s: no answer from Kafka for %.0f s", what, time.monotonic() - started)
-                self.waiting_for = "Kafka"
-            if self._while_waiting is not None:
-                self._while_waiting()
-
-        call_bounded(call, timeout_s + _WEDGED_AFTER_S, what=what, while_waiting=waiting)
-        self.waiting_for = None  # Kafka answered: a slow start under load is no wait that lasts
 
     def _replace_producer(self, why: str) -> None:
         """A new producer with this transactional id: its `init_transactions` fences the current one and
@@ -188,9 +155,7 @@ class Transaction:
             return
         log.warning("replacing the transactional producer (%s): the new one aborts the open transaction and "
                     "fences the old one; going back to the last commit", why)
-        old, self.producer = self.producer, self._new_producer()
         self._stats.producers_replaced += 1
-        drop_producer(old)
-        self._until_done(lambda: self.producer.init_transactions(KAFKA_TIMEOUT_S), "init_transactions")
-        self.waiting_for = None
+        self._kafka.renew(lambda: self._kafka.until_done(
+            lambda producer: producer.init_transactions(KAFKA_TIMEOUT_S), "init_transactions", stopping=self._stopping))
 

@@ -39,12 +39,11 @@ from pyspark.sql import DataFrame, SparkSession
 
 from local_stream_buffer.clock import ClockCounters
 from pipeline_core.kafka_clients import (DEFAULT_STARTUP_DEADLINE_S, TRANSACTIONAL_CALL_TIMEOUT_S, KafkaCallWedged,
-                                         admin_client, call_bounded, consumer_config, drop_producer, is_transient,
-                                         produce, raise_partition_errors, retry_transient,
-                                         transactional_producer_config)
+                                         admin_client, consumer_config, produce, raise_partition_errors,
+                                         retry_transient, transactional_producer_config)
 from pipeline_core.records import payload_omitted
-from pipeline_core.retry import Backoff
 from pipeline_core.topics import dead_letter_limit
+from pipeline_core.transactional import TransactionalProducer
 
 from .checkpoint import checkpoint_query_id
 from .encode import STAGE
@@ -56,15 +55,11 @@ log = logging.getLogger(__name__)
 _QUEUE_MESSAGES = 1_000_000
 # The default of how long one transactional call (offsets, commit, abort) may wait for Kafka.
 DEFAULT_TRANSACTION_TIMEOUT_S = 60.0
-# What a bounded call may take beyond the timeout it passes to librdkafka before it counts as wedged.
-_WEDGED_AFTER_S = 5.0
-# A transactional call unanswered this long means Kafka is away: the heartbeat says the job waits for it.
-_SLOW_CALL_S = 5.0
 # The committed offsets' metadata: the batch that committed them, and the checkpoint's query.
 _BATCH_METADATA = re.compile(r"spark batch (\d+) of query (\S+)")
-# Between two attempts of a transactional call Kafka answered with a retriable error at once (asking again at
-# once spun the driver's thread); the transaction timeout bounds the attempts in all.
-_RETRY_BACKOFF = Backoff(0.1, 1.0)
+# Longest pause between two attempts of a transactional call Kafka answered with a retriable error at once; the
+# transaction timeout bounds the attempts in all.
+_MAX_RETRY_PAUSE_S = 1.0
 
 
 @dataclass
@@ -107,10 +102,13 @@ class TransactionalBatchSink:
         self._call_timeout_s = min(transaction_timeout_s, TRANSACTIONAL_CALL_TIMEOUT_S)
         # Called while the job's main thread waits for Kafka in `resume()` (the progress report).
         self.while_waiting: Callable[[], object] | None = None
-        # "Kafka" while a transaction waits for it or a new producer cannot be made: the heartbeat says stuck.
-        self.waiting_for: str | None = None
-        # None after a failed transaction left it unable to go on: `resume()` makes the next one.
-        self.producer: Producer | None = self._new_producer()
+        # "Kafka" while a new producer cannot be made (the transactions' own waits are `_kafka`'s).
+        self._waiting_to_start: str | None = None
+        # Its producer is None after a failed transaction left it unable to go on: `resume()` makes the next one.
+        # No `while_waiting` there: its calls run on Spark's batch thread, the progress report on the main one.
+        self._kafka = TransactionalProducer(lambda: Producer(self._producer_config),
+                                            call_timeout_s=self._call_timeout_s, max_retry_pause_s=_MAX_RETRY_PAUSE_S)
+        self._initialise()
         # The committed input positions live in the group named like the transactional id; this consumer
         # never subscribes.
         self._group = Consumer(consumer_config(bootstrap_servers, transactional_id, **(security or {})))
@@ -127,17 +125,25 @@ class TransactionalBatchSink:
         self.dead_letter_max_bytes = dead_letter_limit(admin_client(bootstrap_servers, **(security or {})), dlq_topic,
                                                        startup_deadline_s)
 
-    def _new_producer(self) -> Producer:
-        """The job's transactional producer. Its init fences an earlier one of the same transactional id (a
-        crashed driver's, or a wedged one of this process) and aborts what that left open."""
-        producer = Producer(self._producer_config)
+    @property
+    def producer(self) -> Producer | None:
+        return self._kafka.producer
+
+    @property
+    def waiting_for(self) -> str | None:
+        """"Kafka" while a transaction waits for it or a new producer cannot be made: the heartbeat says stuck."""
+        return self._waiting_to_start or self._kafka.waiting_for
+
+    def _initialise(self) -> None:
+        """The new producer's init, which fences an earlier one of the same transactional id (a crashed driver's, or
+        a wedged one of this process) and aborts what that left open; waits for Kafka up to the start-up deadline."""
+        producer = self._kafka.producer
         retry_transient(lambda: producer.init_transactions(self._request_timeout), deadline_s=self._startup_deadline_s,
                         what=f"initialising the sink's transactions ({self._producer_config['transactional.id']})",
                         while_waiting=self._waiting_for_kafka)
-        return producer
 
     def _waiting_for_kafka(self) -> None:
-        self.waiting_for = "Kafka"
+        self._waiting_to_start = "Kafka"
         if self.while_waiting is not None:
             self.while_waiting()
 
@@ -154,11 +160,11 @@ class TransactionalBatchSink:
         if self.producer is None:
             log.warning("making a new transactional producer: it fences the one a failed batch left and aborts "
                         "its open transaction")
-            self.producer = self._new_producer()
+            self._kafka.renew(self._initialise)
         self.committed = retry_transient(self._committed_input, deadline_s=self._startup_deadline_s,
                                          what=f"reading the sink's committed input (group {self._group_id})",
                                          while_waiting=self._waiting_for_kafka)
-        self.waiting_for = None
+        self._waiting_to_start = None
         log.info("sink ready: outputs committed up to input offsets %s of %s",
                  dict(sorted(self.committed.items())) or "(none)", input_topic)
         return dict(self.committed)
@@ -226,19 +232,22 @@ class TransactionalBatchSink:
             named = f"spark batch {batch_id} of query {self.query_id}" if self.query_id else f"spark batch {batch_id}"
             positions = [TopicPartition(self.input_topic, partition, max(end, self.committed.get(partition, end)), named)
                          for partition, end in sorted(ends.items())]
+            # Each call asked again while Kafka answers a retriable error, for at most the transaction timeout in all.
+            deadline = time.monotonic() + self._transaction_timeout_s
             if positions:
                 metadata = self._group.consumer_group_metadata()
-                self._transactional(lambda: producer.send_offsets_to_transaction(
-                    positions, metadata, self._call_timeout_s), f"committing batch {batch_id}'s input offsets")
-            self._transactional(lambda: producer.commit_transaction(self._call_timeout_s),
-                                f"committing batch {batch_id}")
+                self._kafka.until_done(lambda producer: producer.send_offsets_to_transaction(
+                    positions, metadata, self._call_timeout_s), f"committing batch {batch_id}'s input offsets",
+                    deadline=deadline)
+            self._kafka.until_done(lambda producer: producer.commit_transaction(self._call_timeout_s),
+                                   f"committing batch {batch_id}", deadline=deadline)
         except BaseException as failure:
             # Whatever failed (Kafka away, a record the producer refused, an interrupt), nothing of the batch may
             # commit: Spark runs it again.
             self._abandon(batch_id, failure)
             raise
         finally:
-            self.waiting_for = None
+            self._kafka.waiting_for = None
         self.committed.update(advanced)
         self.last_batch_committed = batch_id
         counters = self.counters
@@ -253,46 +262,21 @@ class TransactionalBatchSink:
         log.debug("batch %d: %d records produced and committed in %.2f s", batch_id, rows.num_rows,
                   time.monotonic() - began)
 
-    def _transactional(self, call: Callable[[], None], what: str) -> None:
-        """A transactional call, asked again while Kafka answers a retriable error, for at most the transaction
-        timeout in all. Bounded from outside too: librdkafka may wait for ever while Kafka nodes return
-        (`call_bounded`); past the bound it raises `KafkaCallWedged`, and the producer must go."""
-        started = time.monotonic()
-        deadline = started + self._transaction_timeout_s
-
-        def waiting() -> None:
-            if self.waiting_for is None and time.monotonic() - started > _SLOW_CALL_S:
-                log.warning("%s: no answer from Kafka for %.0f s", what, time.monotonic() - started)
-                self.waiting_for = "Kafka"
-
-        pauses_s = _RETRY_BACKOFF.pauses_s()
-        while True:
-            try:
-                call_bounded(call, self._call_timeout_s + _WEDGED_AFTER_S, what=what, while_waiting=waiting)
-                return
-            except KafkaException as exception:
-                error = exception.args[0]
-                if not is_transient(error) or error.txn_requires_abort() or time.monotonic() > deadline:
-                    raise
-                self.waiting_for = "Kafka"
-            time.sleep(min(next(pauses_s), max(deadline - time.monotonic(), 0.0)))
-
     def _abandon(self, batch_id: int, failure: BaseException) -> None:
         """Abort the failed batch's transaction. A producer whose call is still wedged, or whose abort Kafka
         refused or did not answer, can do no more: the sink lets go of it, and `resume()` makes a new one, which
         fences it and aborts its transaction."""
         if not isinstance(failure, KafkaCallWedged):
             try:
-                call_bounded(lambda: self.producer.abort_transaction(self._call_timeout_s),
-                             self._call_timeout_s + _WEDGED_AFTER_S, what=f"aborting batch {batch_id}")
+                self._kafka.call(lambda producer: producer.abort_transaction(self._call_timeout_s),
+                                 f"aborting batch {batch_id}")
                 log.warning("batch %d failed and was aborted (Spark runs it again): %s", batch_id, failure)
                 return
             except (KafkaException, KafkaCallWedged) as error:
                 log.warning("batch %d failed (%s) and its abort too: %s", batch_id, failure, error)
         log.warning("batch %d: letting go of the transactional producer; the query restarts and a new producer "
                     "aborts the open transaction (%s)", batch_id, failure)
-        drop_producer(self.producer)
-        self.producer = None
+        self._kafka.let_go()
 
     def _batch_ends(self, spark: SparkSession, batch_id: int) -> dict[int, int]:
         """Where batch ``batch_id``'s input ends in each partition: its entry in the checkpoint's offset log

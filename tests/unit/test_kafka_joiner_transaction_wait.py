@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import time
 
-from kafka_joiner import transaction as transaction_module
 from kafka_joiner.progress import JoinerStats
 from kafka_joiner.transaction import Transaction
+from pipeline_core import transactional
 
 
 class SlowToInitialise:
@@ -21,7 +21,7 @@ class SlowToInitialise:
 
 
 def test_a_slow_init_transactions_that_answered_leaves_no_wait_behind(monkeypatch) -> None:
-    monkeypatch.setattr(transaction_module, "_SLOW_CALL_S", 0.05)
+    monkeypatch.setattr(transactional, "SLOW_CALL_S", 0.05)
     seen_waiting = []
     transaction = Transaction(lambda: SlowToInitialise(0.6), None, JoinerStats(), interval_s=3600,
                               max_records=10**9, while_waiting=lambda: seen_waiting.append(transaction.waiting_for))
