@@ -1,6 +1,6 @@
 """The vectorised batch path: the same join as :class:`TwoStreamJoin`, on numpy arrays, for Spark and bulk loads.
 
-``join_batch(state, left_times, left_values, right_times, right_values, delta_time=...)`` takes the next
+``join_batch(state, left_times, left_values, right_times, right_values, delta_time_ms=...)`` takes the next
 records of each side (each in its stream's time order, as many as there are, possibly none) and returns
 the new state and the pairs that became certain. Because the emitted set does not depend on how the two
 streams interleave, a batch needs no arrival order between its sides: the pairs emitted over any split of
@@ -9,7 +9,7 @@ forcing happens; forcing depends on arrival by nature). The state has the same s
 state (the lagging side's last record, the leading side's anchor and pending records) and serialises to
 bytes for Spark's state store.
 
-Times are float64 in any unit (the keyed adapters use epoch ms); ``delta_time`` is in the same unit.
+Times are float64 milliseconds (the keyed adapters' epoch ms), as ``delta_time_ms``.
 """
 
 from __future__ import annotations
@@ -122,7 +122,7 @@ def join_batch(
     left_values: np.ndarray,
     right_times: np.ndarray,
     right_values: np.ndarray,
-    delta_time: float | None = None,
+    delta_time_ms: float | None = None,
     max_pending_per_side: int = DEFAULT_MAX_PENDING_PER_SIDE,
 ) -> tuple[BatchJoinState, PairArrays]:
     """Join the next records of both sides into ``state`` (None: a fresh key); returns (new state, pairs).
@@ -136,7 +136,7 @@ def join_batch(
         raise ValueError("max_pending_per_side must be at least 1")
     old = state if state is not None else BatchJoinState()
     new = old.copy()
-    delta = math.inf if delta_time is None else delta_time
+    delta = math.inf if delta_time_ms is None else delta_time_ms
     accepted = [
         _accept_in_order(new, LEFT, left_times, left_values),
         _accept_in_order(new, RIGHT, right_times, right_values),

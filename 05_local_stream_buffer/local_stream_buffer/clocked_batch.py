@@ -261,7 +261,7 @@ def join_key_records(inner: bytes | None, binding: SpecBinding, thing: str, time
     turned_away: list[tuple[np.ndarray, list[str]]] = []
     if bound or is_reordered(inner):
         stored, pairs, verdicts = join_reordered(inner, times[LEFT], values[LEFT], times[RIGHT], values[RIGHT], bound,
-                                                 delta_time=binding.delta_time_ms,
+                                                 delta_time_ms=binding.delta_time_ms,
                                                  max_pending_per_side=max_pending_per_side, arrived_ms=arrived_ms)
         released = None
         for side, verdict in zip((LEFT, RIGHT), verdicts):
@@ -281,7 +281,7 @@ def join_key_records(inner: bytes | None, binding: SpecBinding, thing: str, time
         turned_away.append((broken, [order_rejection(thing, quantity, t, last) for t, last in
                                      zip(times[side][broken].tolist(), verdicts.latest_before[broken].tolist())]))
     state, pairs = join_batch(state, times[LEFT], values[LEFT], times[RIGHT], values[RIGHT],
-                              delta_time=binding.delta_time_ms, max_pending_per_side=max_pending_per_side)
+                              delta_time_ms=binding.delta_time_ms, max_pending_per_side=max_pending_per_side)
     return state.to_bytes(), pairs, tuple(turned_away)
 
 
@@ -326,14 +326,14 @@ def next_due_ms(data: bytes | None, idle_release_ms: float) -> int | None:
     return min(due) if due else None
 
 
-def release_idle_side(data: bytes, side: int, delta_time: float | None = None,
+def release_idle_side(data: bytes, side: int, delta_time_ms: float | None = None,
                       max_pending_per_side: int = DEFAULT_MAX_PENDING_PER_SIDE) -> tuple[bytes, PairArrays] | None:
     """The idle release of one side of a key's stored state, in its timeline's join
     (:func:`local_stream_buffer.reorder.release_idle_side`)."""
     state, inner = _current(data, side)
     if inner is None or not is_reordered(inner):
         return None
-    released = release_reordered_side(inner, side, delta_time, max_pending_per_side)
+    released = release_reordered_side(inner, side, delta_time_ms, max_pending_per_side)
     if released is None:
         return None
     state.lines[state.line[side]], pairs = released

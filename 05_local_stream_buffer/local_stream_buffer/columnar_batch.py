@@ -135,12 +135,12 @@ def continues_streams(state: StateColumns, first_time: np.ndarray, has_rows: np.
 
 
 def join_columns(state: StateColumns, arriving: np.ndarray, times: Sequence[np.ndarray], values: Sequence[np.ndarray],
-                 delta_time: np.ndarray, max_pending_per_side: int) -> tuple[list[bytes], ColumnarPairs]:
+                 delta_time_ms: np.ndarray, max_pending_per_side: int) -> tuple[list[bytes], ColumnarPairs]:
     """Join the next records of K keys into their states: the new states as bytes, and the pairs, by key.
 
     ``arriving`` (int64, (K, 2)) counts each key's next records per side; ``times``/``values`` hold them per
     side, key after key, each key's in time order, all later than its state's last and frontier times
-    (:func:`continues_streams`). ``delta_time`` is per key (inf: unlimited).
+    (:func:`continues_streams`). ``delta_time_ms`` is per key (inf: unlimited).
     """
     keys = len(arriving)
     total = state.held + arriving
@@ -171,7 +171,7 @@ def join_columns(state: StateColumns, arriving: np.ndarray, times: Sequence[np.n
         last_value[has_new, side] = all_values[side][last]
 
     pieces = [piece for side in (LEFT, RIGHT) for piece in
-              _certain_new_pairs(side, all_times, ordered, key_of, local, starts, total, state, delta_time)]
+              _certain_new_pairs(side, all_times, ordered, key_of, local, starts, total, state, delta_time_ms)]
     lefts, rights, codes = zip(*pieces) if pieces else ((_NO_INDEX,), (_NO_INDEX,), (_SAME_TIME_CODE,))
     left, right = np.concatenate(lefts), np.concatenate(rights)
     case = np.repeat(np.array(codes, dtype=np.int8), [len(piece) for piece in lefts])
@@ -203,7 +203,7 @@ def join_columns(state: StateColumns, arriving: np.ndarray, times: Sequence[np.n
     key_parts, pair_parts = [pair_key], [pairs]
     for key in may_force.tolist():
         forced_state = BatchJoinState.from_bytes(stored[key])
-        forced = _force_over_limit(forced_state, max_pending_per_side, float(delta_time[key]))
+        forced = _force_over_limit(forced_state, max_pending_per_side, float(delta_time_ms[key]))
         if forced is not None:  # None: nothing to force, or nothing on the other side to pair with
             forced_state.pairs += forced.count
             key_parts.append(np.full(forced.count, key, dtype=np.int64))
@@ -216,7 +216,7 @@ def join_columns(state: StateColumns, arriving: np.ndarray, times: Sequence[np.n
 
 def _certain_new_pairs(side: int, times: list[np.ndarray], ordered: list[np.ndarray], key_of: list[np.ndarray],
                        local: list[np.ndarray], starts: np.ndarray, total: np.ndarray, state: StateColumns,
-                       delta_time: np.ndarray) -> list[tuple[np.ndarray, np.ndarray, int]]:
+                       delta_time_ms: np.ndarray) -> list[tuple[np.ndarray, np.ndarray, int]]:
     """``batch._certain_new_pairs`` for one side's records of every key: (left, right, case) index pieces.
 
     The rule, per record with the other side reaching it: its successor pair (or same-time pair, from the
@@ -238,7 +238,7 @@ def _certain_new_pairs(side: int, times: list[np.ndarray], ordered: list[np.ndar
     partner_local = partner - starts[key, other]
     partner_time = theirs[partner]
     tie = partner_time == own_time
-    delta = delta_time[key]
+    delta = delta_time_ms[key]
     own_new = local[side][reached] >= state.held[key, side]
     old_other = state.held[key, other]
 

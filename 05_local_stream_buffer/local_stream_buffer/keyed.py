@@ -73,7 +73,7 @@ class JoinCounters:
     duplicates: int = 0
     rejected: int = 0
     late: int = 0
-    forced: int = 0  # pending records resolved early by max_latency or the pending limit
+    forced: int = 0  # pending records resolved early by max_latency_s or the pending limit
     unrouted: int = 0
     evicted_keys: int = 0  # join keys evicted by the key bound (local_stream_buffer.eviction)
     evicted: int = 0  # records those keys held, handed to on_evict
@@ -126,9 +126,9 @@ class _KeyJoin:
         join = TwoStreamJoin(
             emit=emit,
             release=release,
-            delta_time=binding.delta_time_ms,
+            delta_time_ms=binding.delta_time_ms,
             max_pending_per_side=joiner.max_pending_per_side,
-            max_latency=joiner.max_latency,
+            max_latency_s=joiner.max_latency_s,
             clock=joiner.clock,
         )
         if binding.max_out_of_orderness_ms:
@@ -178,8 +178,8 @@ class KeyedJoiner:
 
     :param specs: a :class:`SpecResolver`, join specs, or None for the package's default spec file.
     :param max_pending_per_side: pending records per side and key beyond which the oldest are forced.
-    :param max_latency: processing-time seconds a pending predecessor pair may wait (None: no limit).
-    :param clock: processing-time clock for ``max_latency``.
+    :param max_latency_s: processing-time seconds a pending predecessor pair may wait (None: no limit).
+    :param clock: processing-time clock in seconds for ``max_latency_s``.
     :param on_release: called with a record's ``source`` when no key holds it any more.
     :param on_late: called with (record, source) for a record that arrived inside a gap closed by forcing.
     :param max_join_keys: keys beyond which the least recently used are evicted (None: no bound; see
@@ -196,7 +196,7 @@ class KeyedJoiner:
         specs: SpecResolver | Iterable[JoinSpec] | None = None,
         *,
         max_pending_per_side: int = DEFAULT_MAX_PENDING_PER_SIDE,
-        max_latency: float | None = None,
+        max_latency_s: float | None = None,
         clock: Callable[[], float] = time.monotonic,
         on_release: Callable[[object], None] | None = None,
         on_late: Callable[[Any, object], None] | None = None,
@@ -206,7 +206,7 @@ class KeyedJoiner:
     ) -> None:
         self.resolver = specs if isinstance(specs, SpecResolver) else SpecResolver(specs)
         self.max_pending_per_side = max_pending_per_side
-        self.max_latency = max_latency
+        self.max_latency_s = max_latency_s
         self.clock = clock
         self._on_release = on_release
         self._on_late = on_late
@@ -411,9 +411,9 @@ class KeyedJoiner:
         self._clock_changed.clear()
 
     def poll(self) -> list[OutputRecord]:
-        """Emit pairs overdue by ``max_latency`` in all keys (call it regularly while streams are idle)."""
+        """Emit pairs overdue by ``max_latency_s`` in all keys (call it regularly while streams are idle)."""
         outputs: list[OutputRecord] = []
-        if self.max_latency is None:
+        if self.max_latency_s is None:
             return outputs
         for key in self._keys.values():
             key.join.poll()

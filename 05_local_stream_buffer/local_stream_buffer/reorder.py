@@ -1,6 +1,6 @@
 """Bounded disorder: a reorder buffer per stream in front of the join, so the join still sees in-order streams.
 
-A join spec's ``max_out_of_orderness`` (seconds, like ``delta_time``) lets each stream of a key arrive up to
+A join spec's ``max_out_of_orderness_s`` (seconds, like ``delta_time_s``) lets each stream of a key arrive up to
 that much event time behind its newest record. Per stream the buffer keeps the records not yet certain to be
 in their place, and hands them to the join in time order as soon as they are at or before the stream's
 *watermark*, its newest time minus the bound: nothing that may still arrive can come before them (a record
@@ -82,7 +82,7 @@ class ReorderedJoin:
     possible inside a gap that forcing closed) is let go through ``release`` at once.
 
     :param join: the join the buffers feed; times in its unit.
-    :param max_out_of_orderness: how far (same unit) a record may be behind its stream's newest; above 0.
+    :param max_out_of_orderness_ms: how far a record may be behind its stream's newest; above 0.
     :param release: the join's release hook, for records the join turns away on hand-over.
     :param arrived: called with the side of every record that arrives (the idle release's clock), if given.
     :param idle_release_ms: the spec's idle release, for the reason of a record late after one.
@@ -91,13 +91,13 @@ class ReorderedJoin:
     __slots__ = ("_join", "_bound", "_release", "_newest", "_times", "_entries", "_released", "_arrived",
                  "_idle_release_ms", "late_on_release")
 
-    def __init__(self, join: TwoStreamJoin, max_out_of_orderness: float,
+    def __init__(self, join: TwoStreamJoin, max_out_of_orderness_ms: float,
                  release: Callable[[Any], None] | None = None, arrived: Callable[[int], None] | None = None,
                  idle_release_ms: float | None = None) -> None:
-        if not max_out_of_orderness > 0:
-            raise ValueError("max_out_of_orderness must be above 0 for a reorder buffer")
+        if not max_out_of_orderness_ms > 0:
+            raise ValueError("max_out_of_orderness_ms must be above 0 for a reorder buffer")
         self._join = join
-        self._bound = max_out_of_orderness
+        self._bound = max_out_of_orderness_ms
         self._release = release
         self._newest = [_NEVER, _NEVER]  # newest time accepted per side
         # Per side the buffered records in time order: their times (for bisect) and (time, value, item).
@@ -355,14 +355,14 @@ def reorder_side(reorder: ReorderState, join: BatchJoinState, side: int, times: 
 
 
 def join_reordered(data: bytes | None, left_times: np.ndarray, left_values: np.ndarray, right_times: np.ndarray,
-                   right_values: np.ndarray, max_out_of_orderness: float, delta_time: float | None = None,
+                   right_values: np.ndarray, max_out_of_orderness_ms: float, delta_time_ms: float | None = None,
                    max_pending_per_side: int = DEFAULT_MAX_PENDING_PER_SIDE, arrived_ms: int = 0,
                    ) -> tuple[bytes, PairArrays, tuple[ReorderVerdicts, ReorderVerdicts]]:
     """:func:`join_batch` with bounded disorder: the next arriving records of both sides (each in arrival
     order) through the key's reorder buffers into its join. Takes and returns the key's stored bytes;
     ``arrived_ms`` (processing time) is kept as the last arrival of each side with records.
 
-    With ``max_out_of_orderness`` 0 (the spec's bound set back to 0) the buffers hand everything over and the
+    With ``max_out_of_orderness_ms`` 0 (the spec's bound set back to 0) the buffers hand everything over and the
     state is stored as a plain join state again.
     """
     reorder, state = load_key_state(data)
@@ -377,22 +377,22 @@ def join_reordered(data: bytes | None, left_times: np.ndarray, left_values: np.n
         times = np.asarray(times, dtype=_FLOAT)
         values = np.asarray(values, dtype=_FLOAT)
         verdict, out_times, out_values, dropped = reorder_side(reorder, state, side, times, values,
-                                                                max_out_of_orderness)
+                                                                max_out_of_orderness_ms)
         verdicts.append(verdict)
         released.append((out_times, out_values))
         late += int(np.count_nonzero(verdict.late))
         rejected += int(np.count_nonzero(verdict.rejected))
         duplicates += dropped
-    state, pairs = join_batch(state, *released[LEFT], *released[RIGHT], delta_time=delta_time,
+    state, pairs = join_batch(state, *released[LEFT], *released[RIGHT], delta_time_ms=delta_time_ms,
                               max_pending_per_side=max_pending_per_side)
     state.late += late
     state.rejected += rejected
     state.duplicates += duplicates
-    stored = dump_key_state(reorder, state) if max_out_of_orderness > 0 else state.to_bytes()
+    stored = dump_key_state(reorder, state) if max_out_of_orderness_ms > 0 else state.to_bytes()
     return stored, pairs, (verdicts[LEFT], verdicts[RIGHT])
 
 
-def release_idle_side(data: bytes, side: int, delta_time: float | None = None,
+def release_idle_side(data: bytes, side: int, delta_time_ms: float | None = None,
                       max_pending_per_side: int = DEFAULT_MAX_PENDING_PER_SIDE) -> tuple[bytes, PairArrays] | None:
     """Release what a key's reorder buffer holds of one side (an idle stream, see the module doc): all of it goes
     to the join and records at or before its newest time are late from then on. Returns the key's new stored
@@ -405,7 +405,7 @@ def release_idle_side(data: bytes, side: int, delta_time: float | None = None,
     reorder.released[side] = max(reorder.released[side], reorder.newest[side])
     arriving = [(_EMPTY, _EMPTY), (_EMPTY, _EMPTY)]
     arriving[side] = (times, values)
-    state, pairs = join_batch(state, *arriving[LEFT], *arriving[RIGHT], delta_time=delta_time,
+    state, pairs = join_batch(state, *arriving[LEFT], *arriving[RIGHT], delta_time_ms=delta_time_ms,
                               max_pending_per_side=max_pending_per_side)
     return dump_key_state(reorder, state), pairs
 

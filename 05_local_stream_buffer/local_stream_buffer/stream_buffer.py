@@ -1,4 +1,7 @@
-"""The seed-compatible per-record API: ``StreamBuffer`` joins a left and a right stream of ``Record``s."""
+"""The seed-compatible per-record API: ``StreamBuffer`` joins a left and a right stream of ``Record``s.
+
+Times in epoch seconds, as the seed's ``Record.phenomenonTime`` (and ``delta_time`` and ``max_latency`` in seconds,
+under the seed's names); the join underneath takes milliseconds, so each record's time goes in times 1000."""
 
 from __future__ import annotations
 
@@ -88,9 +91,9 @@ class StreamBuffer:
         self._join = TwoStreamJoin(
             emit=_logging(emit) if verbose else emit,
             release=_commit_hook(commit_function),
-            delta_time=delta_time,
+            delta_time_ms=None if delta_time is None else delta_time * 1000,
             max_pending_per_side=max_pending_per_side,
-            max_latency=max_latency,
+            max_latency_s=max_latency,
             clock=clock,
         )
         self._ingest = self._join.ingest
@@ -98,7 +101,7 @@ class StreamBuffer:
     def ingest_left(self, record: Record) -> IngestStatus:
         """Ingest the next record of the left stream and emit the pairs it makes certain."""
         self._left_counter += 1
-        status = self._ingest(LEFT, record.phenomenonTime, record.result, record)
+        status = self._ingest(LEFT, record.phenomenonTime * 1000, record.result, record)
         if status is not _ACCEPTED:
             self._not_accepted(status, LEFT, record)
         elif self._verbose:
@@ -108,7 +111,7 @@ class StreamBuffer:
     def ingest_right(self, record: Record) -> IngestStatus:
         """Ingest the next record of the right stream and emit the pairs it makes certain."""
         self._right_counter += 1
-        status = self._ingest(RIGHT, record.phenomenonTime, record.result, record)
+        status = self._ingest(RIGHT, record.phenomenonTime * 1000, record.result, record)
         if status is not _ACCEPTED:
             self._not_accepted(status, RIGHT, record)
         elif self._verbose:
@@ -171,7 +174,8 @@ class StreamBuffer:
             if self._late_function is not None:
                 self._late_function(record)
         else:
-            logger.debug("%s record in '%s' (last t=%s): %s", status.value, stream, self._join.last_time(side), record)
+            logger.debug("%s record in '%s' (last t=%s ms): %s", status.value, stream, self._join.last_time(side),
+                         record)
 
     def _count_join(self, case: int, left: Entry, right: Entry) -> None:
         self._join_counter += 1
@@ -195,10 +199,10 @@ def _seed_result_appender(append: Callable[[Any], None]) -> PairSink:
         record_right = right[2]
         result = {
             "r.quantity": record_left.quantity,
-            "r.phenomenonTime": left[0],
+            "r.phenomenonTime": record_left.phenomenonTime,
             "r.result": left[1],
             "s.quantity": record_right.quantity,
-            "s.phenomenonTime": right[0],
+            "s.phenomenonTime": record_right.phenomenonTime,
             "s.result": right[1],
             "case": labels[case],
         }

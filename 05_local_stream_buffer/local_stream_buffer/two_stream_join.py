@@ -18,7 +18,7 @@ State invariant after every step, with the *lagging* stream being the one with t
 So the state is O(pending records), never O(history). Records leaving the state are handed to the
 release hook exactly once.
 
-Forcing (``max_latency`` overdue or more than ``max_pending_per_side`` pending) resolves the oldest
+Forcing (``max_latency_s`` overdue or more than ``max_pending_per_side`` pending) resolves the oldest
 pending records as they stand: each gets the lagging stream's last record as predecessor, the lagging
 stream's gap up to the newest forced record is closed (a record arriving inside it is *late* and not
 joined), and the forced records are released except the newest, which stays as the anchor. Forced
@@ -62,10 +62,11 @@ class TwoStreamJoin:
 
     :param emit: called with (case, left entry, right entry) for each pair, in a deterministic order.
     :param release: called with the caller's item when a record leaves the state (the seed's commit hook).
-    :param delta_time: pairs farther apart than this (in the unit of the times) are not emitted.
+    :param delta_time_ms: pairs farther apart than this are not emitted (times are in milliseconds: the keyed
+        adapters' epoch ms; the seed-compatible ``StreamBuffer`` converts its seconds).
     :param max_pending_per_side: pending records per side beyond which the oldest are forced.
-    :param max_latency: processing-time seconds a pending predecessor pair may wait before it is forced.
-    :param clock: processing-time clock for ``max_latency`` (injectable for tests).
+    :param max_latency_s: processing-time seconds a pending predecessor pair may wait before it is forced.
+    :param clock: processing-time clock in seconds for ``max_latency_s`` (injectable for tests).
     """
 
     __slots__ = (
@@ -78,9 +79,9 @@ class TwoStreamJoin:
         self,
         emit: PairSink,
         release: Callable[[Any], None] | None = None,
-        delta_time: float | None = None,
+        delta_time_ms: float | None = None,
         max_pending_per_side: int = DEFAULT_MAX_PENDING_PER_SIDE,
-        max_latency: float | None = None,
+        max_latency_s: float | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         if max_pending_per_side < 1:
@@ -94,10 +95,10 @@ class TwoStreamJoin:
         self._last_value: list[Any] = [None, None]
         self._emit = emit
         self._release = release
-        self._delta = math.inf if delta_time is None else delta_time
+        self._delta = math.inf if delta_time_ms is None else delta_time_ms
         self._max_pending = max_pending_per_side
         self._watermark = 0  # min(peak_buffer, max_pending): a side growing beyond it needs a look
-        self._max_latency = max_latency
+        self._max_latency = max_latency_s
         self._clock = clock
         self.duplicates = 0
         self.rejected = 0
@@ -126,7 +127,7 @@ class TwoStreamJoin:
         """Add the next record of a side and emit every pair it makes certain.
 
         The hot path of the package, hence written out in one function with local names, and with the
-        bookkeeping that the defaults make unnecessary (delta_time, release hook, max_latency) skipped.
+        bookkeeping that the defaults make unnecessary (delta_time_ms, release hook, max_latency_s) skipped.
         """
         last_time = self._last_time
         if t <= last_time[side]:
@@ -252,12 +253,12 @@ class TwoStreamJoin:
         """End a side's stream: a last record at +inf (``item`` its caller's item), after which the side takes no
         record. Every pair the other stream still waits for that needs no later record of this side comes out;
         the pairs with the +inf record itself are the caller's to drop (they are never within a finite
-        ``delta_time``). It never becomes overdue for ``max_latency``: forcing it would close the other stream."""
-        max_latency, self._max_latency = self._max_latency, None
+        ``delta_time_ms``). It never becomes overdue for ``max_latency_s``: forcing it would close the other stream."""
+        max_latency_s, self._max_latency = self._max_latency, None
         try:
             self.ingest(side, _UNBOUNDED, 0.0, item)
         finally:
-            self._max_latency = max_latency
+            self._max_latency = max_latency_s
         own = self._buffers[side]
         if own and own[-1][0] == _UNBOUNDED:
             own[-1] = (_UNBOUNDED, 0.0, item, _UNBOUNDED)
@@ -281,7 +282,7 @@ class TwoStreamJoin:
         return _REJECTED
 
     def poll(self) -> None:
-        """Force pairs that waited longer than ``max_latency``, without a new record (call it when idle)."""
+        """Force pairs that waited longer than ``max_latency_s``, without a new record (call it when idle)."""
         if self._max_latency is not None:
             self._force_overdue(self._clock())
 

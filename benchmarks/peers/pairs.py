@@ -74,7 +74,7 @@ def neighbour_pairs(series: Iterable[Series]) -> set[PairKey]:
     for each in series:
         left, right = (np.array(side, dtype=float).reshape(-1, 2) for side in (each.left, each.right))
         _, found = join_batch(None, left[:, 0], left[:, 1], right[:, 0], right[:, 1],
-                              delta_time=each.binding.delta_time_ms)
+                              delta_time_ms=each.binding.delta_time_ms)
         pairs.update(PairKey(each.thing, each.binding.output_quantity, canonical_time(lt), canonical_time(rt))
                      for lt, rt in zip(found.left_time.tolist(), found.right_time.tolist()))
     return pairs

@@ -81,7 +81,7 @@ def test_the_columnar_join_equals_join_batch_key_by_key(case) -> None:
             arrays = [np.array([row[2] for row in mine if row[1] == s]) for s in (LEFT, RIGHT)]
             values = [np.array([row[3] for row in mine if row[1] == s]) for s in (LEFT, RIGHT)]
             state, pairs = join_batch(before, arrays[LEFT], values[LEFT], arrays[RIGHT], values[RIGHT],
-                                      delta_time=join_binding.delta_time_ms, max_pending_per_side=max_pending)
+                                      delta_time_ms=join_binding.delta_time_ms, max_pending_per_side=max_pending)
             expected_states[stored] = state.to_bytes()
             expected += as_pairs(np.full(pairs.count, code), pairs)
         assert as_pairs(joined.key, joined.pairs) == expected

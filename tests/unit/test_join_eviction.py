@@ -164,6 +164,6 @@ def test_an_evicted_key_under_a_reorder_bound_hands_over_its_buffered_records_to
     # The batch path (the Spark joiner's state bytes): eviction reads the reorder buffers as well.
     times = np.array([1_700_000_000_000.0, 1_700_000_000_100.0, 1_700_000_000_200.0])
     state, _, _ = join_reordered(None, times, np.array([1000.0, 1001.0, 1002.0]), times + 10, np.full(3, 2.5),
-                                 2_000.0, delta_time=1_000.0)
+                                 2_000.0, delta_time_ms=1_000.0)
     letters = evicted_dead_letters(SpecResolver([bounded]), ("m0", "power", "11"), state, "machine.data", 10)
     assert len(letters) == 6  # all six still wait behind the watermark

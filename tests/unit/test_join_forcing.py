@@ -108,7 +108,7 @@ def test_forcing_never_duplicates_and_only_emits_pairs_of_the_accepted_records(s
     left, right, order, limit = streams
     emitted: list[tuple[float, float, JoinCase]] = []
     join = TwoStreamJoin(lambda case, l, r: emitted.append((l[0], r[0], JoinCase(case))),
-                         delta_time=delta_time, max_pending_per_side=limit)
+                         delta_time_ms=delta_time, max_pending_per_side=limit)
     accepted: tuple[list[int], list[int]] = ([], [])
     streams_iter = (iter(left), iter(right))
     for side in order:
@@ -139,7 +139,7 @@ def test_batch_forcing_matches_per_record_forcing_on_one_sided_batches(streams, 
         rest[side] = rest[side][size:]
     emitted: list[tuple[float, float, int]] = []
     join = TwoStreamJoin(lambda case, l, r: emitted.append((l[0], r[0], case)),
-                         delta_time=delta_time, max_pending_per_side=limit)
+                         delta_time_ms=delta_time, max_pending_per_side=limit)
     state = None
     batch_emitted: list[tuple[float, float, int]] = []
     for side, times in batches:
@@ -147,7 +147,7 @@ def test_batch_forcing_matches_per_record_forcing_on_one_sided_batches(streams, 
             join.ingest(side, t, 0.0, None)
         side_times = [np.array(times, dtype=float) if s == side else np.empty(0) for s in (LEFT, RIGHT)]
         state, pairs = join_batch(state, side_times[LEFT], side_times[LEFT], side_times[RIGHT], side_times[RIGHT],
-                                  delta_time=delta_time, max_pending_per_side=limit)
+                                  delta_time_ms=delta_time, max_pending_per_side=limit)
         batch_emitted += zip(pairs.left_time.tolist(), pairs.right_time.tolist(), pairs.case.tolist())
         assert state.held() <= 2 * limit + 2
     assert sorted(batch_emitted) == sorted(emitted)

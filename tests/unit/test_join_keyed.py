@@ -115,7 +115,7 @@ def _spark_style_outputs(resolver: SpecResolver, groups: dict, batches: int = 3)
         state = None
         for part in range(batches):
             (lt, lv), (rt, rv) = ((np.array_split(t, batches)[part], np.array_split(v, batches)[part]) for t, v in arrays)
-            state, pairs = join_batch(state, lt, lv, rt, rv, delta_time=binding.delta_time_ms)
+            state, pairs = join_batch(state, lt, lv, rt, rv, delta_time_ms=binding.delta_time_ms)
             outputs += output_records(thing, binding, pairs)
     return sorted(outputs, key=lambda output: output["id"])
 

@@ -32,7 +32,8 @@ deltas = st.one_of(st.none(), st.integers(0, 8))
 
 def per_record(left, right, order, delta_time=None, **options) -> list[Pair]:
     emitted: list[Pair] = []
-    join = TwoStreamJoin(lambda case, l, r: emitted.append((l[0], r[0], JoinCase(case))), delta_time=delta_time, **options)
+    join = TwoStreamJoin(lambda case, l, r: emitted.append((l[0], r[0], JoinCase(case))), delta_time_ms=delta_time,
+                         **options)
     streams = (iter(left), iter(right))
     for side in order:
         assert join.ingest(side, next(streams[side]), 0.0, None) is IngestStatus.ACCEPTED
@@ -79,7 +80,8 @@ def test_every_batch_split_emits_the_defined_pairs_once(streams, delta_time, n_b
     for left_batch, right_batch in batches:
         if state is not None:
             state = BatchJoinState.from_bytes(state.to_bytes())  # as Spark's state store would
-        state, pairs = join_batch(state, left_batch, left_batch * 2, right_batch, right_batch * 3, delta_time=delta_time)
+        state, pairs = join_batch(state, left_batch, left_batch * 2, right_batch, right_batch * 3,
+                                  delta_time_ms=delta_time)
         assert (pairs.left_value == pairs.left_time * 2).all() and (pairs.right_value == pairs.right_time * 3).all()
         emitted += batch_pairs(pairs)
     assert len(emitted) == len(set(emitted)), "a pair was emitted twice"

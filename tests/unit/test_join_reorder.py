@@ -110,7 +110,7 @@ def test_pairs_come_as_soon_as_the_bound_makes_them_certain(streams) -> None:
     left, right, arrivals, bound, delta = streams
     emitted: list[tuple[float, float, JoinCase]] = []
     join = ReorderedJoin(TwoStreamJoin(lambda case, l, r: emitted.append((l[0], r[0], JoinCase(case))),
-                                       delta_time=delta), bound)
+                                       delta_time_ms=delta), bound)
     newest = [-np.inf, -np.inf]
     seen: list[list[int]] = [[], []]
     for side, t in arrivals:
