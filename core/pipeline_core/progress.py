@@ -36,6 +36,7 @@ from pathlib import Path
 
 from . import paths
 from .health_metrics import MACHINE_MEASUREMENT, HealthMetrics, health_line
+from .influx import stored_name
 from .settings import ProgressSettings
 from .stage_health import Heartbeat, write_heartbeat
 
@@ -230,7 +231,7 @@ class ProgressReporter:
             if line is not None:
                 self.health.record(line)
             for machine, counts in observation.machines.items():
-                line = health_line({**self._tags, "thing": machine}, counts, time_ns, MACHINE_MEASUREMENT)
+                line = health_line({**self._tags, "thing": stored_name(machine)}, counts, time_ns, MACHINE_MEASUREMENT)
                 if line is not None:
                     self.health.record(line)
         return report

@@ -2,10 +2,11 @@
 machine in `machine_health` (see local_stream_buffer.clock), added up over the last day."""
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Mapping
 
 from pipeline_core.health_metrics import MACHINE_MEASUREMENT
-from pipeline_core.influx import InfluxDBClient
+from pipeline_core.influx import InfluxDBClient, shown_name
 from pipeline_core.influx_retention import HEALTH_POLICY
 
 # The counters, and how `make status` names those it shows. A jump ahead is no fault as such (a machine off for an
@@ -30,7 +31,7 @@ def add_up(rows: Iterable[tuple[Mapping[str, str], Mapping[str, object]]]) -> di
     """Per machine, the counters of its rows (tags, fields) added up; machines without any left out."""
     totals: dict[str, dict[str, int]] = {}
     for tags, fields in rows:
-        machine = totals.setdefault(tags.get("thing", "?"), dict.fromkeys(CLOCK_COUNTERS, 0))
+        machine = totals.setdefault(shown_name(tags.get("thing", "?")), dict.fromkeys(CLOCK_COUNTERS, 0))
         for name in CLOCK_COUNTERS:
             value = fields.get(name)
             machine[name] += int(value) if isinstance(value, (int, float)) else 0
@@ -43,6 +44,12 @@ def faulty(faults: Mapping[str, Mapping[str, int]]) -> dict[str, dict[str, int]]
             if any(counts[name] for name in SHOWN_COUNTERS)}
 
 
+def printable(name: str) -> str:
+    """A machine's name on a line of its own: as it is, or quoted as JSON where it holds what a terminal does not
+    print (a line break, a control character)."""
+    return name if name.isprintable() else json.dumps(name)
+
+
 def describe(faults: Mapping[str, Mapping[str, int]], window: str = WINDOW) -> str:
     """One line of `make status`: the machines with the most clock faults (outliers, series whose clock stepped
     back), and how many more."""
@@ -51,7 +58,7 @@ def describe(faults: Mapping[str, Mapping[str, int]], window: str = WINDOW) -> s
     if not faults:
         return head + "none"
     ranked = sorted(faults.items(), key=lambda item: (-sum(item[1].values()), item[0]))
-    shown = "; ".join(f"{machine} " + ", ".join(f"{counts[name]:,} {label}" for name, label in SHOWN_COUNTERS.items()
+    shown = "; ".join(f"{printable(machine)} " + ", ".join(f"{counts[name]:,} {label}" for name, label in SHOWN_COUNTERS.items()
                                                  if counts[name]) for machine, counts in ranked[:SHOWN])
     more = f"; and {len(ranked) - SHOWN} more machines" if len(ranked) > SHOWN else ""
     return head + shown + more + " (the joiner's log names each step back, as a WARNING; outliers are in machine.dlq)"
