@@ -16,11 +16,13 @@ from clock_support import (HOUR_MS, SPEED, TORQUE, YEAR_MS, Fault, by_stream, fa
 from join_reference import reference_join, reference_outliers
 from kafka_joiner_support import as_multiset
 from local_stream_buffer.clocked_batch import is_clocked
+from local_stream_buffer.clocked_batch import release_idle_side as clocked_release_idle_side
 from local_stream_buffer.keyed import KeyedJoiner
-from local_stream_buffer.keyed_batch import KeyedRows, StateDict, join_keyed_batch
+from local_stream_buffer.keyed_batch import KeyedRows, StateDict, join_keyed_batch, state_key
 from local_stream_buffer.output import output_records
 from local_stream_buffer.specs import JoinSpec, SpecResolver
 from local_stream_buffer.status import IngestStatus
+from support import ManualClock
 
 
 def power_spec(bound_s: float = 0.0, confirm: int = 2) -> JoinSpec:
@@ -272,3 +274,65 @@ def test_a_restart_while_a_record_is_set_aside_and_while_the_streams_are_on_two_
         after, replayed, letters, recovered_letters = restored_after_crash(faulty, power_spec(), crash_at, [])
         assert [as_multiset(outputs) for outputs in replayed] == [as_multiset(outputs) for outputs in after]
         assert recovered_letters == letters
+
+
+def idle_releases_on_both_paths(fault_list: list[Fault], seed: int, quiet_after: list[int]) -> int:
+    """A spec with bounded disorder and an idle release, a machine whose clock lies, and quiet spells after some of
+    its records: the per-record path (its own idle clock) and the batch path (releasing the same streams between
+    micro-batches) give the same records, however the clock rule set records aside or moved the timelines. Returns
+    how many streams the idle release released."""
+    records = machine_readings("M1", 30, fault_list)
+    spec = JoinSpec("power", "actSpeed_C{axis}", "vaTorque_C{axis}", "vaPower_C{axis}", "power", 1.0,
+                    max_out_of_orderness_s=2.0, idle_release_s=5.0)
+    idle = ManualClock()
+    joiner = KeyedJoiner([spec], clock=idle)
+    resolver = SpecResolver([spec])
+    binding = resolver.routes(SPEED)[0].binding
+    states = StateDict()
+    expected, outputs, pending = [], [], []
+    rng = random.Random(seed)
+
+    def join_pending() -> None:
+        if not pending:
+            return
+        batch = list(pending)
+        pending.clear()
+        rng.shuffle(batch)
+        sides = np.array([resolver.routes(records[n]["quantity"])[0].side for n in batch])
+        joined = join_keyed_batch(states, KeyedRows(
+            [("M1", binding)], np.zeros(len(batch), np.int64), sides, np.zeros(len(batch), np.int64),
+            np.array(batch, np.int64), np.array([records[n]["phenomenonTime"] for n in batch], float),
+            np.array([records[n]["result"] for n in batch], float)))
+        outputs.extend(output_records("M1", binding, joined.pairs))
+
+    for number, record in enumerate(records):
+        expected += joiner.ingest(record, number).outputs
+        pending.append(number)
+        if rng.random() < 0.3:
+            join_pending()
+        if number in quiet_after:
+            idle.now_s += 10.0  # quiet for longer than the idle release
+            released, releases = joiner.release_idle()
+            expected += released
+            join_pending()  # a release comes between micro-batches
+            for release in releases:
+                stored = state_key("M1", binding)
+                again = clocked_release_idle_side(states[stored], release.side, binding.delta_time_ms)
+                assert again is not None
+                states[stored], pairs = again
+                outputs.extend(output_records("M1", binding, pairs))
+    join_pending()
+    assert as_multiset(outputs) == as_multiset(expected)
+    return joiner.counters.idle_releases
+
+
+@settings(max_examples=100)
+@given(faults(30), st.integers(0, 2**32), st.lists(st.integers(1, 59), max_size=5, unique=True))
+def test_idle_releases_under_clock_faults_give_the_same_records_on_both_paths(fault_list: list[Fault], seed: int,
+                                                                          quiet_after: list[int]) -> None:
+    idle_releases_on_both_paths(fault_list, seed, quiet_after)
+
+
+def test_an_idle_release_on_the_new_timeline_after_a_step_back() -> None:
+    steps = [Fault(10, "step", -HOUR_MS, (SPEED, TORQUE)), Fault(20, "outlier", 10 * YEAR_MS, (TORQUE,))]
+    assert idle_releases_on_both_paths(steps, 3, [15, 30, 50]) >= 3
