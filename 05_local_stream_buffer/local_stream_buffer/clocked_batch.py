@@ -242,8 +242,9 @@ def _join_line(inner: bytes | None, binding: SpecBinding, thing: str,
     and the records it turned away (side, position in ``sides``, reason)."""
     times = tuple(np.asarray([record[0] for record in side], dtype=_FLOAT) for side in sides)
     values = tuple(np.asarray([record[1] for record in side], dtype=_FLOAT) for side in sides)
-    stored, pairs, turned_away = join_key_records(inner, binding, thing, times, values, max_pending_per_side,
-                                                  arrived_ms)
+    with np.errstate(invalid="ignore"):  # END less END, where both streams end a timeline: no pair, as it should be
+        stored, pairs, turned_away = join_key_records(inner, binding, thing, times, values, max_pending_per_side,
+                                                      arrived_ms)
     real = (pairs.left_time != END) & (pairs.right_time != END)
     if not real.all():
         pairs = PairArrays(*(column[real] for column in pairs))
