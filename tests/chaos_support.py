@@ -474,11 +474,14 @@ class RowPublisher(threading.Thread):
         if bad:
             pending, publish_row, rows = list(bad), self.publisher.publish, [0]
 
-            def publish_mixing_bad_rows(topic: str, payload: bytes | str) -> None:
-                publish_row(topic, payload)
+            def publish_mixing_bad_rows(topic: str, payload: bytes | str) -> bool:
+                # The replay stops at the first row that did not go out, so the answer is the publisher's.
+                if not publish_row(topic, payload):
+                    return False
                 rows[0] += 1
                 if pending and rows[0] % bad_every == 0:
-                    publish_row(MACHINE_STATES_TOPIC, pending.pop(0))
+                    return publish_row(MACHINE_STATES_TOPIC, pending.pop(0))
+                return True
 
             self.publisher.publish = publish_mixing_bad_rows
             self.unpublished_bad = pending

@@ -105,8 +105,13 @@ class TransactionalProducer:
         else asked until done), which fences the old one and aborts its open transaction."""
         self.let_go()
         self.producer = self._new_producer()
-        if init is not None:
-            init()
-        else:
-            self.until_done(lambda producer: producer.init_transactions(self.call_timeout_s), "init_transactions")
+        try:
+            if init is not None:
+                init()
+            else:
+                self.until_done(lambda producer: producer.init_transactions(self.call_timeout_s), "init_transactions")
+        except BaseException:
+            # A producer whose init did not complete may still have it in flight: the next renew makes another.
+            self.let_go()
+            raise
         self.waiting_for = None
