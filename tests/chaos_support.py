@@ -38,6 +38,7 @@ from influxdb import InfluxDBClient
 
 from connector_support import expected_records, read_rows
 from db_connector_support import JSON_ANSWERS, expected_joined_points, expected_raw_points, wait_for_points
+from fault_support import group_gone
 from join_reference import reference_join
 from pipeline_core import credentials
 from pipeline_core.kafka_clients import security_config
@@ -436,20 +437,6 @@ def command_line(pid: int) -> list[str]:
 def _argument(arguments: list[str], flag: str) -> str:
     """The value after `flag` in a command line, or "?"."""
     return arguments[arguments.index(flag) + 1] if flag in arguments[:-1] else "?"
-
-
-def group_gone(pgid: int) -> bool:
-    """Whether no live process (zombies are dead) is left in process group `pgid`."""
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            state, _parent, group = (entry / "stat").read_text().rsplit(")", 1)[1].split()[:3]
-        except (FileNotFoundError, ProcessLookupError, IndexError):
-            continue
-        if int(group) == pgid and state not in ("Z", "X"):
-            return False
-    return _dead(pgid)
 
 
 def port_open(port: int) -> bool:

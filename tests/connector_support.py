@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -21,6 +20,7 @@ from pipeline_core.logs import READY_MARKER
 from pipeline_core.records import record_key
 from pipeline_core.settings import ConnectionSettings
 from pipeline_core.mqtt import drop_session
+from fault_support import end_process, kill_process, terminate_process
 from support import unique, wait_for
 
 QUANTITY_EXCLUDED = ("Thing", "Timestamp", "id")
@@ -124,13 +124,18 @@ class ConnectorProcess:
             return log.read().decode(errors="replace")
 
     def kill(self) -> None:
-        if self.process and self.process.poll() is None:
-            self.process.send_signal(signal.SIGKILL)
-            self.process.wait(10)
+        """kill -9, a fault: confirmed that the connector ran and that the SIGKILL ended it (`fault_support`)."""
+        assert self.process is not None, f"connector {self.client_id} never started: nothing to kill"
+        kill_process(self.process, f"stream connector {self.client_id}")
 
     def terminate(self, deadline_s: float = 60) -> int:
-        self.process.send_signal(signal.SIGTERM)
-        return self.process.wait(deadline_s)
+        """SIGTERM to the running connector, and its exit status once it stopped gracefully."""
+        assert self.process is not None, f"connector {self.client_id} never started: nothing to stop"
+        return terminate_process(self.process, f"stream connector {self.client_id}", deadline_s)
+
+    def close(self) -> None:
+        """Clean-up after the test, no fault: whatever still runs is killed."""
+        end_process(self.process)
 
 
 @pytest.fixture
@@ -148,7 +153,7 @@ def connector(stack: ConnectionSettings, new_topics, tmp_path: Path) -> Iterator
 
     yield make
     for process in started:
-        process.kill()
+        process.close()
         drop_session(stack, process.client_id)
 
 

@@ -6,7 +6,6 @@ import dataclasses
 import json
 import math
 import os
-import signal
 import subprocess
 import sys
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -29,7 +28,8 @@ from pipeline_core.settings import ConnectionSettings, load_settings
 from pipeline_core.topics import MACHINE_DATA, MACHINE_DLQ, MACHINE_OUT, ensure_topics
 from stack.processes import free_loopback_ports
 from stack.services import render
-from support import produce_records, unique, wait_for
+from fault_support import end_process, kill_process, terminate_process
+from support import confirm_down, produce_records, unique, wait_for
 
 ROW_FIELDS = ("Thing", "Timestamp", "id")
 
@@ -244,11 +244,19 @@ class ConnectorProcess:
     def alive(self) -> bool:
         return self.process is not None and self.process.poll() is None
 
-    def kill(self, sig: int = signal.SIGKILL) -> int:
-        assert self.process is not None
-        if self.process.poll() is None:
-            self.process.send_signal(sig)
-        return self.process.wait(30)
+    def kill(self) -> None:
+        """kill -9, a fault: confirmed that the connector ran and that the SIGKILL ended it (`fault_support`)."""
+        assert self.process is not None, "the DB connector never started: nothing to kill"
+        kill_process(self.process, f"DB connector ({self.log_file.name})")
+
+    def terminate(self, deadline_s: float = 60) -> int:
+        """SIGTERM to the running connector, and its exit status once it stopped gracefully."""
+        assert self.process is not None, "the DB connector never started: nothing to stop"
+        return terminate_process(self.process, f"DB connector ({self.log_file.name})", deadline_s)
+
+    def close(self) -> None:
+        """Clean-up after the test, no fault: whatever still runs is killed."""
+        end_process(self.process)
 
 
 
@@ -308,9 +316,15 @@ class PrivateInfluxDB:
         return influxdb_ready(self.port)
 
     def stop(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            self.process.kill()
-            self.process.wait(30)
+        """An outage, a fault: SIGKILL to the running influxd, confirmed by the signal ending it and its port
+        closed (`fault_support`). `start` brings it back on the same data."""
+        assert self.process is not None, "the private influxd never started: nothing to stop"
+        kill_process(self.process, f"private influxd on port {self.port}")
+        confirm_down(f"127.0.0.1:{self.port}", "the private influxd")
+
+    def close(self) -> None:
+        """Clean-up after the test, no fault: a running influxd is killed."""
+        end_process(self.process)
 
     def client(self, database: str) -> InfluxDBClient:
         return InfluxDBClient("127.0.0.1", self.port, database=database, timeout=10, headers=dict(JSON_ANSWERS))
@@ -346,4 +360,4 @@ def connectors(tmp_path: Path) -> Iterator[Callable[..., ConnectorProcess]]:
 
     yield start
     for process in started:
-        process.kill()
+        process.close()

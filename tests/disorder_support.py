@@ -162,4 +162,4 @@ def spark_joins_the_disordered_replay(bridge, bootstrap: str, topics, tmp_path: 
         assert as_multiset([m.value for m in outputs]) == as_multiset(expected)  # once each
         assert topic_size(bootstrap, topics.dlq) == 0
     finally:
-        joiner.kill()
+        joiner.close()

@@ -12,7 +12,6 @@ import json
 import os
 import random
 import shutil
-import signal
 import subprocess
 import sys
 import threading
@@ -21,17 +20,17 @@ import uuid
 from pathlib import Path
 
 from chaos_support import (MOSQUITTO_SAVE_WINDOW_S, REPO_ROOT, BrokerKill, ChaosPlan, Fault, PrivateStack,
-                           chaos_workdir, group_gone, run_chaos)
+                           chaos_workdir, run_chaos)
 from cluster_support import cluster_fault_schedule
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
 from influxdb import InfluxDBClient
 from db_connector_support import JSON_ANSWERS
+from fault_support import freeze, kill_pid, thaw
 from pipeline_core.settings import MqttSettings, load_settings
 from pipeline_core.stage_health import Heartbeat, read_heartbeat
 from simulator.settings import SimulatorSettings
 from stack import netns, placement
-from stack.processes import process_state
 from support import wait_for
 
 # A port nothing listens on: a connect to it is refused by a host that can be reached, and fails otherwise.
@@ -155,14 +154,12 @@ class PrivateHostsStack(PrivateStack):
             return
         if fault.action == "freeze":
             pid = self.pid(fault.target)
-            os.killpg(pid, signal.SIGSTOP)
-            wait_for(lambda: process_state(pid) == "T", 30, f"{fault.target} frozen")
+            freeze(pid, fault.target)
             self.frozen[fault.target] = pid
             self.confirmed.append(f"freeze {fault.target}: process group {pid} stopped (state T)")
         elif fault.action == "thaw":
             pid = self.frozen.pop(fault.target)
-            os.killpg(pid, signal.SIGCONT)
-            wait_for(lambda: process_state(pid) != "T", 30, f"{fault.target} running again")
+            thaw(pid, fault.target)
             self.confirmed.append(f"thaw {fault.target}: process group {pid} running again")
         elif fault.action == "lose-disk":
             # The host goes, and the program with it (a Kafka node, a Spark worker with its executors): cut off,
@@ -184,8 +181,7 @@ class PrivateHostsStack(PrivateStack):
                 # has it, within a second at the live edge). chaos_support bounds and checks the loss exactly so.
                 self.broker_kills.append(BrokerKill(lost_at, lost_at - MOSQUITTO_SAVE_WINDOW_S))
             pid = self.pid(fault.target)
-            os.killpg(pid, signal.SIGKILL)
-            wait_for(lambda: group_gone(pid), 60, f"every process of {fault.target} gone")
+            kill_pid(pid, fault.target, group=True)
             self._supervisorctl("stop", fault.target)
             assert self.running_pid(fault.target) == 0, f"{fault.target} runs again after its host was lost"
             storage = [path for path in (self.state_dir / fault.target / name for name in ("data", "work"))

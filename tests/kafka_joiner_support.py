@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import signal
 import subprocess
 import sys
 import time
@@ -23,6 +22,7 @@ from pipeline_core.kafka_clients import admin_client
 from pipeline_core.partitioning import thing_partition
 from pipeline_core.records import record_key
 from pipeline_core.topics import MACHINE_DATA
+from fault_support import end_process, kill_process, terminate_process
 from support import Message, produce_records, read_topic, unique, wait_for
 
 ROW_FIELDS = ("Thing", "Timestamp", "id")
@@ -107,7 +107,8 @@ class JoinerProcess:
         self.log_dir = log_dir
         self.process: subprocess.Popen | None = None
         self.log_path: Path | None = None
-        self.runs = 0
+        self.runs = 0  # starts
+        self.kills = 0  # confirmed kills (`kill`)
         self.name = unique(instance_id or "joiner")
         self.stopped_by_test = False
 
@@ -149,18 +150,22 @@ class JoinerProcess:
                 and self.process.poll() not in (None, 0))
 
     def kill(self) -> None:
+        """kill -9, a fault: confirmed that the joiner ran and that the SIGKILL ended it (`fault_support`)."""
+        assert self.process is not None, f"joiner {self.name} never started: nothing to kill"
         self.stopped_by_test = True
-        if self.alive():
-            self.process.send_signal(signal.SIGKILL)
-            self.process.wait(30)
+        kill_process(self.process, f"joiner {self.name} (run {self.runs})")
+        self.kills += 1
 
     def terminate(self, deadline_s: float = 60) -> int:
-        """SIGTERM, and wait for the graceful exit."""
+        """SIGTERM to the running joiner, and its exit status once it stopped gracefully."""
+        assert self.process is not None, f"joiner {self.name} never started: nothing to stop"
         self.stopped_by_test = True
-        if self.alive():
-            self.process.send_signal(signal.SIGTERM)
-            self.process.wait(deadline_s)
-        return self.process.returncode
+        return terminate_process(self.process, f"joiner {self.name} (run {self.runs})", deadline_s)
+
+    def close(self) -> None:
+        """Clean-up after the test, no fault: whatever still runs is killed."""
+        self.stopped_by_test = True
+        end_process(self.process)
 
 
 def records_in(log: str) -> int:
@@ -262,5 +267,5 @@ def joiners(bootstrap: str) -> Iterator[list[JoinerProcess]]:
     started: list[JoinerProcess] = []
     yield started
     for joiner in started:
-        joiner.kill()
+        joiner.close()
     delete_internal_topics(bootstrap, sorted({joiner.group_id for joiner in started}))

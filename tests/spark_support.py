@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -16,6 +15,7 @@ from spark_joiner.parse import RecordRouter
 from pipeline_core.records import InvalidRecord, decode_record, encode_record, record_key
 from chaos_support import command_line, descendants
 from stack.processes import parent_pid
+from fault_support import end_process, kill_process, terminate_process
 from support import wait_for
 
 # Spark on two shared cores: a JVM start, a session and the first stateful batch take a while.
@@ -66,22 +66,19 @@ class SparkJoinerProcess:
         return self.process is not None and self.process.poll() is None
 
     def kill(self) -> None:
-        """SIGKILL the driver and everything it started (the JVM, Python workers): a machine crash."""
-        if self.process is None:
-            return
-        try:
-            os.killpg(self.process.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        self.process.wait(30)
-        wait_for(lambda: not _group_alive(self.process.pid), 30, "the killed joiner's processes to exit")
+        """SIGKILL the driver and everything it started (the JVM, Python workers): a machine crash, a fault,
+        confirmed: the driver ran, the SIGKILL ended it, and nothing of its process group is left (`fault_support`)."""
+        assert self.process is not None, "the Spark joiner never started: nothing to kill"
+        kill_process(self.process, f"Spark joiner (run {self.runs})", group=True)
 
     def terminate(self, deadline_s: float = 120) -> int:
-        """SIGTERM, and wait for the graceful exit."""
-        if self.alive():
-            self.process.send_signal(signal.SIGTERM)
-            self.process.wait(deadline_s)
-        return self.process.returncode
+        """SIGTERM to the running driver, and its exit status once it stopped gracefully."""
+        assert self.process is not None, "the Spark joiner never started: nothing to stop"
+        return terminate_process(self.process, f"Spark joiner (run {self.runs})", deadline_s)
+
+    def close(self) -> None:
+        """Clean-up after the test, no fault: whatever still runs of its process group is killed."""
+        end_process(self.process, group=True)
 
 
 def worker_daemons(ancestor_pid: int) -> int:
@@ -89,14 +86,6 @@ def worker_daemons(ancestor_pid: int) -> int:
     running the daemon module whose parent does not (a daemon's forked workers run the same command line)."""
     running = {pid for pid in descendants(ancestor_pid) if "spark_joiner.worker_daemon" in command_line(pid)}
     return sum(1 for pid in running if parent_pid(pid) not in running)
-
-
-def _group_alive(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    return True
 
 
 def kafka_batch(payloads: list[bytes | None], first_offset: int = 0) -> pa.RecordBatch:
@@ -129,4 +118,4 @@ def spark_joiners() -> Iterator[list[SparkJoinerProcess]]:
     started: list[SparkJoinerProcess] = []
     yield started
     for joiner in started:
-        joiner.kill()
+        joiner.close()

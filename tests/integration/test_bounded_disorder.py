@@ -58,7 +58,7 @@ def test_standalone_joiner_absorbs_bounded_disorder_through_kill_9(connector, bo
         assert as_multiset([m.value for m in outputs]) == as_multiset(expected)  # once each
         assert topic_size(bootstrap, topics.dlq) == 0
     finally:
-        joiner.kill()
+        joiner.close()
         delete_internal_topics(bootstrap, [joiner.group_id])
 
 

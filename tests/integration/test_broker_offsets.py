@@ -12,13 +12,14 @@ import dataclasses
 import pytest
 
 from conftest import EVENTS_FILE
+from fault_support import stop_server
 from kafka_joiner_support import key_of, rows_as_records
 from pipeline_core.broker_offsets import BrokerOffsets
 from pipeline_core.kafka_clients import admin_client
 from pipeline_core.topics import MACHINE_DATA, ensure_topics
 from stack import manager
 from stack.services import Kafka
-from support import confirm_down, produce_records, wait_for
+from support import produce_records, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -34,8 +35,7 @@ def test_the_offsets_come_again_after_the_broker_restarted(private_kafka: str) -
     latest = wait_for(lambda: offsets.latest(partitions), 60, "the latest offsets", interval_s=0.5)
     assert sum(latest.values()) == len(records)
 
-    assert "kafka" in manager.down([Kafka()])
-    confirm_down(bootstrap, "Kafka")
+    stop_server(Kafka(), bootstrap, "Kafka")
     assert offsets.latest(partitions) is None  # no broker: unknown, after the timeout
     assert "kafka" in manager.up([Kafka()])
 

@@ -24,12 +24,12 @@ import pytest
 from paho.mqtt.enums import MQTTErrorCode, MQTTProtocolVersion
 
 from connector_support import read_rows
+from fault_support import group_gone, stop_server
 from pipeline_core import paths
 from pipeline_core.mqtt import CONNECTOR_CLIENT_ID, ReceivedMessage, new_client, pump
 from pipeline_core.settings import MACHINE_STATES_TOPIC, MqttSettings
 from stack import manager, supervision
 from stack.services import Mosquitto
-from chaos_support import group_gone
 from support import unique, wait_for
 
 pytestmark = pytest.mark.integration
@@ -184,7 +184,7 @@ def test_a_new_store_holds_the_connectors_session_before_any_device_connects(pri
     """A first start, and a broker whose store is lost (its host replaced with an empty disk): rows published
     before the connector is back are queued for it, not acknowledged and dropped for want of a subscriber."""
     assert _row_reaches_a_connector_that_never_subscribed(private_mosquitto, b'{"first": "start"}')
-    manager.down([Mosquitto()])
+    stop_server(Mosquitto(), f"127.0.0.1:{private_mosquitto.mqtt_port}", "Mosquitto")
     shutil.rmtree(paths.STATE_DIR / "mosquitto" / "data")
     manager.up([Mosquitto()])
     assert _row_reaches_a_connector_that_never_subscribed(private_mosquitto, b'{"store": "lost"}')

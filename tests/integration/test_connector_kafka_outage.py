@@ -18,6 +18,7 @@ from confluent_kafka import KafkaException
 
 from conftest import EVENTS_FILE
 from connector_support import ConnectorProcess, expected_records, read_rows, topic_size
+from fault_support import stop_server
 from pipeline_core import paths
 from pipeline_core.settings import ConnectionSettings, load_settings
 from pipeline_core.stage_health import assess, read_heartbeat
@@ -25,7 +26,7 @@ from simulator.publisher import Publisher
 from stack import manager
 from stack.services import Kafka, Mosquitto
 from stack.processes import free_loopback_ports
-from support import confirm_down, read_topic, unique, wait_for
+from support import read_topic, unique, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -93,8 +94,7 @@ def test_a_kafka_outage_loses_nothing_and_dead_letters_nothing(private_stack: Co
         wait_for(lambda: size_once_readable(bootstrap, bridge.data_topic) >= len(expected_records(before)), 60,
                  "the rows before the outage in Kafka")
 
-        assert manager.down([Kafka()]) == ["kafka"]
-        confirm_down(bootstrap, "Kafka")
+        stop_server(Kafka(), bootstrap, "Kafka")
         publish(private_stack, bridge.mqtt_topic, during)  # Mosquitto takes them; Kafka is away
         if delivery_timeout_ms:
             wait_for(lambda: "Message timed out" in bridge.log(), 60, "a delivery timeout during the outage")
@@ -116,4 +116,4 @@ def test_a_kafka_outage_loses_nothing_and_dead_letters_nothing(private_stack: Co
             assert "Kafka did not take a record" not in bridge.log()
         wait_for(lambda: health() in ("progressing", "idle"), 30, "the connector healthy again", interval_s=0.2)
     finally:
-        bridge.kill()
+        bridge.close()

@@ -82,8 +82,7 @@ def replayed(stack: ConnectionSettings, bootstrap: str, tmp_path_factory) -> Ite
         _write_stage_health(stack, database)
         yield database, client
     finally:
-        if connector.process is not None:
-            connector.kill()
+        connector.close()
         client.drop_database(database)
         for future in admin.delete_topics([spec.name for spec in topics], operation_timeout=30).values():
             future.result(30)

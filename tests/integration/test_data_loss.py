@@ -4,7 +4,6 @@ and the stage goes on (reading a recreated topic from its start)."""
 from __future__ import annotations
 
 import re
-import signal
 
 import pytest
 from confluent_kafka import Consumer, TopicPartition
@@ -38,7 +37,7 @@ def test_records_deleted_before_the_db_connector_read_them_are_counted(bootstrap
     produce(bootstrap, topics.data, first)
     stopped = connectors(args, "first")
     wait_for_count(client, "machinedata", len(first))
-    assert stopped.kill(signal.SIGTERM) == 0  # commits what it wrote
+    assert stopped.terminate() == 0  # commits what it wrote
 
     # While it is down, 700 more arrive and retention deletes the first 40 of them in every partition.
     second = records(300, 700)
@@ -90,7 +89,7 @@ def test_records_deleted_while_the_running_db_connector_waits_for_influxdb_are_c
         assert re.search(r"WARNING .*were deleted by retention before this stage read them", connector.log())
         assert connector.alive()
     finally:
-        influxd.stop()
+        influxd.close()
 
 
 def wanted_ends(bootstrap: str, topic: str) -> dict[int, int]:

@@ -4,7 +4,6 @@ from __future__ import annotations
 import base64
 import json
 import math
-import signal
 from typing import Any
 
 import pytest
@@ -58,7 +57,7 @@ def test_kill_9_mid_replay_then_restart_counts_exact(bootstrap, new_topics, data
     args = connector_args(topics, name, group, "--batch-size", "500", "--group-instance-id", unique("instance"))
     first = connectors(args, "first")
     wait_for(lambda: count(client, "machinedata") > 0, 60, "the first points")
-    assert first.kill(signal.SIGKILL) == -signal.SIGKILL
+    first.kill()
     produce_records(bootstrap, topics.data, raw[half:], key=key_of)
 
     connectors(args, "second")
@@ -80,7 +79,7 @@ def test_a_static_member_fenced_by_its_successor_exits_instead_of_idling(bootstr
         wait_for(lambda: successor.poll(0.2) is None and not fenced.alive(), 90, "the fenced connector to exit")
     finally:
         successor.close()
-    assert fenced.kill() != 0
+    assert fenced.process.returncode not in (None, 0), fenced.process.returncode
     assert "fenced" in fenced.log(), fenced.log()
 
 
@@ -105,7 +104,7 @@ def test_influxdb_outage_mid_replay_loses_nothing(bootstrap, new_topics, connect
         wait_for_points(client, raw=expected_raw_points(raw))
         assert connector.alive(), connector.log()
     finally:
-        influxd.stop()
+        influxd.close()
 
 
 def produce_raw(bootstrap: str, topic: str, payloads: list[bytes | None]) -> None:

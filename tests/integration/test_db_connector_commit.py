@@ -11,8 +11,6 @@ The test freezes Kafka, so it runs a broker of its own (`private_kafka`).
 """
 from __future__ import annotations
 
-import os
-import signal
 import subprocess
 import sys
 import time
@@ -24,9 +22,9 @@ import pytest
 from conftest import EVENTS_FILE
 from db_connector_support import (connectors, database,  # noqa: F401 (fixtures)
                                   expected_raw_points, key_of, one_batch_waiting, raw_records, wait_for_points)
+from fault_support import frozen
 from pipeline_core import paths
 from pipeline_core.group_watch import WEDGED_CONSUMER_EXIT_CODE
-from stack.processes import process_state
 from support import produce_records, wait_for
 
 pytestmark = pytest.mark.integration
@@ -64,10 +62,8 @@ def test_a_commit_waiting_for_a_frozen_broker_keeps_the_connector_reporting(
     topics, connector = one_batch_waiting(bootstrap, "commit-wait", name, connectors, raw[:half], FLUSH_INTERVAL_S,
                                           SESSION_TIMEOUT_MS, PROGRESS_INTERVAL_S)
 
-    pid = _kafka_pid()
-    os.killpg(pid, signal.SIGSTOP)
-    try:
-        wait_for(lambda: process_state(pid) == "T", 10, "Kafka frozen")
+    # Frozen for the block, confirmed (state T) at its start and still at its end: else the test proved nothing.
+    with frozen(_kafka_pid(), "Kafka"):
         # The batch stored: its commit is asked of the frozen coordinator, which answers nothing.
         wait_for_points(client, raw=expected_raw_points(raw[:half]), deadline_s=60)
         written_at = time.time()
@@ -77,9 +73,6 @@ def test_a_commit_waiting_for_a_frozen_broker_keeps_the_connector_reporting(
 
         wait_for(lambda: reports_since_written() >= REPORTS_WHILE_COMMITTING, REPORTS_WHILE_COMMITTING * 4,
                  f"{REPORTS_WHILE_COMMITTING} progress reports while the commit waits", interval_s=0.5)
-        assert process_state(pid) == "T", "Kafka thawed before the reports were seen: the test proved nothing"
-    finally:
-        os.killpg(pid, signal.SIGCONT)
 
     produce_records(bootstrap, topics.data, raw[half:], key=key_of)
     # As supervision does: a connector that ended itself with its consumer wedged (librdkafka once left it outside

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from chaos_support import Fault, PrivateStack, group_gone, port_open
+from chaos_support import Fault, PrivateStack, port_open
+from fault_support import group_gone
 from stack.processes import free_loopback_ports
 from support import wait_for
 

@@ -3,7 +3,6 @@ while it runs, an InfluxDB outage only defers them, and SIGTERM still ends the s
 from __future__ import annotations
 
 import re
-import signal
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -44,7 +43,7 @@ def db_connector(tmp_path: Path) -> Iterator[Callable[..., ConnectorProcess]]:
 
     yield start
     for process in started:
-        process.kill()
+        process.close()
 
 
 def test_the_db_connector_reports_its_lag_through_an_influxdb_outage(bootstrap, new_topics, db_connector, tmp_path):
@@ -94,11 +93,11 @@ def test_the_db_connector_reports_its_lag_through_an_influxdb_outage(bootstrap, 
         latest = wait_for(caught_up, 60, "a lag of 0 with every record taken in")
         assert latest["instance"] and latest["influxdb_retries"] >= 3
 
-        assert connector.kill(signal.SIGTERM) == 0, connector.log()
+        assert connector.terminate() == 0, connector.log()
         assert "SIGTERM: finishing what is in flight" in connector.log()
         assert count(client, "machinedata") == distinct_series_times(raw)
     finally:
-        influxd.stop()
+        influxd.close()
 
 
 def test_the_spark_joiner_s_input_lag_asks_the_broker_for_the_latest_offsets(bootstrap, new_topics):
@@ -142,7 +141,7 @@ def test_the_spark_joiner_reports_rows_batches_state_and_input_lag(bootstrap, ne
         assert joiner.terminate() == 0, joiner.log()[-3000:]
         assert "SIGTERM: finishing what is in flight" in joiner.log()
     finally:
-        joiner.kill()
+        joiner.close()
 
 
 def test_the_stream_connector_reports_its_rows_in_flight(connector, database, bootstrap):
@@ -206,5 +205,5 @@ def test_the_kafka_joiner_reports_its_lag_state_and_commit_latency(bootstrap, ne
         assert joiner.terminate() == 0, joiner.log()
         assert "SIGTERM: finishing what is in flight" in joiner.log()
     finally:
-        joiner.kill()
+        joiner.close()
         delete_internal_topics(bootstrap, [joiner.group_id])

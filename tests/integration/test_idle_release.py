@@ -82,7 +82,7 @@ def test_the_standalone_joiner_releases_quiet_machines_once_through_kill_9(boots
         run_scenario(bootstrap, topics, joiner)
         assert "restored" in joiner.log()
     finally:
-        joiner.kill()
+        joiner.close()
         delete_internal_topics(bootstrap, [group])
 
 
@@ -95,4 +95,4 @@ def test_the_spark_joiner_releases_quiet_machines_once_through_kill_9(bootstrap,
         joiner.start()
         run_scenario(bootstrap, topics, joiner)
     finally:
-        joiner.kill()
+        joiner.close()

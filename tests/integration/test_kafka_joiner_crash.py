@@ -77,5 +77,5 @@ def test_an_exception_mid_transaction_aborts_it_and_a_restart_joins_exactly(boot
         assert dead_letters == []  # in particular no out_of_order: no record met its own state again
         assert restart.terminate() == 0
     finally:
-        restart.kill()
+        restart.close()
         delete_internal_topics(bootstrap, [group])

@@ -49,5 +49,5 @@ def test_past_the_bound_keys_are_evicted_dead_lettered_and_deleted_from_the_chan
         assert len(held_records) == kept * held_per_key
         assert joiner.terminate() == 0
     finally:
-        joiner.kill()
+        joiner.close()
         delete_internal_topics(bootstrap, [group])

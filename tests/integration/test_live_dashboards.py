@@ -16,6 +16,7 @@ import pytest
 from influxdb import InfluxDBClient
 
 from browser_support import Chromium
+from fault_support import terminate_process
 from grafana_report.dashboards import load_dashboards
 from pipeline_core.health_metrics import health_line
 from pipeline_core.influx_retention import (HEALTH_POLICY, HISTORY_POLICY, JOINED_POLICY, RAW_POLICY, ensure_retention,
@@ -235,5 +236,4 @@ def test_the_open_page_refreshes_by_itself(browser: Chromium, server, database) 
 
 def test_the_server_stops_cleanly_on_sigterm(server, browser: Chromium) -> None:
     process, _, _ = server
-    process.terminate()
-    assert process.wait(30) == 0
+    assert terminate_process(process, "the live dashboards' server", 30) == 0

@@ -76,7 +76,7 @@ def test_local_cluster_replay_equals_offline_engine_and_standalone_joiner(bootst
                                         deadline_s=OUTPUT_DEADLINE_S)
         assert as_multiset([m.value for m in outputs]) == as_multiset([m.value for m in standalone_outputs])
     finally:
-        standalone.kill()
+        standalone.close()
         delete_internal_topics(bootstrap, [standalone.group_id])
 
     letters = [json.loads(m.value) for m in read_topic(bootstrap, spark_topics.dlq,

@@ -19,6 +19,7 @@ import pyarrow as pa
 import pytest
 from confluent_kafka import Producer
 
+from fault_support import stop_server
 from pipeline_core.kafka_clients import (KafkaStartupError, admin_client, producer_config, retry_transient,
                                          transactional_producer_config)
 from pipeline_core.topics import MACHINE_DATA, MACHINE_DLQ, MACHINE_OUT, ensure_topics
@@ -67,8 +68,7 @@ def test_a_batch_meeting_kafka_away_fails_plainly_and_the_restarted_query_commit
         assert sink.resume(data.name, str(tmp_path / "checkpoint")) == {}
         sink.write(0, emitted((OUT, "m1.power", b"join 1"), (DLQ, None, b"letter 1")), {0: 10})
 
-        assert "kafka" in manager.down([Kafka()])
-        assert port_is_free(port), "Kafka still listens after its stop"
+        stop_server(Kafka(), bootstrap, "Kafka")
         with pytest.raises(Exception) as failed:  # noqa: PT011 - any ordinary exception; a SystemExit fails here
             sink.write(1, emitted((OUT, "m1.power", b"join 2")), {0: 20})
         assert sink.producer is None, f"the producer of a failed transaction was kept ({failed.value!r})"

@@ -14,10 +14,11 @@ import pyspark
 import pytest
 
 from conftest import EVENTS_FILE
+from fault_support import group_gone
 from kafka_joiner_support import as_multiset, key_of, offline_join, rows_as_records
 from spark_joiner.package import ARCHIVE_NAME, ENTRY_SCRIPT, build
 from spark_joiner.session import CONF_DIR
-from spark_support import OUTPUT_DEADLINE_S, SparkJoinerProcess, _group_alive, spark_joiners  # noqa: F401
+from spark_support import OUTPUT_DEADLINE_S, SparkJoinerProcess, spark_joiners  # noqa: F401
 from support import produce_records, read_topic, wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
@@ -45,9 +46,11 @@ class SubmittedSparkJoiner(SparkJoinerProcess):
     def stop_group(self) -> int:
         """SIGTERM to spark-submit's process group (its JVM, the Python driver, the Python workers), as a
         terminal's Ctrl-C or a supervisor would; returns spark-submit's exit code once every process is gone."""
+        assert self.process.poll() is None, f"spark-submit had already ended ({self.process.returncode}) before " \
+                                            "its SIGTERM"
         os.killpg(self.process.pid, signal.SIGTERM)
         returncode = self.process.wait(STOP_DEADLINE_S)
-        wait_for(lambda: not _group_alive(self.process.pid), STOP_DEADLINE_S, "the job's processes to exit")
+        wait_for(lambda: group_gone(self.process.pid), STOP_DEADLINE_S, "the job's processes to exit")
         return returncode
 
 

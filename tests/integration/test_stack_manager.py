@@ -15,11 +15,12 @@ import pytest
 
 from conftest import EVENTS_FILE
 from db_connector_support import raw_records
+from fault_support import kill_pid
 from stack import manager
 from stack.processes import StackError
 from stack.services import Service
 from stack.processes import free_loopback_ports
-from support import processes_under, produce_records, wait_for
+from support import confirm_down, port_open, processes_under, produce_records, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -94,7 +95,7 @@ def test_up_runs_everything_under_supervisord_and_a_second_up_is_a_no_op(private
 
 def test_a_killed_stage_is_restarted_with_a_new_pid_and_counted(private_stack) -> None:
     killed = int(private_stack.status()["lsb-joiner"]["pid"])
-    os.kill(killed, signal.SIGKILL)
+    kill_pid(killed, "the stack's lsb-joiner")
 
     def restarted() -> bool:
         joiner = private_stack.status()["lsb-joiner"]
@@ -112,8 +113,12 @@ def test_a_db_connector_whose_influxdb_refuses_writes_is_named_stuck_then_health
     healthy again once InfluxDB is back and the records are written."""
     probe = ("-m", "stack.health_probe", "db-connector")
     assert private_stack.python(*probe).returncode == 0
-    stopped = private_stack.python("-c", "from stack import supervision; supervision.stop_process('influxdb')")
-    assert stopped.returncode == 0, stopped.stderr
+    # A stop, confirmed: InfluxDB ran (stop_process says so) and its port refuses connections after it.
+    assert port_open("127.0.0.1", private_stack.ports["influx"]), "InfluxDB did not listen before its stop"
+    stopped = private_stack.python("-c", "from stack import supervision; "
+                                         "raise SystemExit(0 if supervision.stop_process('influxdb') else 3)")
+    assert stopped.returncode == 0, f"InfluxDB was not running when stopped ({stopped.returncode}): {stopped.stderr}"
+    confirm_down(f"127.0.0.1:{private_stack.ports['influx']}", "the private stack's InfluxDB")
     records = raw_records(EVENTS_FILE)[:200]
     produce_records(f"127.0.0.1:{private_stack.ports['kafka']}", "machine.data", records)
 

@@ -18,9 +18,10 @@ import pytest
 from conftest import EVENTS_FILE
 from db_connector_support import (connectors, database,  # noqa: F401 (fixtures)
                                   expected_raw_points, key_of, one_batch_waiting, raw_records, wait_for_points)
+from fault_support import stop_server
 from stack import manager
 from stack.services import Kafka
-from support import confirm_down, produce_records, wait_for
+from support import produce_records, wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.integration]
 
@@ -38,8 +39,7 @@ def test_partitions_given_back_after_a_session_timeout_in_a_commit_wait_are_fetc
     # then, so the commit that follows the write waits for it, fetching paused, until the session times out.
     topics, connector = one_batch_waiting(bootstrap, "rebalance", name, connectors, raw[:half], FLUSH_INTERVAL_S,
                                           SESSION_TIMEOUT_MS)
-    assert "kafka" in manager.down([Kafka()])
-    confirm_down(bootstrap, "Kafka")
+    stop_server(Kafka(), bootstrap, "Kafka")
     wait_for(lambda: "committing offsets" in connector.log(), 60, "the commit waiting for Kafka")
     wait_for(lambda: "revoked" in connector.log(), 60, "the session timing out during the commit's wait")
     assert "kafka" in manager.up([Kafka()])

@@ -37,7 +37,7 @@ def test_the_spark_joiner_counts_records_deleted_before_its_batch_read_them(boot
                  f"{deleted} deleted unread")
         assert re.search(r"WARNING .*input records skipped unread \(deleted by retention", joiner.log())
     finally:
-        joiner.kill()
+        joiner.close()
 
 
 def test_the_spark_joiner_counts_its_input_topic_deleted_and_what_it_skips_of_the_new_one(bootstrap, new_topics,
@@ -59,4 +59,4 @@ def test_the_spark_joiner_counts_its_input_topic_deleted_and_what_it_skips_of_th
         assert re.search(rf"WARNING .*input topic {re.escape(topics.data)} was deleted", joiner.log())
         assert joiner.alive()
     finally:
-        joiner.kill()
+        joiner.close()
