@@ -23,6 +23,8 @@ from pipeline_core.partitioning import thing_partition
 from pipeline_core.records import record_key
 from pipeline_core.topics import MACHINE_DATA
 from fault_support import end_process, kill_process, terminate_process
+from join_reference import POWER, reference_join
+from join_state_reference import Arrival, Verdict, held_records, released_join
 from support import Message, produce_records, read_topic, unique, wait_for
 
 ROW_FIELDS = ("Thing", "Timestamp", "id")
@@ -55,14 +57,13 @@ def machine_records(thing: str, first_tick: int, ticks: int, tick_ms: int = 100)
 
 def machines_of_one_key(machines: int, ticks: int = 3) -> tuple[list[dict[str, Any]], int]:
     """`machines` synthetic machines of one join key each, machine after machine, and how many of its records
-    each key still holds once its records are in (what an eviction gives up per key)."""
-    records = [record for index in range(machines) for record in machine_records(f"m{index}", 0, ticks)]
-    held = KeyedJoiner(max_join_keys=None)
-    for record in records:
-        held.ingest(record)
-    held_per_key = held.held_count() // machines
-    assert held.held_count() == held_per_key * machines and held_per_key > 0
-    return records, held_per_key
+    each key still holds once its records are in (what an eviction gives up per key, by the join's contract:
+    join_state_reference.held_records)."""
+    per_machine = [machine_records(f"m{index}", 0, ticks) for index in range(machines)]
+    held = [len(held_records([r for r in records if r["quantity"] == "actSpeed_C11"],
+                             [r for r in records if r["quantity"] == "vaTorque_C11"])) for records in per_machine]
+    assert len(set(held)) == 1 and held[0] > 0, held
+    return [record for records in per_machine for record in records], held[0]
 
 
 def key_of(record: dict[str, Any]) -> str:
@@ -70,7 +71,10 @@ def key_of(record: dict[str, Any]) -> str:
 
 
 def offline_join(records: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """The engine's outputs on the records in this order, and the records it rejected."""
+    """The engine's outputs on the records in this order (each stream in its order; the shipped join spec), and the
+    records it rejected: the standalone joiner's KeyedJoiner, checked here against the join's reference, which
+    shares no code with it, before a test takes them as expected. The outputs must be join_reference's, record for
+    record, and the records rejected those the reference turns away (join_state_reference's verdicts)."""
     joiner = KeyedJoiner()
     outputs: list[dict[str, Any]] = []
     rejected: list[dict[str, Any]] = []
@@ -79,6 +83,16 @@ def offline_join(records: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], l
         outputs.extend(outcome.outputs)
         if outcome.status is IngestStatus.REJECTED:
             rejected.append(record)
+    counters = joiner.counters
+    assert counters.evicted_keys == 0 and counters.forced == 0, \
+        f"the offline join evicted keys or forced pairs ({counters}): beyond what the reference covers"
+    assert as_multiset(outputs) == as_multiset(reference_join(records)), \
+        "the engine's join of the expected records differs from join_reference's"
+    verdicts = released_join([Arrival(0, record) for record in records], [POWER], bound_ms=0.0).verdicts
+    turned_away = [record for record, verdict in zip(records, verdicts)
+                   if verdict in (Verdict.BEHIND, Verdict.CONFLICT)]
+    assert as_multiset(rejected) == as_multiset(turned_away), \
+        "the engine rejected other records than the join's contract turns away"
     return outputs, rejected
 
 
