@@ -54,7 +54,7 @@ export SECURITY STACK_TLS
 BENCHMARKS ?= benchmarks.join_engine benchmarks.mqtt_publish benchmarks.stream_connector \
 	benchmarks.kafka_joiner benchmarks.spark_joiner benchmarks.join_peers benchmarks.db_connector
 
-.PHONY: setup up down clean status logs restart data report dashboards test bench bench-topology bench-links reliability chaos spark-package
+.PHONY: setup up down clean status logs restart data report dashboards test explore bench bench-topology bench-links reliability chaos spark-package
 
 setup: $(INSTALLED)
 	@$(PY) -m stack.provision
@@ -156,6 +156,15 @@ endif
 TEST_WORKERS ?= 2
 test: setup
 	@$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
+
+# The property tests (hypothesis) drawing new examples: `make test` draws the same ones on every run (derandomized,
+# as CI must), this fresh ones on each, and keeps every failing example in .hypothesis/examples, where the next run
+# tries it first (tests/conftest.py). EXPLORE_RUNS=n: n runs in a row, stopping at the first that fails.
+EXPLORE_RUNS ?= 1
+explore: setup
+	@for run in $$(seq $(EXPLORE_RUNS)); do \
+		HYPOTHESIS_EXPLORE=1 $(PY) -m pytest -n $(TEST_WORKERS) tests/unit $(PYTEST_ARGS) || exit 1; \
+	done
 
 # The minutes-long reliability runs: outages, ten starts from nothing per joiner, restart bounds, chaos (of
 # both topologies).

@@ -8,7 +8,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from hypothesis import settings as hypothesis_settings
+from hypothesis import is_hypothesis_test, settings as hypothesis_settings
+from hypothesis.database import DirectoryBasedExampleDatabase
 
 from pipeline_core import paths
 from pipeline_core.kafka_clients import admin_client
@@ -30,10 +31,28 @@ for _policy in ("RAW", "JOINED", "HISTORY"):
 # Property tests draw the same examples on every run, so CI never fails on a new draw; a loaded machine's slow
 # example is no failure either. A test's own @settings inherits both.
 hypothesis_settings.register_profile("pipeline", derandomize=True, deadline=None)
-hypothesis_settings.load_profile("pipeline")
+# HYPOTHESIS_EXPLORE=1 (`make explore`): only the property tests, each drawing new examples on every run, and every
+# failing example kept in an example database (.hypothesis/examples, which git ignores) and tried first on the
+# next run, until it passes.
+EXPLORE_ENV = "HYPOTHESIS_EXPLORE"
+EXAMPLE_DATABASE = Path(__file__).resolve().parents[1] / ".hypothesis" / "examples"
+EXPLORING = os.environ.get(EXPLORE_ENV, "").lower() in ("1", "yes", "true", "on")
+hypothesis_settings.register_profile("explore", derandomize=False, deadline=None,
+                                     database=DirectoryBasedExampleDatabase(EXAMPLE_DATABASE))
+hypothesis_settings.load_profile("explore" if EXPLORING else "pipeline")
 
 # The 5,000 real event rows (three machines), shipped with the simulator as its default replay.
 EVENTS_FILE = Path(__file__).resolve().parents[1] / "01_simulator" / "data" / "test_events.json"
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Exploring, the property tests alone run: the others draw nothing new."""
+    if not EXPLORING:
+        return
+    others = [item for item in items if not is_hypothesis_test(getattr(item, "obj", None))]
+    if others:
+        config.hook.pytest_deselected(items=others)
+        items[:] = [item for item in items if is_hypothesis_test(getattr(item, "obj", None))]
 
 
 @pytest.fixture(autouse=True)

@@ -54,7 +54,7 @@ def test_the_handler_state_is_read_from_the_statistics_and_nothing_else() -> Non
     assert group_handler_state(json.dumps({"name": "rdkafka#producer-1", "type": "producer"})) is None
 
 
-@settings(database=None, derandomize=True, max_examples=300)
+@settings(max_examples=300)
 @given(st.one_of(st.text(), st.binary().map(lambda raw: raw.decode("latin-1")),
                  st.recursive(st.none() | st.booleans() | st.integers() | st.text(),
                               lambda children: st.lists(children) | st.dictionaries(st.text(), children))

@@ -163,7 +163,7 @@ def _rows(things: int, rows: int, step_ms: int) -> list[dict]:
             for row in range(rows) for thing in range(things) for quantity in ("actSpeed_C11", "vaTorque_C11")]
 
 
-@settings(derandomize=True, max_examples=50)
+@settings(max_examples=50)
 @given(st.integers(1, 3), st.integers(1, 60), st.integers(1, 1500), st.floats(0, 3), st.integers(0, 10))
 def test_bounded_disorder_is_a_permutation_no_record_later_than_the_bound(things: int, rows: int, step_ms: int,
                                                                            bound_s: float, seed: int) -> None:
@@ -208,7 +208,6 @@ def test_peer_specs_read_alike_in_the_peers_scripts() -> None:
 
 
 @given(st.floats(-1e6, 1e6), st.floats(-1e6, 1e6))
-@settings(derandomize=True)
 def test_the_peers_formulas_are_the_engines(left: float, right: float) -> None:
     for name, formula in FORMULAS.items():
         expected, got = formula(left, right), PEER_FORMULAS[name](left, right)

@@ -29,7 +29,7 @@ from local_stream_buffer.reference import reference_pairs
 from local_stream_buffer.reorder import ReorderedJoin, is_reordered, load_key_state
 from local_stream_buffer.specs import JoinSpec, SpecResolver, load_join_specs
 
-EXAMPLES = settings(max_examples=200, deadline=None, derandomize=True,
+EXAMPLES = settings(max_examples=200, deadline=None,
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 THING = "R0815"
 QUANTITIES = ("actSpeed_C11", "vaTorque_C11")

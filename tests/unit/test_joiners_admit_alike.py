@@ -17,7 +17,7 @@ from pipeline_core.partitioning import thing_partition
 from pipeline_core.records import encode_record, record_key
 from test_strange_input import HEADERS, KEYS, VALUES
 
-EXAMPLES = settings(max_examples=80, deadline=None, derandomize=True,
+EXAMPLES = settings(max_examples=80, deadline=None,
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 # Weighted towards one thing's one axis, so that most examples hold pairs, not only lone records.
 THINGS = ["R0815", "R0815", "M1", "Säge 4", "Plant1.Hall2.Press3", "C:\\P3\t\n"]
@@ -72,7 +72,7 @@ def test_the_examples_reach_every_step_of_the_rule() -> None:
     """The strategy is no straw man: its records are skipped, dead-lettered for each reason, and joined."""
     seen: set[str] = set()
 
-    @settings(max_examples=80, deadline=None, derandomize=True, database=None,
+    @settings(max_examples=80, deadline=None,
               suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
     @given(st.lists(kafka_records(), min_size=4, max_size=60))
     def collect(records: list) -> None:

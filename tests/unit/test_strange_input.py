@@ -52,9 +52,9 @@ from stream_connector.rows import kafka_messages, split_row
 MAX_ROW_BYTES = 64 * 1024
 MAX_QUANTITIES = 20
 LEVELS = PowerLevels.parse("100,1000,5000")
-EXAMPLES = settings(max_examples=400, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+EXAMPLES = settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 # Whole batches of records through a joiner: fewer, larger examples.
-BATCHES = settings(max_examples=60, deadline=None, derandomize=True,
+BATCHES = settings(max_examples=60, deadline=None,
                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 
 # --- strategies ----------------------------------------------------------------------------------
