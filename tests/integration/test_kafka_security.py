@@ -3,11 +3,13 @@ stages' users and ACLs set as `make up` sets them (ops/stack/kafka_acls.py). Eac
 not do and can do its own job. Own ports, state folder and credentials file: the shared stack is never touched."""
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -73,12 +75,49 @@ def unique(prefix: str) -> str:
     return f"{prefix}{uuid.uuid4().hex[:8]}"
 
 
-def delivery_errors(bootstrap: str, principal: str, topic: str, **config: object) -> list[KafkaError | None]:
+@dataclass(frozen=True)
+class Delivery:
+    """What the broker answered to one record of the test's own: its payload, which no other test writes."""
+
+    error: KafkaError | None
+    payload: bytes
+    partition: int
+    offset: int
+
+
+def deliver(bootstrap: str, principal: str, topic: str, **config: object) -> Delivery:
+    """One record produced as `principal`, a payload of its own, and its delivery report: there must be one."""
     producer = Producer(producer_config(bootstrap, **as_principal(principal), **config))
-    errors: list[KafkaError | None] = []
-    producer.produce(topic, b"{}", on_delivery=lambda error, _message: errors.append(error))
-    assert producer.flush(TIMEOUT_S) == 0
-    return errors
+    payload = json.dumps({"probe": unique("delivery-")}).encode()
+    reports: list[Delivery] = []
+    producer.produce(topic, payload, on_delivery=lambda error, message: reports.append(
+        Delivery(error, payload, message.partition(), message.offset())))
+    assert producer.flush(TIMEOUT_S) == 0, f"{principal}'s record to {topic} neither delivered nor refused"
+    assert len(reports) == 1, reports
+    return reports[0]
+
+
+def delivered(bootstrap: str, principal: str, topic: str) -> Delivery:
+    """`deliver`, which the broker must have taken."""
+    report = deliver(bootstrap, principal, topic)
+    assert report.error is None and report.offset >= 0, f"{principal} could not write {topic}: {report.error}"
+    return report
+
+
+def refused(bootstrap: str, principal: str, topic: str, **config: object) -> int:
+    """`deliver`, which the broker must have refused; the error's code."""
+    report = deliver(bootstrap, principal, topic, **config)
+    assert report.error is not None, f"{principal} wrote {topic} (offset {report.offset})"
+    return report.error.code()
+
+
+def own_record(consumer: Consumer, delivery: Delivery, topic: str):
+    """The record `delivery` wrote, read where it lies (assigned at its offset): nothing another test wrote."""
+    consumer.assign([TopicPartition(topic, delivery.partition, delivery.offset)])
+    message = first_record(consumer)
+    assert (message.partition(), message.offset(), message.value()) == \
+        (delivery.partition, delivery.offset, delivery.payload), "not the test's own record"
+    return message
 
 
 def error_code(call) -> int:
@@ -106,13 +145,11 @@ def test_the_file_is_the_owners_and_the_broker_refuses_whoever_does_not_authenti
 
 
 def test_each_stage_writes_only_where_it_must(secure_kafka: str) -> None:
-    assert delivery_errors(secure_kafka, "db-connector", MACHINE_DATA.name)[0].code() == \
-        KafkaError.TOPIC_AUTHORIZATION_FAILED
-    assert delivery_errors(secure_kafka, "lsb-joiner", MACHINE_DATA.name)[0].code() == \
-        KafkaError.TOPIC_AUTHORIZATION_FAILED
-    assert delivery_errors(secure_kafka, "stream-connector", MACHINE_DATA.name) == [None]
-    assert delivery_errors(secure_kafka, "stream-connector", MACHINE_DLQ.name) == [None]
-    assert delivery_errors(secure_kafka, "db-connector", MACHINE_DLQ.name) == [None]
+    assert refused(secure_kafka, "db-connector", MACHINE_DATA.name) == KafkaError.TOPIC_AUTHORIZATION_FAILED
+    assert refused(secure_kafka, "lsb-joiner", MACHINE_DATA.name) == KafkaError.TOPIC_AUTHORIZATION_FAILED
+    delivered(secure_kafka, "stream-connector", MACHINE_DATA.name)
+    delivered(secure_kafka, "stream-connector", MACHINE_DLQ.name)
+    delivered(secure_kafka, "db-connector", MACHINE_DLQ.name)
 
 
 @pytest.mark.parametrize("principal", STAGES)
@@ -148,7 +185,7 @@ def test_the_monitor_reads_lag_but_no_record(secure_kafka: str) -> None:
         .result(), what="describing a group", deadline_s=60)
     assert group.group_id == DB_CONNECTOR_GROUP
     # Not idempotent: an idempotent producer is refused sooner, for the cluster, as it has no topic to write.
-    assert delivery_errors(secure_kafka, "monitor", MACHINE_DLQ.name, **{"enable.idempotence": False})[0].code() == \
+    assert refused(secure_kafka, "monitor", MACHINE_DLQ.name, **{"enable.idempotence": False}) == \
         KafkaError.TOPIC_AUTHORIZATION_FAILED
     consumer = Consumer(consumer_config(secure_kafka, unique("monitor-"), **as_principal("monitor")))
     try:
@@ -164,7 +201,7 @@ def test_the_monitor_reads_lag_but_no_record(secure_kafka: str) -> None:
 ])
 def test_a_joiner_reads_and_commits_its_output_and_offsets_in_one_transaction(
         secure_kafka: str, principal: str, group: str, transactional_id: str, internal_topic: str | None) -> None:
-    delivery_errors(secure_kafka, "stream-connector", MACHINE_DATA.name)  # something to read
+    mine = delivered(secure_kafka, "stream-connector", MACHINE_DATA.name)  # the record it reads
     identity = as_principal(principal)
     if internal_topic:  # the standalone joiner creates its own internal topics
         admin = admin_client(secure_kafka, **identity)
@@ -176,8 +213,7 @@ def test_a_joiner_reads_and_commits_its_output_and_offsets_in_one_transaction(
     consumer = Consumer(consumer_config(secure_kafka, group, **identity))
     producer = Producer(transactional_producer_config(secure_kafka, transactional_id, **identity))
     try:
-        consumer.assign([TopicPartition(MACHINE_DATA.name, p, 0) for p in range(MACHINE_DATA.partitions)])
-        message = first_record(consumer)
+        message = own_record(consumer, mine, MACHINE_DATA.name)
         producer.init_transactions(TIMEOUT_S)
         producer.begin_transaction()
         producer.produce(MACHINE_OUT.name, message.value())
@@ -191,18 +227,14 @@ def test_a_joiner_reads_and_commits_its_output_and_offsets_in_one_transaction(
 
 
 def test_the_db_connector_reads_both_topics_and_commits_in_its_group(secure_kafka: str) -> None:
-    delivery_errors(secure_kafka, "stream-connector", MACHINE_DATA.name)
-    delivery_errors(secure_kafka, "admin", MACHINE_OUT.name)
+    mine = {MACHINE_DATA.name: delivered(secure_kafka, "stream-connector", MACHINE_DATA.name),
+            MACHINE_OUT.name: delivered(secure_kafka, "admin", MACHINE_OUT.name)}
     consumer = Consumer(consumer_config(secure_kafka, DB_CONNECTOR_GROUP, **as_principal("db-connector")))
     try:
-        consumer.assign([TopicPartition(topic.name, partition, 0) for topic in (MACHINE_DATA, MACHINE_OUT)
-                         for partition in range(topic.partitions)])
-        last = {}
-        while len(last) < 2:
-            message = first_record(consumer)
-            last[message.topic()] = message
-        consumer.commit(offsets=[TopicPartition(m.topic(), m.partition(), m.offset() + 1) for m in last.values()],
-                        asynchronous=False)
+        read = [own_record(consumer, delivery, topic) for topic, delivery in mine.items()]
+        committed = consumer.commit(offsets=[TopicPartition(m.topic(), m.partition(), m.offset() + 1) for m in read],
+                                    asynchronous=False)
+        assert all(partition.error is None for partition in committed), committed
     finally:
         consumer.close()
 
@@ -224,7 +256,7 @@ def test_with_tls_clients_trust_the_generated_ca_and_no_other(state_dir: Path, t
         ca = Path(admin["ssl.ca.location"])
         assert ca.parent == state_dir / "tls"
         assert all(path.stat().st_mode & 0o777 == 0o600 for path in ca.parent.glob("*key*.pem"))
-        assert delivery_errors(bootstrap, "stream-connector", MACHINE_DATA.name) == [None]
+        delivered(bootstrap, "stream-connector", MACHINE_DATA.name)
         other_ca = certificates.ensure_ca(tmp_path / "other-ca")
         assert not kafka_ready(bootstrap, security={**admin, "ssl.ca.location": str(other_ca)})
         assert not kafka_ready(bootstrap, security={**admin, "security.protocol": "SASL_PLAINTEXT"})
@@ -312,7 +344,7 @@ class Prober:
                 if error.args[0].code() == denied:
                     return False
                 raise
-            assert self.producer.flush(TIMEOUT_S) == 0
+            assert self.producer.flush(TIMEOUT_S) == 0 and len(errors) == 1, errors
             return outcome(lambda: _raise(errors[0]), denied)
         if operation == AclOperation.READ:
             return self._read(name)
@@ -398,11 +430,15 @@ class Prober:
             producer = Producer(producer_config(self.bootstrap, **self.identity, **{"message.timeout.ms": 10_000}))
 
             def produce() -> None:
-                # A refused producer id is a fatal error, which flush raises.
-                producer.produce(MACHINE_DLQ.name, b"{}")
+                # A refused producer id is a fatal error, which flush raises; any other refusal is in the report.
+                reports: list[KafkaError | None] = []
+                producer.produce(MACHINE_DLQ.name, b"{}", on_delivery=lambda error, _message: reports.append(error))
                 assert producer.flush(TIMEOUT_S) == 0, "the record was neither delivered nor refused"
+                assert len(reports) == 1, reports
+                _raise(reports[0])
 
-            return outcome(produce, denied)
+            # Refused the topic, the producer id was granted already: allowed.
+            return outcome(produce, denied, KafkaError.TOPIC_AUTHORIZATION_FAILED)
         if operation == AclOperation.DESCRIBE:
             every = AclBindingFilter(ResourceType.ANY, None, ResourcePatternType.ANY, None, None, AclOperation.ANY,
                                      AclPermissionType.ANY)
@@ -451,7 +487,7 @@ def test_every_row_of_the_acl_table_holds_on_the_broker_grants_and_denials_for_e
             admin.create_topics([NewTopic(name, 1, 1)], operation_timeout=TIMEOUT_S)[name].result(TIMEOUT_S)
         except KafkaException as error:
             assert error.args[0].code() == KafkaError.TOPIC_ALREADY_EXISTS
-    assert delivery_errors(secure_kafka, "admin", MACHINE_DATA.name) == [None]  # a record for the readers
+    delivered(secure_kafka, "admin", MACHINE_DATA.name)  # a record for the readers
     probes = [(ResourceType.TOPIC, name, operation) for name in ACL_TOPICS for operation in TOPIC_OPERATIONS]
     probes += [(ResourceType.GROUP, name, operation) for name in ACL_GROUPS for operation in GROUP_OPERATIONS]
     probes += [(ResourceType.TRANSACTIONAL_ID, name, operation)

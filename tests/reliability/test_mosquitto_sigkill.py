@@ -16,7 +16,8 @@ import time
 
 import pytest
 
-from chaos_support import AckTimedPublisher, Fault, PrivateStack, canonical, chaos_workdir, lost_to_broker_kill
+from chaos_support import (MOSQUITTO_SAVE_WINDOW_S, AckTimedPublisher, Fault, PrivateStack, canonical, chaos_workdir,
+                           lost_to_broker_kill)
 from connector_support import expected_records
 from pipeline_core.health import mqtt_ready
 from pipeline_core.settings import MACHINE_STATES_TOPIC
@@ -54,6 +55,11 @@ def test_a_sigkill_of_mosquitto_loses_only_rows_acknowledged_after_its_last_save
         records = {payload: {canonical(record) for record in expected_records([json.loads(payload)])}
                    for payload in rows}
         kill = stack.broker_kills[-1]
+        # Saving works: its last save came at most a save interval (and a long save) before the kill. Were saving
+        # broken, every row would be acknowledged after the last save, at risk, and losing them all would pass.
+        assert kill.killed_at - kill.saved_at <= MOSQUITTO_SAVE_WINDOW_S, \
+            f"Mosquitto's last save came {kill.killed_at - kill.saved_at:.1f} s before its SIGKILL: more than " \
+            f"{MOSQUITTO_SAVE_WINDOW_S} s"
         at_risk = {payload for payload in rows if lost_to_broker_kill(publisher.acks[payload], [kill])}
         required = set().union(*(records[payload] for payload in rows if payload not in at_risk))
 
