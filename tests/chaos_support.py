@@ -50,7 +50,7 @@ from simulator.replay import publish_rows, selected_rows
 from simulator.settings import SimulatorSettings
 from stack.processes import parent_pid, process_state
 from stack.topology import SINGLE_PORTS, private_ports
-from support import PORT_RANGE_ENV, Message, read_topic, wait_for
+from support import Message, private_port_range, read_topic, wait_for
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SERVERS = ("kafka", "mosquitto", "influxdb")
@@ -212,7 +212,7 @@ class PrivateStack:
 
     def __init__(self, state_dir: Path, joiner: str) -> None:
         self.state_dir = state_dir
-        ports = private_ports(SINGLE_PORTS, os.environ.get(PORT_RANGE_ENV))
+        ports = private_ports(SINGLE_PORTS, private_port_range())
         self.bootstrap = f"127.0.0.1:{ports['KAFKA_PORT']}"
         self.assigned_ports = dict(ports)
         self.env = {**os.environ, **{name: str(port) for name, port in ports.items()},

@@ -2,14 +2,13 @@
 workers, every scaled stage as two instances) on ports of its own, and the seeded schedule of faults for it."""
 from __future__ import annotations
 
-import os
 import random
 from pathlib import Path
 
 from chaos_support import ChaosPlan, Fault, PrivateStack
 from pipeline_core.settings import MqttSettings
 from stack.topology import CLUSTER_PORTS, SINGLE_PORTS, private_ports
-from support import PORT_RANGE_ENV
+from support import private_port_range
 
 KAFKA_NODES = (1, 2, 3)
 SPARK_WORKERS = (1, 2)
@@ -21,7 +20,7 @@ class PrivateClusterStack(PrivateStack):
 
     def __init__(self, state_dir: Path, joiner: str) -> None:
         super().__init__(state_dir, joiner)
-        ports = private_ports(SINGLE_PORTS + CLUSTER_PORTS, os.environ.get(PORT_RANGE_ENV))
+        ports = private_ports(SINGLE_PORTS + CLUSTER_PORTS, private_port_range())
         self.bootstrap = ",".join(f"127.0.0.1:{ports[name]}"
                                   for name in ("KAFKA_PORT", "KAFKA_NODE2_PORT", "KAFKA_NODE3_PORT"))
         self.assigned_ports = dict(ports)

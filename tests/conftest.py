@@ -21,7 +21,7 @@ from stack.services import Kafka, Mosquitto
 from stack.topology import private_ports
 from connector_support import close_record_counters
 from session_servers import shared_servers
-from support import PORT_RANGE_ENV, unique
+from support import private_port_range, unique
 
 # The replayed rows are from 2019: InfluxDB refuses points older than their retention policy's duration, so
 # the tests' databases (and the stack a session starts) keep raw, joined and history data forever.
@@ -131,7 +131,7 @@ def state_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def private_kafka(state_dir: Path) -> Iterator[str]:
     """A Kafka broker of the test's own, for a test that stops and starts it (ports from CLUSTER_TEST_PORTS when
     set, a state folder of its own, run through `stack.manager`); yields its bootstrap address."""
-    ports = private_ports(("KAFKA_PORT", "KAFKA_CONTROLLER_PORT"), os.environ.get(PORT_RANGE_ENV))
+    ports = private_ports(("KAFKA_PORT", "KAFKA_CONTROLLER_PORT"), private_port_range())
     bootstrap = f"127.0.0.1:{ports['KAFKA_PORT']}"
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(paths, "STATE_DIR", state_dir)

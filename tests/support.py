@@ -1,6 +1,7 @@
 """Helpers shared by the tests: polling with deadlines and reading topics to the end."""
 from __future__ import annotations
 
+import os
 import socket
 import time
 import uuid
@@ -22,6 +23,21 @@ T = TypeVar("T")
 # CLUSTER_TEST_PORTS=first-last: the ports of a test's private servers (cluster, broker) from that range (on a machine
 # whose other users hold fixed ports); by default any free ports the system gives.
 PORT_RANGE_ENV = "CLUSTER_TEST_PORTS"
+
+
+def private_port_range() -> str | None:
+    """This test process's part of CLUSTER_TEST_PORTS (None when it is not set): with several pytest-xdist workers,
+    each takes a slice of its own. A private stack takes the first free ports of its range, so two workers starting
+    one at the same moment would take the same ports, and one of the brokers would fail to bind them."""
+    whole = os.environ.get(PORT_RANGE_ENV)
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    if not whole or not worker.startswith("gw") or workers < 2:
+        return whole
+    first, last = (int(part) for part in whole.split("-"))
+    size = (last - first + 1) // workers
+    start = first + int(worker.removeprefix("gw")) * size
+    return f"{start}-{start + size - 1}"
 
 
 def wait_for(check: Callable[[], T], deadline_s: float, what: str, interval_s: float = 0.05) -> T:

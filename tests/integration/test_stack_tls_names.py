@@ -18,7 +18,7 @@ import pytest
 
 from stack import certificates
 from stack.topology import SINGLE_PORTS, private_ports
-from support import PORT_RANGE_ENV, wait_for
+from support import private_port_range, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -32,7 +32,7 @@ CONNECT = bytes([0x10, 21]) + b"\x00\x04MQTT\x04\x02\x00\x05" + b"\x00\x09tls-na
 
 class SecureStack:
     def __init__(self, state_dir: Path) -> None:
-        ports = private_ports(SINGLE_PORTS + ("MQTT_TLS_PORT",), os.environ.get(PORT_RANGE_ENV))
+        ports = private_ports(SINGLE_PORTS + ("MQTT_TLS_PORT",), private_port_range())
         self.state_dir = state_dir
         self.tls_port = ports["MQTT_TLS_PORT"]
         # No KAFKA_BOOTSTRAP_SERVERS: the stack's own Kafka is at KAFKA_PORT.

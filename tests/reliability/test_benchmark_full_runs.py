@@ -5,33 +5,32 @@ topology benchmark (two whole stacks of its own) and the slow-links one (a stack
 two shared cores."""
 from __future__ import annotations
 
-import os
 
 import pytest
 
-from benchmark_support import Run, assert_runs_to_its_end, run_ids
+from benchmark_support import Figure, Run, assert_runs_to_its_end, run_ids
 from pipeline_core.settings import ConnectionSettings
-from support import PORT_RANGE_ENV
+from support import private_port_range
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 FULL_RUNS: list[Run] = [
     # Two machine counts: the job's rate at the more machines against the fewer, and against the standalone joiner.
     ("spark_joiner", ["--records", "2000", "--machines", "10", "20", "--batch", "1000", "--rate", "200",
-                      "--latency-s", "2"], "of its records/s at 10 machines"),
+                      "--latency-s", "2"], "of its records/s at 10 machines", ()),
     ("join_peers", ["--peers", "a", "b", "c", "--copies", "1", "--records", "1000", "--rounds", "2", "--rate", "500",
-                    "--live-s", "1", "--settle-s", "0.5"], "each run against the engine"),
+                    "--live-s", "1", "--settle-s", "0.5"], "each run against the engine", ()),
     # Two whole stacks of their own, with the standalone joiner, which starts far faster than Spark; on ports from
     # CLUSTER_TEST_PORTS when set, as the tests' other private stacks, else on any free ones.
     ("topology", ["--rows", "200", "--machines", "2", "--joiner", "lsb", "--settled-s", "3",
-                  *(["--ports", os.environ[PORT_RANGE_ENV]] if os.environ.get(PORT_RANGE_ENV) else [])],
-     "cluster / single end to end:"),
+                  *(["--ports", private_port_range()] if private_port_range() else [])],
+     "cluster / single end to end:", ()),
     # Its own stack across ten hosts (as root), undelayed and delayed, each run's joins compared.
-    ("slow_links", ["--joiner", "lsb", "--round-trip-ms", "50", "--settled-s", "5"], "RTT +  50 ms"),
+    ("slow_links", ["--joiner", "lsb", "--round-trip-ms", "50", "--settled-s", "5"], "RTT +  50 ms", ()),
 ]
 
 
-@pytest.mark.parametrize(("module", "flags", "printed"), FULL_RUNS, ids=run_ids(FULL_RUNS))
+@pytest.mark.parametrize(("module", "flags", "printed", "figures"), FULL_RUNS, ids=run_ids(FULL_RUNS))
 def test_the_benchmark_runs_whole_to_its_end(stack: ConnectionSettings, module: str, flags: list[str],
-                                             printed: str) -> None:
-    assert_runs_to_its_end(stack, module, flags, printed)
+                                             printed: str, figures: tuple[Figure, ...]) -> None:
+    assert_runs_to_its_end(stack, module, flags, printed, figures)
