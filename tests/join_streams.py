@@ -8,8 +8,9 @@ axes; per axis a speed and a torque stream (the power join), with `extra_quantit
 on the speed) and a temperature no spec joins. Times lie on a grid of STEP_MS, some streams half a millisecond off
 it; each stream starts in time order, and the streams interleave at random.
 
-Faults act on the arrival order, each a function of FAULTS (a name, and how it changes the arrivals), drawn in any
-number and mix: a new kind of fault is one more entry, and every test drawing `scenarios()` meets it. Processing
+Faults act on the arrival order, each a function of FAULTS (a name, and how it changes the arrivals, given the spec's
+bound), drawn in any number and mix: a new kind of fault is one more entry, and every test drawing `scenarios()`
+meets it. Processing
 times advance PROCESSING_STEP_MS per arrival, with drawn pauses; in seconds every one is a multiple of 1/8, exact
 in binary, so an engine's seconds clock and the reference's milliseconds agree on every comparison.
 """
@@ -60,6 +61,7 @@ def result_of(thing: str, quantity: str, step: int) -> float:
 
 Records = list[dict[str, Any]]
 Draw = Callable[[st.SearchStrategy], Any]
+BOUNDS_MS = (0, 300, 1_000)  # max_out_of_orderness drawn: none, three grid steps, ten
 
 
 def _displace(draw: Draw, records: Records, farthest: int) -> Records:
@@ -69,6 +71,23 @@ def _displace(draw: Draw, records: Records, farthest: int) -> Records:
     index = draw(st.integers(0, len(records) - 1))
     moved = records[:index] + records[index + 1:]
     moved.insert(min(len(moved), index + draw(st.integers(1, farthest))), records[index])
+    return moved
+
+
+def _at_the_bound(draw: Draw, records: Records, bound_ms: float) -> Records:
+    """A record moved to arrive right after its stream's record `bound_ms` later: exactly the bound behind the
+    newest of its stream (when no later one came before it), the last place it may arrive and still join."""
+    where = {(record["thing"], record["quantity"], record["phenomenonTime"]): index
+             for index, record in enumerate(records)}
+    candidates = [(index, later) for index, record in enumerate(records)
+                  if (later := where.get((record["thing"], record["quantity"], record["phenomenonTime"] + bound_ms),
+                                         -1)) > index]
+    if not bound_ms or not candidates:
+        return records
+    index, later = draw(st.sampled_from(candidates))
+    moved = list(records)
+    moved.insert(later + 1, moved[index])
+    del moved[index]
     return moved
 
 
@@ -85,18 +104,20 @@ def _repeat(draw: Draw, records: Records, conflicting: bool) -> Records:
     return repeated
 
 
-# name -> how it changes the arrivals (draw, the records in arrival order) -> the records in arrival order
-FAULTS: dict[str, Callable[[Draw, Records], Records]] = {
-    "displaced": lambda draw, records: _displace(draw, records, 6),  # mostly within a bound of 300-1,000 ms
-    "displaced far": lambda draw, records: _displace(draw, records, 40),  # mostly beyond it
-    "duplicate": lambda draw, records: _repeat(draw, records, conflicting=False),
-    "conflict": lambda draw, records: _repeat(draw, records, conflicting=True),
+# name -> how it changes the arrivals: (draw, the records in arrival order, the bound in ms) -> the records
+FAULTS: dict[str, Callable[[Draw, Records, float], Records]] = {
+    "displaced": lambda draw, records, bound_ms: _displace(draw, records, 6),  # mostly within a bound of 300-1,000 ms
+    "displaced far": lambda draw, records, bound_ms: _displace(draw, records, 40),  # mostly beyond it
+    "at the bound": _at_the_bound,
+    "duplicate": lambda draw, records, bound_ms: _repeat(draw, records, conflicting=False),
+    "conflict": lambda draw, records, bound_ms: _repeat(draw, records, conflicting=True),
 }
 
 
 @dataclass(frozen=True)
 class Scenario:
     events: list[Event]
+    bound_ms: float  # the specs' max_out_of_orderness the faults were drawn for
     faults: tuple[str, ...]  # the faults applied, in order: for a failing example's report
 
     @property
@@ -129,10 +150,12 @@ def machine_streams(draw: Draw, max_machines: int = 4, axes: Sequence[str] = ("1
 
 @st.composite
 def scenarios(draw: Draw, max_machines: int = 4, axes: Sequence[str] = ("1", "11"), extra_quantities: bool = False,
-              fault_kinds: Sequence[str] | None = None, max_faults: int = 8, quiet_spells: bool = False) -> Scenario:
-    """Streams of `machine_streams`, interleaved at random, with up to `max_faults` faults of `fault_kinds` (every
-    kind of FAULTS unless given); `quiet_spells`: drawn pauses in processing time, each followed by a look for
-    quiet streams, and one at the end."""
+              fault_kinds: Sequence[str] | None = None, max_faults: int = 8, quiet_spells: bool = False,
+              bounds_ms: Sequence[float] = BOUNDS_MS) -> Scenario:
+    """Streams of `machine_streams`, interleaved at random, a bound of `bounds_ms`, and up to `max_faults` faults of
+    `fault_kinds` (every kind of FAULTS unless given); `quiet_spells`: drawn pauses in processing time, each followed
+    by a look for quiet streams, and one at the end."""
+    bound_ms = draw(st.sampled_from(bounds_ms))
     streams = draw(machine_streams(max_machines, axes, extra_quantities))
     rng = draw(st.randoms(use_true_random=False))
     labels = [index for index, stream in enumerate(streams) for _ in stream]
@@ -145,7 +168,7 @@ def scenarios(draw: Draw, max_machines: int = 4, axes: Sequence[str] = ("1", "11
     kinds = list(FAULTS) if fault_kinds is None else list(fault_kinds)
     applied = draw(st.lists(st.sampled_from(kinds), max_size=max_faults)) if kinds else []
     for kind in applied:
-        records = FAULTS[kind](draw, records)
+        records = FAULTS[kind](draw, records, bound_ms)
     events: list[Event] = []
     now_ms = PROCESSING_START_MS
     pauses = {}
@@ -160,4 +183,4 @@ def scenarios(draw: Draw, max_machines: int = 4, axes: Sequence[str] = ("1", "11
         events.append(Arrival(now_ms, record))
     if quiet_spells:
         events.append(ReleaseCheck(now_ms + pauses.get(len(records), max(PAUSES_MS))))
-    return Scenario(events, tuple(applied))
+    return Scenario(events, bound_ms, tuple(applied))

@@ -17,11 +17,11 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
-from confluent_kafka import Producer
+from confluent_kafka import Consumer, Producer, TopicPartition
 
 from fault_support import stop_server
-from pipeline_core.kafka_clients import (KafkaStartupError, admin_client, producer_config, retry_transient,
-                                         transactional_producer_config)
+from pipeline_core.kafka_clients import (KafkaStartupError, admin_client, consumer_config, producer_config,
+                                         raise_partition_errors, retry_transient, transactional_producer_config)
 from pipeline_core.topics import MACHINE_DATA, MACHINE_DLQ, MACHINE_OUT, ensure_topics
 from spark_joiner.bucket_join import DLQ, EMITTED_ARROW_SCHEMA, OUT
 from spark_joiner.sink import TransactionalBatchSink
@@ -56,10 +56,17 @@ def test_a_batch_meeting_kafka_away_fails_plainly_and_the_restarted_query_commit
         producer.produce(data.name, f"input {offset}".encode(), partition=0)
     assert producer.flush(30) == 0
     transactional_id = unique("spark-joiner.outage")
-    # A just started Kafka answers NOT_COORDINATOR while it creates __transaction_state, on a loaded machine for
-    # longer than the sink's short deadline here: wait for the coordinator first (the sink's init fences this one).
+    # A just started Kafka answers NOT_COORDINATOR while it creates __transaction_state and __consumer_offsets, on a
+    # loaded machine for longer than the sink's short deadline here: wait for both coordinators of the sink first
+    # (the transactional id's, whose producer the sink's init fences, and its group's, which holds its input offsets).
     ready = Producer(transactional_producer_config(bootstrap, transactional_id))
     retry_transient(lambda: ready.init_transactions(10), deadline_s=180, what="the transaction coordinator")
+    group = Consumer(consumer_config(bootstrap, transactional_id))
+    try:
+        retry_transient(lambda: raise_partition_errors(group.committed([TopicPartition(data.name, 0)], timeout=10)),
+                        deadline_s=180, what="the group coordinator")
+    finally:
+        group.close()
     sink = TransactionalBatchSink(bootstrap, out.name, dlq.name, transactional_id,
                                   startup_deadline_s=STARTUP_DEADLINE_S, transaction_timeout_s=TRANSACTION_TIMEOUT_S)
     reports: list[str | None] = []

@@ -20,20 +20,19 @@ from hypothesis import strategies as st
 
 from join_reference import POWER, Spec
 from join_state_reference import Arrival, ReleaseCheck, Verdict, evicting_join, released_join
-from join_streams import PAUSES_MS, Scenario, scenarios
+from join_streams import BOUNDS_MS, PAUSES_MS, Scenario, scenarios
 from kafka_joiner_support import as_multiset
 from local_stream_buffer.idle_release import due_sides
 from local_stream_buffer.keyed import KeyedJoiner
 from local_stream_buffer.keyed_batch import KeyedRows, StateDict, join_keyed_batch
 from local_stream_buffer.output import output_records
-from local_stream_buffer.reorder import release_idle_side
+from local_stream_buffer.reorder import load_key_state, release_idle_side
 from local_stream_buffer.specs import JoinSpec, SpecResolver
 from local_stream_buffer.status import IngestStatus
 from support import ManualClock
 
 EXAMPLES = settings(max_examples=150, deadline=None,
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
-BOUNDS_MS = (0, 300, 1_000)  # max_out_of_orderness: none, three grid steps, ten
 IDLE_RELEASE_MS = 1_000
 # The reference's product spec: a second join on the speed, so a speed record feeds two keys.
 PRODUCT = Spec("actSpeed_C", "vaLoad_C", "vaProduct_C", lambda left, right: left * right, delta_time_ms=None)
@@ -64,7 +63,8 @@ def statuses(verdicts: list[Verdict], bound_ms: float) -> list[IngestStatus]:
 
 def per_record(scenario: Scenario, joiner: KeyedJoiner, clock: ManualClock | None = None
                ) -> tuple[list[dict], list[IngestStatus], list[tuple]]:
-    """The joiner through the scenario's events: its outputs, the status of every arrival, and its releases."""
+    """The joiner through the scenario's events: its outputs, the status of every arrival, and its releases (when
+    made, thing, spec, axis, side, the time released up to)."""
     outputs, seen, releases = [], [], []
     for event in scenario.events:
         if clock is not None:
@@ -72,7 +72,8 @@ def per_record(scenario: Scenario, joiner: KeyedJoiner, clock: ManualClock | Non
         if isinstance(event, ReleaseCheck):
             released, made = joiner.release_idle()
             outputs += released
-            releases += [(r.thing, r.binding.spec.name, r.binding.axis, r.side, r.up_to_ms) for r in made]
+            releases += [(event.at_ms, r.thing, r.binding.spec.name, r.binding.axis, r.side, r.up_to_ms)
+                         for r in made]
             continue
         outcome = joiner.ingest(event.record)
         outputs += outcome.outputs
@@ -108,15 +109,18 @@ def batches_of(scenario: Scenario, cut_after: set[int]) -> list[tuple[float, lis
     return steps
 
 
-def batch_path(scenario: Scenario, steps: list, specs: list[JoinSpec], rng) -> tuple[list[dict], set[int]]:
+def batch_path(scenario: Scenario, steps: list, specs: list[JoinSpec], rng
+               ) -> tuple[list[dict], set[int], list[tuple]]:
     """join_keyed_batch through the batches (rows shuffled, each stream's order its partition and offset), and the
-    Spark job's idle release between them: the output records, and the arrivals whose rows were turned away."""
+    Spark job's idle release between them: the output records, the arrivals whose rows were turned away, and the
+    releases (as `per_record` gives them)."""
     resolver = SpecResolver(specs)
     records = scenario.records
     keys: dict = {}
     states = StateDict()
     outputs: list[dict] = []
     turned_away: set[int] = set()
+    releases: list[tuple] = []
     things = sorted({record["thing"] for record in records})
     for step in steps:
         if not isinstance(step, tuple):
@@ -125,6 +129,8 @@ def batch_path(scenario: Scenario, steps: list, specs: list[JoinSpec], rng) -> t
                 for side in due_sides(states.get(stored), int(step), binding.idle_release_ms or float("inf")):
                     states[stored], pairs = release_idle_side(states[stored], side, binding.delta_time_ms)
                     outputs += output_records(thing, binding, pairs)
+                    up_to = load_key_state(states[stored])[0].released[side]
+                    releases.append((step, thing, binding.spec.name, binding.axis, side, up_to))
             continue
         arrived_ms, numbers = step
         rows = [(keys.setdefault((records[n]["thing"], binding), len(keys)), side, n)
@@ -143,7 +149,14 @@ def batch_path(scenario: Scenario, steps: list, specs: list[JoinSpec], rng) -> t
             thing, binding = key_list[code]
             mine = joined.key == code
             outputs += output_records(thing, binding, type(joined.pairs)(*(column[mine] for column in joined.pairs)))
-    return outputs, turned_away
+    return outputs, turned_away, releases
+
+
+def releases_of(result) -> list[tuple]:
+    """The reference's releases as `per_record` gives them."""
+    spec_names = {POWER.output: "power", PRODUCT.output: "product"}
+    return sorted((release.at_ms, thing, spec_names[output], axis, ("left", "right").index(side), release.up_to)
+                  for release in result.releases for thing, output, axis, side in [release.stream])
 
 
 def at_batch_times(scenario: Scenario, steps: list) -> list:
@@ -158,8 +171,9 @@ def at_batch_times(scenario: Scenario, steps: list) -> list:
 
 
 @EXAMPLES
-@given(scenarios(extra_quantities=True), st.sampled_from(BOUNDS_MS))
-def test_the_per_record_path_gives_the_references_records_and_verdicts(scenario: Scenario, bound_ms: int) -> None:
+@given(scenarios(extra_quantities=True))
+def test_the_per_record_path_gives_the_references_records_and_verdicts(scenario: Scenario) -> None:
+    bound_ms = scenario.bound_ms
     expected = released_join(scenario.arrivals, reference_specs(bound_ms), bound_ms)
     outputs, seen, _ = per_record(scenario, KeyedJoiner(engine_specs(bound_ms)))
     assert seen == statuses(expected.verdicts, bound_ms)
@@ -167,48 +181,47 @@ def test_the_per_record_path_gives_the_references_records_and_verdicts(scenario:
 
 
 @EXAMPLES
-@given(scenarios(extra_quantities=True), st.sampled_from(BOUNDS_MS), st.sets(st.integers(0, 400), max_size=12),
-       st.randoms(use_true_random=False))
+@given(scenarios(extra_quantities=True), st.sets(st.integers(0, 400), max_size=12), st.randoms(use_true_random=False))
 def test_every_batching_gives_the_references_records_and_turns_away_what_it_does(
-        scenario: Scenario, bound_ms: int, cut_after: set[int], rng) -> None:
+        scenario: Scenario, cut_after: set[int], rng) -> None:
+    bound_ms = scenario.bound_ms
     expected = released_join(scenario.arrivals, reference_specs(bound_ms), bound_ms)
-    outputs, turned_away = batch_path(scenario, batches_of(scenario, cut_after), engine_specs(bound_ms), rng)
+    outputs, turned_away, _ = batch_path(scenario, batches_of(scenario, cut_after), engine_specs(bound_ms), rng)
     assert turned_away == {number for number, verdict in enumerate(expected.verdicts)
                            if verdict in (Verdict.BEHIND, Verdict.CONFLICT)}
     assert as_multiset(outputs) == as_multiset(expected.outputs)
 
 
 @EXAMPLES
-@given(scenarios(quiet_spells=True), st.sampled_from(BOUNDS_MS[1:]))
-def test_the_idle_release_per_record_gives_the_references_releases_and_records(scenario: Scenario,
-                                                                               bound_ms: int) -> None:
+@given(scenarios(quiet_spells=True, bounds_ms=BOUNDS_MS[1:]))
+def test_the_idle_release_per_record_gives_the_references_releases_and_records(scenario: Scenario) -> None:
+    bound_ms = scenario.bound_ms
     expected = released_join(scenario.events, reference_specs(bound_ms), bound_ms, IDLE_RELEASE_MS)
     clock = ManualClock()
     outputs, seen, releases = per_record(scenario, KeyedJoiner(engine_specs(bound_ms, IDLE_RELEASE_MS), clock=clock),
                                          clock)
     assert seen == statuses(expected.verdicts, bound_ms)
-    spec_names = {POWER.output: "power", PRODUCT.output: "product"}
-    assert sorted(releases) == sorted((thing, spec_names[output], axis, ("left", "right").index(side), release.up_to)
-                                      for release in expected.releases
-                                      for thing, output, axis, side in [release.stream])
+    assert sorted(releases) == releases_of(expected)  # each stream released when the reference releases it
     assert as_multiset(outputs) == as_multiset(expected.outputs)
 
 
 @EXAMPLES
-@given(scenarios(quiet_spells=True), st.sampled_from(BOUNDS_MS[1:]), st.sets(st.integers(0, 400), max_size=12),
+@given(scenarios(quiet_spells=True, bounds_ms=BOUNDS_MS[1:]), st.sets(st.integers(0, 400), max_size=12),
        st.randoms(use_true_random=False))
-def test_the_idle_release_between_batches_gives_the_references_records(scenario: Scenario, bound_ms: int,
-                                                                       cut_after: set[int], rng) -> None:
+def test_the_idle_release_between_batches_gives_the_references_releases_and_records(scenario: Scenario,
+                                                                                    cut_after: set[int], rng) -> None:
+    bound_ms = scenario.bound_ms
     steps = batches_of(scenario, cut_after)
     expected = released_join(at_batch_times(scenario, steps), reference_specs(bound_ms), bound_ms, IDLE_RELEASE_MS)
-    outputs, turned_away = batch_path(scenario, steps, engine_specs(bound_ms, IDLE_RELEASE_MS), rng)
+    outputs, turned_away, releases = batch_path(scenario, steps, engine_specs(bound_ms, IDLE_RELEASE_MS), rng)
+    assert sorted(releases) == releases_of(expected)
     assert turned_away == {number for number, verdict in enumerate(expected.verdicts)
                            if verdict in (Verdict.BEHIND, Verdict.CONFLICT)}
     assert as_multiset(outputs) == as_multiset(expected.outputs)
 
 
 @EXAMPLES
-@given(scenarios(max_machines=12), st.integers(1, 12))
+@given(scenarios(max_machines=12, bounds_ms=(0,)), st.integers(1, 12))
 def test_the_key_bound_evicts_what_the_reference_evicts_and_joins_the_rest_alike(scenario: Scenario,
                                                                                  max_join_keys: int) -> None:
     evicted: list[dict] = []
@@ -223,20 +236,27 @@ def test_the_key_bound_evicts_what_the_reference_evicts_and_joins_the_rest_alike
 
 
 def test_the_scenarios_reach_every_verdict_and_release() -> None:
-    """The strategies are no empty promise: over a fixed handful of draws, every verdict and idle releases come."""
+    """The strategies are no empty promise: over a fixed handful of draws, every verdict, records exactly the bound
+    behind their stream, and idle releases come."""
     seen: set[Verdict] = set()
-    released = 0
+    released = at_bound = 0
 
     @settings(max_examples=60, database=None, derandomize=True)
-    @given(scenarios(extra_quantities=True, quiet_spells=True), st.sampled_from(BOUNDS_MS))
-    def draw(scenario: Scenario, bound_ms: int) -> None:
-        nonlocal released
+    @given(scenarios(extra_quantities=True, quiet_spells=True))
+    def draw(scenario: Scenario) -> None:
+        nonlocal released, at_bound
+        bound_ms = scenario.bound_ms
         result = released_join(scenario.events, reference_specs(bound_ms), bound_ms, IDLE_RELEASE_MS)
         seen.update(result.verdicts)
         released += len(result.releases)
+        newest: dict[tuple[str, str], float] = {}
+        for record in scenario.records:
+            stream, t = (record["thing"], record["quantity"]), record["phenomenonTime"]
+            at_bound += bool(bound_ms) and newest.get(stream, t) - t == bound_ms
+            newest[stream] = max(newest.get(stream, t), t)
 
     draw()
-    assert seen == set(Verdict) and released > 0
+    assert seen == set(Verdict) and released > 0 and at_bound > 0
     assert min(PAUSES_MS) < IDLE_RELEASE_MS <= max(PAUSES_MS)  # quiet spells both shorter and longer than it
 
 
