@@ -5,6 +5,7 @@ import dataclasses
 import fcntl
 import os
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -127,21 +128,52 @@ def state_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("state")
 
 
-@pytest.fixture
-def private_kafka(state_dir: Path) -> Iterator[str]:
-    """A Kafka broker of the test's own, for a test that stops and starts it (ports from CLUSTER_TEST_PORTS when
-    set, a state folder of its own, run through `stack.manager`); yields its bootstrap address."""
+def _kafka_environment(state_dir: Path) -> dict[str, str]:
+    """The environment of a Kafka broker of the tests' own: a state folder of its own, ports from CLUSTER_TEST_PORTS
+    when set (this process's part of it), else any free ones."""
     ports = private_ports(("KAFKA_PORT", "KAFKA_CONTROLLER_PORT"), private_port_range())
-    bootstrap = f"127.0.0.1:{ports['KAFKA_PORT']}"
+    return {"STACK_STATE_DIR": str(state_dir), **{name: str(port) for name, port in ports.items()},
+            "KAFKA_BOOTSTRAP_SERVERS": f"127.0.0.1:{ports['KAFKA_PORT']}"}
+
+
+@contextmanager
+def _kafka_environment_set(environment: dict[str, str]) -> Iterator[None]:
+    """`stack.manager` acting on that broker (and the pipeline's clients pointed at it) inside the block."""
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(paths, "STATE_DIR", state_dir)
-        patch.setenv("STACK_STATE_DIR", str(state_dir))
-        for name, port in ports.items():
-            patch.setenv(name, str(port))
-        patch.setenv("KAFKA_BOOTSTRAP_SERVERS", bootstrap)
+        patch.setattr(paths, "STATE_DIR", Path(environment["STACK_STATE_DIR"]))
+        for name, value in environment.items():
+            patch.setenv(name, value)
+        yield
+
+
+@pytest.fixture(scope="session")
+def _private_kafka_environment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
+    """The test process's private Kafka, chosen on first use; stopped after the process's last test."""
+    environment = _kafka_environment(tmp_path_factory.mktemp("kafka-state"))
+    yield environment
+    with _kafka_environment_set(environment):
+        manager.down([Kafka()])
+
+
+@pytest.fixture
+def private_kafka(_private_kafka_environment: dict[str, str]) -> Iterator[str]:
+    """A Kafka broker of the test process's own, for a test that stops, starts or freezes it (never the shared one);
+    yields its bootstrap address. The process's tests share it, one after the other: each finds it running (started
+    again if the one before stopped it), holding the topics and groups of those before, so each names its own."""
+    with _kafka_environment_set(_private_kafka_environment):
+        manager.up([Kafka()])  # a no-op while it runs
+        yield _private_kafka_environment["KAFKA_BOOTSTRAP_SERVERS"]
+
+
+@pytest.fixture
+def fresh_kafka(state_dir: Path) -> Iterator[str]:
+    """A Kafka broker formatted for this test alone (its first start), on ports and a state folder of its own;
+    yields its bootstrap address, and stops it after the test."""
+    environment = _kafka_environment(state_dir)
+    with _kafka_environment_set(environment):
         try:
             manager.up([Kafka()])
-            yield bootstrap
+            yield environment["KAFKA_BOOTSTRAP_SERVERS"]
         finally:
             manager.down([Kafka()])
 

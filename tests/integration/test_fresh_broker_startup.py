@@ -2,8 +2,8 @@
 but has neither __consumer_offsets nor __transaction_state yet, and answers coordinator requests with
 NOT_COORDINATOR or COORDINATOR_NOT_AVAILABLE while it creates them. Every start-up call must wait that out.
 
-Runs its own Kafka (`private_kafka`: a broker just formatted, on ports and a state folder of its own): the shared
-stack is never touched."""
+Runs a Kafka of its own (`fresh_kafka`: a broker just formatted, on ports and a state folder of its own), and its
+test of a topic that never comes the test process's own (`private_kafka`): the shared stack is never touched."""
 from __future__ import annotations
 
 import dataclasses
@@ -23,8 +23,8 @@ from support import unique
 pytestmark = pytest.mark.integration
 
 
-def test_every_start_up_call_waits_out_a_just_formatted_broker(private_kafka: str, tmp_path: Path) -> None:
-    bootstrap = private_kafka
+def test_every_start_up_call_waits_out_a_just_formatted_broker(fresh_kafka: str, tmp_path: Path) -> None:
+    bootstrap = fresh_kafka
     admin = admin_client(bootstrap)
     # The first transactional producer and the first offset read of the broker's life: what failed the
     # Spark joiner's start from nothing every time.
