@@ -104,8 +104,7 @@ def as_multiset(values: list[bytes | dict[str, Any]]) -> Counter[str]:
 
 def read_outputs(bootstrap: str, topic: str, expected: int, deadline_s: float = 90) -> list[Message]:
     """Wait for `expected` committed outputs, then read on briefly to catch any surplus (duplicates)."""
-    read_topic(bootstrap, topic, expected=expected, deadline_s=deadline_s)
-    return read_topic(bootstrap, topic, idle_s=1.0, deadline_s=deadline_s)
+    return read_topic(bootstrap, topic, expected=expected, then_idle_s=1.0, deadline_s=deadline_s)
 
 
 class JoinerProcess:

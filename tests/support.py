@@ -91,14 +91,16 @@ class Message:
 
 def read_topic(bootstrap: str, topic: str, *, expected: int | None = None, deadline_s: float = 60.0,
                idle_s: float = 2.0, isolation: str = "read_committed",
-               security: Mapping[str, str] | None = None, partial_ok: bool = False) -> list[Message]:
+               security: Mapping[str, str] | None = None, partial_ok: bool = False,
+               then_idle_s: float | None = None) -> list[Message]:
     """Read `topic` from the beginning.
 
-    With `expected`, stop as soon as that many messages arrived; without it, stop once the consumer is at
-    the end of every partition and nothing arrives for `idle_s`. Not there by the deadline, the read fails,
-    naming each partition's position and end; `partial_ok`: return what arrived instead (for a caller that
-    samples a topic still being written and says so). `security`: the reader's identity on a secure Kafka
-    (kafka_clients.security_config).
+    With `expected`, stop as soon as that many messages arrived (with `then_idle_s`, read on until the consumer is
+    at the end of every partition and nothing more arrives for that long, so a surplus, duplicates, comes too);
+    without it, stop once the consumer is at the end of every partition and nothing arrives for `idle_s`. Not there
+    by the deadline, the read fails, naming each partition's position and end; `partial_ok`: return what arrived
+    instead (for a caller that samples a topic still being written and says so). `security`: the reader's identity
+    on a secure Kafka (kafka_clients.security_config).
     """
     consumer = Consumer(consumer_config(bootstrap, unique("test-reader"), **(security or {}), **{
         "isolation.level": isolation, "enable.partition.eof": True}))
@@ -113,8 +115,11 @@ def read_topic(bootstrap: str, topic: str, *, expected: int | None = None, deadl
     try:
         while time.monotonic() < end:
             if expected is not None and len(messages) >= expected:
-                complete = True
-                break
+                if then_idle_s is None:
+                    complete = True
+                    break
+                # Read on, as a read to the end does, with time for it however late the last expected one came.
+                expected, idle_s, end = None, then_idle_s, max(end, time.monotonic() + then_idle_s + 30)
             message = consumer.poll(0.2)
             if message is None:
                 if (expected is None and partitions is not None and len(at_end) >= partitions

@@ -36,6 +36,12 @@ def test_a_read_to_the_end_returns_every_message(bootstrap: str, topic: str) -> 
         [(0, n, f"0-{n}".encode()) for n in range(5)] + [(2, n, f"2-{n}".encode()) for n in range(2)])
 
 
+def test_a_read_of_the_expected_reads_on_to_the_surplus_when_asked(bootstrap: str, topic: str) -> None:
+    assert len(read_topic(bootstrap, topic, expected=3, deadline_s=60)) == 3  # stops once three came
+    messages = read_topic(bootstrap, topic, expected=3, then_idle_s=0.5, deadline_s=60)
+    assert len(messages) == 7  # and with then_idle_s, the four beyond them too
+
+
 def test_fewer_messages_than_expected_fail_naming_each_partition_and_its_end(bootstrap: str, topic: str) -> None:
     began = time.monotonic()
     with pytest.raises(AssertionError) as failure:
