@@ -48,7 +48,7 @@ SMOKE_RUNS: list[Run] = [
       figure(r"^ours / seed: {rows_ratio}x rows/s, {records_ratio}x records/s .*; ours {ours_rows_per_s} rows/s"),
       figure(r"^what bounds ours: CPU, {cpu_us_per_row} µs per row .*, i\.e\. {rows_per_core_s} rows/s"))),
     # Enough rows that each connector's CPU time while it drains them is several clock ticks (10 ms).
-    ("stream_connector", ["--instances", "2", "--rows", "2000", "--machines", "4", "--rounds", "1"],
+    ("stream_connector", ["--instances", "2", "--rows", "1000", "--machines", "4", "--rounds", "1"],
      "2 instances / 1:",
      (figure(r"^\d connectors?, .*? +[\d,]+ +[\d,]+ +{rows_per_s} +{records_per_s} +{cpu_us_per_row}$", 2),
       figure(r"^2 instances / 1: {ratio}x rows/s"))),
@@ -83,7 +83,7 @@ SMOKE_RUNS: list[Run] = [
     # Both kinds of kill: after the last acknowledgement, and in the middle of a paced publication. Enough rows for the
     # broker's CPU time to be more than a clock tick, and for its database to weigh a tenth of a MB.
     ("mosquitto_persistence", ["--settings", "autosave_on_changes, interval 1", "--rows", "20",
-                               "--kill-after-s", "0.1", "--queue", "1000", "--cost-rows", "500", "--rate", "2000"],
+                               "--kill-after-s", "0.1", "--queue", "500", "--cost-rows", "300", "--rate", "2000"],
      "as fast as acks allow:",
      (figure(r"queue [\d,]+ rows, database {database_mb} MB, one save {save_s} s"),
       figure(r"^  (?:as fast as acks allow|at [\d,]+ rows/s): {rows_per_s} rows/s, broker CPU {cpu_s} s per 1,000 rows",
