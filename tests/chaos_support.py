@@ -48,12 +48,14 @@ from pipeline_core.topics import MACHINE_DATA, MACHINE_DLQ, MACHINE_OUT
 from simulator.publisher import Publisher
 from simulator.replay import publish_rows, selected_rows
 from simulator.settings import SimulatorSettings
+from simulator.synthetic import DEFAULT_START_MS
 from stack.processes import parent_pid, process_state
 from stack.topology import SINGLE_PORTS, private_ports
 from support import Message, private_port_range, read_topic, wait_for
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SERVERS = ("kafka", "mosquitto", "influxdb")
+DAY_MS = 24 * 3600 * 1000
 # The JVM of one Spark executor, which a Spark worker starts as its child.
 SPARK_EXECUTOR_CLASS = "org.apache.spark.executor.CoarseGrainedExecutorBackend"
 
@@ -74,6 +76,9 @@ class ChaosPlan:
     # Whether every fault must be confirmed before the replay's last row is due (a later one breaks nothing in
     # flight); the run fails at once otherwise, keeping the stack's logs.
     faults_in_replay: bool = False
+    # How many runs used the stack before this one (`earlier` of run_chaos): its rows are other machines' a day
+    # later, its bad rows numbered after theirs, so no row of it is one of theirs.
+    run: int = 0
 
     @property
     def stages(self) -> tuple[str, ...]:
@@ -109,8 +114,9 @@ def fault_schedule(plan: ChaosPlan, replay_s: float) -> list[Fault]:
             for i, (action, target) in enumerate(actions)]
 
 
-def bad_payloads(how_many: int, seed: int) -> list[bytes]:
-    """Rows the stream connector must dead-letter whole; each distinct, so each is found again."""
+def bad_payloads(how_many: int, seed: int, first: int = 0) -> list[bytes]:
+    """Rows the stream connector must dead-letter whole, numbered from `first`; each distinct, so each is found
+    again."""
     rng = random.Random(seed)
     makers = [
         lambda n: b'{"Thing": "B%d", "Timestamp": ' % n,  # cut off
@@ -122,7 +128,7 @@ def bad_payloads(how_many: int, seed: int) -> list[bytes]:
         lambda n: json.dumps({"Thing": f"B{n}", "Timestamp": "yesterday", "actSpeed_C1": 1.0}).encode(),
         lambda n: json.dumps({"Thing": f"B{n}", "Timestamp": 1554076800000, "id": "no quantity"}).encode(),
     ]
-    return [makers[rng.randrange(len(makers))](n) for n in range(how_many)]
+    return [makers[rng.randrange(len(makers))](n) for n in range(first, first + how_many)]
 
 
 @dataclass(frozen=True)
@@ -373,7 +379,9 @@ class PrivateStack:
     def spark_applications(self) -> set[str]:
         """The ids of the applications the stack's Spark master runs (none while it does not answer)."""
         host = self.env.get("SPARK_MASTER_HOST", self.env.get("SPARK_LOCAL_IP", "127.0.0.1"))
-        url = f"http://{host}:{self.assigned_ports.get('SPARK_MASTER_WEBUI_PORT', 8080)}/json"
+        # The stack's own port, else the one its environment gave it (across hosts the inherited one), else Spark's.
+        port = self.assigned_ports.get("SPARK_MASTER_WEBUI_PORT") or self.env.get("SPARK_MASTER_WEBUI_PORT", 8080)
+        url = f"http://{host}:{port}/json"
         try:
             with urllib.request.urlopen(url, timeout=5) as answer:
                 state = json.load(answer)
@@ -511,6 +519,33 @@ class BadRowPublisher(threading.Thread):
             self.error = error
 
 
+@dataclass(frozen=True)
+class Published:
+    """What runs on a stack published: each good row's payload with its records, the bad rows, and the rows a SIGKILL
+    of Mosquitto put at risk. A run on a stack that earlier runs used (`run_chaos`'s `earlier`) checks the topics and
+    InfluxDB, which hold theirs too, against all of it: every row of every run, every join of all of machine.data."""
+
+    rows: dict[bytes, set[str]]
+    bad: list[bytes]
+    at_risk: set[bytes]
+
+    def to_json(self) -> str:
+        encode = lambda payload: base64.b64encode(payload).decode()  # noqa: E731
+        return json.dumps({"rows": {encode(payload): sorted(records) for payload, records in self.rows.items()},
+                           "bad": [encode(payload) for payload in self.bad],
+                           "at_risk": sorted(encode(payload) for payload in self.at_risk)})
+
+    @classmethod
+    def from_json(cls, text: str) -> Published:
+        document = json.loads(text)
+        return cls({base64.b64decode(payload): set(records) for payload, records in document["rows"].items()},
+                   [base64.b64decode(payload) for payload in document["bad"]],
+                   {base64.b64decode(payload) for payload in document["at_risk"]})
+
+
+NOTHING_PUBLISHED = Published({}, [], set())
+
+
 @dataclass
 class ChaosReport:
     plan: ChaosPlan
@@ -529,6 +564,7 @@ class ChaosReport:
     at_risk_in_broker_kills: int = 0
     verdicts: list[StatusVerdict] = field(default_factory=list)  # of the await-stuck checks
     joiner_log: str = ""  # the joiner's log, as the run left it
+    published: Published = NOTHING_PUBLISHED  # by this run and the earlier ones on its stack
 
     def summary(self) -> str:
         done = [f" (done @{at_s:.0f}s)" for at_s in self.injected_s] + [""] * len(self.faults)
@@ -592,20 +628,26 @@ def dead_lettered_payloads(messages: list[Message]) -> list[bytes]:
 
 def run_chaos(plan: ChaosPlan, workdir: Path, faults: list[Fault] | None = None,
               stack_class: type[PrivateStack] = PrivateStack, keep_workdir: bool = False,
-              running: bool = False) -> ChaosReport:
+              running: bool = False, earlier: Published = NOTHING_PUBLISHED, keep_running: bool = False
+              ) -> ChaosReport:
     """Replay, break (the seeded schedule unless `faults` are given), recover, then check every topic
     and InfluxDB against what a fault-free run holds. `stack_class`: the stack to run (cluster_support's for
     TOPOLOGY=cluster). `keep_workdir`: leave the stage logs for a caller whose own checks of the report follow.
-    `running`: the caller brought the stack up and checked it already."""
+    `running`: the caller brought the stack up and checked it already; `keep_running`: leave it up, for a next run.
+    `earlier`: what runs before this one published on the stack (their report's `published`; `plan.run` counts
+    them)."""
     report = ChaosReport(plan)
-    rows_file = workdir / "rows.json"
+    rows_file = workdir / f"rows-{plan.run}.json"
+    # Synthetic machines of their own for each run on a stack (the seed names them), a day after the run before.
     subprocess.run([sys.executable, "-m", "simulator", "--synthetic", "--machines", str(plan.machines),
-                    "--axes", "1", "--limit", str(plan.rows), "--seed", str(plan.seed),
+                    "--axes", "1", "--limit", str(plan.rows), "--seed", str(plan.seed + plan.run),
+                    "--start-ms", str(DEFAULT_START_MS + plan.run * DAY_MS),
                     "--output", str(rows_file)], check=True, cwd=REPO_ROOT, capture_output=True)
     # Each row as the simulator publishes it, with the records the connector makes of it.
     rows = {json.dumps(row).encode(): {canonical(record) for record in expected_records([row])}
             for row in read_rows(rows_file)}
-    bad = bad_payloads(plan.bad_rows, plan.seed)
+    assert not rows.keys() & earlier.rows.keys(), "a row of this run is one of an earlier run's"
+    bad = bad_payloads(plan.bad_rows, plan.seed, first=plan.run * plan.bad_rows)
     stack = stack_class(workdir / "stack", plan.joiner)
     try:
         if not running:
@@ -642,25 +684,33 @@ def run_chaos(plan: ChaosPlan, workdir: Path, faults: list[Fault] | None = None,
         assert not getattr(replay, "unpublished_bad", None), "bad rows left unpublished"
         report.replay_s = time.monotonic() - began
         check_outcome(stack, report, rows, bad, {payload: ack for publisher in publishers
-                                                 for payload, ack in publisher.publisher.acks.items()})
+                                                 for payload, ack in publisher.publisher.acks.items()}, earlier)
         report.settle_s = time.monotonic() - began - report.replay_s
+        kept_up = keep_running
+    except BaseException:
+        kept_up = False  # a failed run's stack goes down, its logs kept
+        raise
     finally:
         report.verdicts = list(stack.verdicts)
         joiner_log = stack.state_dir / f"{plan.joiner}-joiner" / f"{plan.joiner}-joiner.log"
         report.joiner_log = joiner_log.read_text(errors="replace") if joiner_log.exists() else ""
-        stack.stack("down", timeout_s=300)
+        if not kept_up:
+            stack.stack("down", timeout_s=300)
     if not keep_workdir:
         shutil.rmtree(workdir, ignore_errors=True)  # kept only when the run failed
     return report
 
 
 def check_outcome(stack: PrivateStack, report: ChaosReport, rows: dict[bytes, set[str]], bad: list[bytes],
-                  acks: dict[bytes, Ack]) -> None:
-    """`rows`: each good row's payload and its records; `acks`: every row's PUBACK, good and bad."""
+                  acks: dict[bytes, Ack], earlier: Published = NOTHING_PUBLISHED) -> None:
+    """`rows`: each good row's payload and its records; `acks`: every row's PUBACK, good and bad; `earlier`: what
+    runs before this one published on the stack, checked again with this run's."""
     bootstrap, security = stack.bootstrap, stack.kafka_security
     report.broker_kills = list(stack.broker_kills)
     at_risk = {payload for payload, ack in acks.items() if lost_to_broker_kill(ack, report.broker_kills)}
     report.at_risk_in_broker_kills = len(at_risk)
+    report.published = Published({**earlier.rows, **rows}, [*earlier.bad, *bad], earlier.at_risk | at_risk)
+    rows, bad, at_risk = report.published.rows, report.published.bad, report.published.at_risk
     for kill in report.broker_kills:
         window_s = kill.killed_at - kill.saved_at
         assert window_s <= MOSQUITTO_SAVE_WINDOW_S, \
@@ -672,12 +722,13 @@ def check_outcome(stack: PrivateStack, report: ChaosReport, rows: dict[bytes, se
     good = set().union(*rows.values())
     required = set().union(*(records for payload, records in rows.items() if payload not in at_risk))
 
+    # The checks below poll until the topics hold what they must: each poll a whole read, nothing waited for besides.
     def data_complete() -> list[Message]:
-        messages = read_topic(bootstrap, MACHINE_DATA.name, idle_s=2.0, deadline_s=300, security=security)
+        messages = read_topic(bootstrap, MACHINE_DATA.name, idle_s=0.5, deadline_s=300, security=security)
         return messages if {canonical(m.value) for m in messages} >= required else []
 
     data = wait_for(data_complete, 900, "every good record not lost to a SIGKILL of Mosquitto in machine.data",
-                    interval_s=5.0)
+                    interval_s=2.0)
     present = {canonical(m.value) for m in data}
     if any(not rows[payload] <= present for payload in at_risk if payload in rows):
         # Rows at risk that were not lost may still be on their way: machine.data is complete once it stops
@@ -707,12 +758,12 @@ def check_outcome(stack: PrivateStack, report: ChaosReport, rows: dict[bytes, se
     expected_joins = offline_join(data)
 
     def joins_complete() -> Counter[str] | None:
-        joins = Counter(canonical(m.value) for m in read_topic(bootstrap, MACHINE_OUT.name, idle_s=2.0,
+        joins = Counter(canonical(m.value) for m in read_topic(bootstrap, MACHINE_OUT.name, idle_s=0.5,
                                                                  deadline_s=300, security=security))
         assert not joins - expected_joins, f"joins that the offline join lacks: {list(joins - expected_joins)[:3]}"
         return joins if joins == expected_joins else None
 
-    wait_for(joins_complete, 900, "machine.out to equal the offline join of machine.data", interval_s=5.0)
+    wait_for(joins_complete, 900, "machine.out to equal the offline join of machine.data", interval_s=2.0)
     report.joins = sum(expected_joins.values())
 
     dead = read_topic(bootstrap, MACHINE_DLQ.name, idle_s=2.0, deadline_s=300, security=security)
@@ -734,4 +785,4 @@ def check_outcome(stack: PrivateStack, report: ChaosReport, rows: dict[bytes, se
     # InfluxDB: every record of machine.data one raw point and every record of machine.out one joined point, with
     # their tags, times and values, and nothing else.
     wait_for_points(stack.influx(), raw=expected_raw_points(map(json.loads, arrived)),
-                    joined=expected_joined_points(map(json.loads, expected_joins)), deadline_s=900, interval_s=5.0)
+                    joined=expected_joined_points(map(json.loads, expected_joins)), deadline_s=900, interval_s=2.0)

@@ -19,8 +19,8 @@ import time
 import uuid
 from pathlib import Path
 
-from chaos_support import (MOSQUITTO_SAVE_WINDOW_S, REPO_ROOT, BrokerKill, ChaosPlan, Fault, PrivateStack,
-                           chaos_workdir, run_chaos)
+from chaos_support import (MOSQUITTO_SAVE_WINDOW_S, NOTHING_PUBLISHED, REPO_ROOT, BrokerKill, ChaosPlan, Fault,
+                           PrivateStack, Published, chaos_workdir, run_chaos)
 from cluster_support import cluster_fault_schedule
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
@@ -31,6 +31,7 @@ from pipeline_core.settings import MqttSettings, load_settings
 from pipeline_core.stage_health import Heartbeat, read_heartbeat
 from simulator.settings import SimulatorSettings
 from stack import netns, placement
+from stack.topology import CLUSTER_PORTS, SINGLE_PORTS
 from support import wait_for
 
 # A port nothing listens on: a connect to it is refused by a host that can be reached, and fails otherwise.
@@ -134,7 +135,9 @@ class PrivateHostsStack(PrivateStack):
         admin = AdminClient({"bootstrap.servers": self.bootstrap, **self.kafka_security})
         try:
             groups = [group.group_id for group in admin.list_consumer_groups(request_timeout=15).result().valid]
-            joiner_groups = [group for group in groups if group.startswith("spark-joiner.") or group == "kafka-joiner"]
+            # The running joiner's group (the other joiner's stays behind after a switch).
+            joiner_groups = [group for group in groups if (group.startswith("spark-joiner.")
+                                                           if self.env["JOINER"] == "spark" else group == "kafka-joiner")]
             if not joiner_groups:
                 return None
             description = admin.describe_consumer_groups(joiner_groups[:1],
@@ -396,47 +399,70 @@ def _stack(env: dict[str, str], *args: str, timeout_s: float = 900) -> subproces
 
 
 def storm_across_hosts(joiner: str, rows: int, rate: float, severe: bool = False, kills: bool = False) -> dict:
-    """TOPOLOGY=hosts from nothing with `joiner`: every program checked to run healthy in its host's network
-    namespace, then the seeded storm (`run_storm`, on the operator host) of `rows` rows at `rate` rows/s (`severe`,
-    `kills`: with its severe faults, with the cluster's SIGKILLs); then
-    `down`, after which nothing of the hosts may be left. The storm's report, with the folder of its logs."""
+    """`storms_across_hosts` with one joiner: its report."""
+    return storms_across_hosts((joiner,), rows, rate, severe, kills)[0]
+
+
+def storms_across_hosts(joiners: tuple[str, ...], rows: int, rate: float, severe: bool = False,
+                        kills: bool = False) -> list[dict]:
+    """TOPOLOGY=hosts from nothing with the first of `joiners`, every program checked to run healthy in its host's
+    network namespace; then for each joiner in turn (`up` switching to it, the others' checked again) the seeded storm
+    (`run_storm`, on the operator host) of `rows` rows at `rate` rows/s (`severe`, `kills`: with its severe faults,
+    with the cluster's SIGKILLs), each on the rows and joins of the storms before it too; then `down`, after which
+    nothing of the hosts may be left. Each storm's report, with the folder of the logs (one bring-up for them all)."""
     netns.preflight()  # root and `ip netns`, or a clear failure
     swept = netns.sweep_orphans()  # what a test killed before its `down` left
     if swept:
         print(f"removed the namespaces a killed test left: {', '.join(swept)}")
-    workdir = chaos_workdir(f"hosts-{joiner}")
+    workdir = chaos_workdir(f"hosts-{'-'.join(joiners)}")
     state_dir = workdir / "stack"
     prefix = f"h{uuid.uuid4().hex[:8]}"
-    env = {**os.environ, "TOPOLOGY": "hosts", "JOINER": joiner, "STACK_STATE_DIR": str(state_dir),
-           "STACK_HOSTS_PREFIX": prefix, placement.GUARDIAN_PID_ENV: str(os.getpid())}
+    # Every server on its default ports, each host being a network of its own: none of the ports this environment
+    # may move a stack to (another stack's block on this machine), which the checks across the hosts do not expect.
+    env = {**{name: value for name, value in os.environ.items() if name not in (*SINGLE_PORTS, *CLUSTER_PORTS)},
+           "TOPOLOGY": "hosts", "STACK_STATE_DIR": str(state_dir), "STACK_HOSTS_PREFIX": prefix,
+           placement.GUARDIAN_PID_ENV: str(os.getpid())}
     network = netns.Network(prefix, placement.inventory().subnet)
+    reports = []
     try:
-        up = _stack(env, "up")
-        assert up.returncode == 0, up.stdout + up.stderr
-        status = _stack(env, "status", "--json")
-        assert status.returncode == 0, status.stderr
-        document = json.loads(status.stdout)
-        assert document["topology"] == "hosts"
-        for service in document["services"]:
-            assert service["health"] == "healthy", service
-            host = placement.inventory().host_of(service["name"]).name
-            assert os.stat(f"/proc/{service['pid']}/ns/net").st_ino == \
-                os.stat(f"/run/netns/{network.namespace(host)}").st_ino, f"{service['name']} runs outside its host {host}"
-        storm = _stack(env, "run", "--", sys.executable, str(Path(__file__).resolve()), "--joiner", joiner,
-                       "--state-dir", str(state_dir), "--prefix", prefix, "--rows", str(rows), "--rate", str(rate),
-                       *(["--severe"] if severe else []), *(["--kills"] if kills else []), timeout_s=3000)
-        assert storm.returncode == 0, storm.stdout[-5000:] + storm.stderr[-20000:]
-        report = json.loads(storm.stdout.strip().splitlines()[-1])
+        for run, joiner in enumerate(joiners):
+            # The first `up` brings the hosts up; a later one switches the joiner, handing its input position over.
+            up = _stack({**env, "JOINER": joiner}, "up")
+            assert up.returncode == 0, up.stdout + up.stderr
+            _check_every_program_in_its_host({**env, "JOINER": joiner}, network)
+            published = workdir / f"published-{run - 1}.json"
+            storm = _stack({**env, "JOINER": joiner}, "run", "--", sys.executable, str(Path(__file__).resolve()),
+                           "--joiner", joiner, "--state-dir", str(state_dir), "--prefix", prefix, "--rows", str(rows),
+                           "--rate", str(rate), "--run", str(run), *(["--severe"] if severe else []),
+                           *(["--kills"] if kills else []), *(["--keep-running"] if run < len(joiners) - 1 else []),
+                           *(["--earlier", str(published)] if run else []), timeout_s=3000)
+            assert storm.returncode == 0, f"the storm with the {joiner} joiner: " \
+                                          f"{storm.stdout[-5000:]}{storm.stderr[-20000:]}"
+            reports.append(json.loads(storm.stdout.strip().splitlines()[-1]))
     finally:
-        down = _stack(env, "down", timeout_s=600)
+        down = _stack({**env, "JOINER": joiners[len(reports) - 1 if reports else 0]}, "down", timeout_s=600)
     assert down.returncode == 0, down.stdout + down.stderr
     listed = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True, check=True).stdout.split()
     assert not [name for name in listed if name.startswith(f"{prefix}-")], f"namespaces left after down: {listed}"
     assert not list(netns.NETNS_ETC.glob(f"{prefix}-*")), "/etc/netns entries left after down"
     assert not netns.owner_file(prefix).exists(), "the run's owner record left after down"
-    # The stage logs stay until the caller's checks of the report passed too (`forget_run`).
-    report["workdir"] = str(workdir)
-    return report
+    # The stage logs stay until the caller's checks of the reports passed too (`forget_run`).
+    for report in reports:
+        report["workdir"] = str(workdir)
+    return reports
+
+
+def _check_every_program_in_its_host(env: dict[str, str], network: netns.Network) -> None:
+    """`status --json`: every program of the stack healthy, and running in its host's network namespace."""
+    status = _stack(env, "status", "--json")
+    assert status.returncode == 0, status.stderr
+    document = json.loads(status.stdout)
+    assert document["topology"] == "hosts"
+    for service in document["services"]:
+        assert service["health"] == "healthy", service
+        host = placement.inventory().host_of(service["name"]).name
+        assert os.stat(f"/proc/{service['pid']}/ns/net").st_ino == \
+            os.stat(f"/run/netns/{network.namespace(host)}").st_ino, f"{service['name']} runs outside its host {host}"
 
 
 def forget_run(report: dict) -> None:
@@ -456,9 +482,13 @@ def run_storm(argv: list[str] | None = None) -> int:
     parser.add_argument("--severe", action="store_true", help="add a frozen Kafka node and a host lost with its disk")
     parser.add_argument("--kills", action="store_true",
                         help="add the cluster's SIGKILLs (cluster_support.cluster_fault_schedule), once each")
+    parser.add_argument("--run", type=int, default=0, help="how many storms ran on the stack before this one")
+    parser.add_argument("--earlier", type=Path, help="what they published (chaos_support.Published, as JSON)")
+    parser.add_argument("--keep-running", action="store_true", help="leave the stack up for a next storm")
     args = parser.parse_args(argv)
     plan = ChaosPlan(joiner=args.joiner, rows=args.rows, machines=20, rate=args.rate, seed=args.seed, bad_rows=8,
-                     kills_per_stage=1, faults_in_replay=True)
+                     kills_per_stage=1, faults_in_replay=True, run=args.run)
+    earlier = Published.from_json(args.earlier.read_text()) if args.earlier else NOTHING_PUBLISHED
     workdir = args.state_dir.parent
     replay_s = plan.rows / plan.rate
     schedule_s = max(0.5 * replay_s, replay_s - LATE_FAULTS_S)
@@ -473,7 +503,9 @@ def run_storm(argv: list[str] | None = None) -> int:
 
     # `storm_across_hosts` brought the stack up and checked every program in its host.
     report = run_chaos(plan, workdir, faults, stack_class=hosts_stack, keep_workdir=True,  # see forget_run
-                       running=True)
+                       running=True, earlier=earlier, keep_running=args.keep_running)
+    # What the next storm on the stack checks again (storms_across_hosts).
+    (workdir / f"published-{args.run}.json").write_text(report.published.to_json())
     print(json.dumps({"summary": report.summary(), "confirmed": report.confirmed, "joins": report.joins,
                       "dead_letters": report.dead_letters, "replay_s": report.replay_s, "settle_s": report.settle_s,
                       "recovered_s": stacks[0].recoveries(), "went_on_s": stacks[0].went_on(),
