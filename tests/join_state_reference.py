@@ -5,7 +5,10 @@ it is written from 05_local_stream_buffer/README.md ("In-order premise, duplicat
 "A quiet machine's last pairs", "The key bound", "State and memory") and the docstrings of local_stream_buffer's
 reorder, idle_release and eviction modules.
 
-A stream is one thing's records of one quantity that a spec joins; its records arrive in arrival order.
+A stream is one thing's records of one quantity that a spec joins; its records arrive in arrival order. Every
+stream here keeps to its clock (`clocks_kept`): the clock rule (docs/join.md, "Clocks that lie") sets none of its
+records aside, so it takes each as it comes, and what follows is the join's. Where a clock lies, join_reference
+alone says what is joined.
 
 The verdict on each arriving record (`Verdict`), against the records of its stream accepted before it:
 - more than the bound (max_out_of_orderness) behind the newest of them, or at or before the time an idle release
@@ -104,6 +107,24 @@ class _Stream:
         return [record for t, record in sorted(self.accepted.items()) if t <= up_to]
 
 
+def clocks_kept(records: Iterable[dict[str, Any]], specs: Sequence[Spec], bound_ms: float) -> bool:
+    """Whether the clock rule of each spec (its limits in join_reference's Spec; clock_confirm 0: none) sets no record
+    aside: each record of a stream within clock_ahead_ms ahead of, and bound_ms + clock_back_ms behind, the newest
+    record of the stream before it (its timeline's newest: nothing set aside, the timeline took them all)."""
+    newest: dict[StreamId, float] = {}
+    for record in records:
+        t = record["phenomenonTime"]
+        for spec, axis, side in routes(record["quantity"], specs):
+            if not spec.clock_confirm:
+                continue
+            stream = (record["thing"], spec.output, axis, side)
+            if stream in newest and not (newest[stream] - bound_ms - spec.clock_back_ms <= t
+                                         <= newest[stream] + spec.clock_ahead_ms):
+                return False
+            newest[stream] = max(newest.get(stream, t), t)
+    return True
+
+
 def _verdict_of(verdicts: Iterable[Verdict]) -> Verdict:
     """One record's verdict over its streams (every stream of one quantity agrees, as they hold the same records)."""
     found = set(verdicts)
@@ -139,10 +160,13 @@ def _pairs(streams: dict[StreamId, _Stream], specs: Sequence[Spec], bound_ms: fl
 
 
 def released_join(events: Iterable[Event], specs: Sequence[Spec], bound_ms: float,
-                  idle_release_ms: float | None = None) -> JoinResult:
+                  idle_release_ms: float | None = None, pairs: bool = True) -> JoinResult:
     """The verdicts and outputs of `events` (arrivals and the joiner's looks for quiet streams), every spec with
     `bound_ms` and `idle_release_ms` (None: never released). Without releases, the join of reference_join with
-    the bound, plus the verdicts."""
+    the bound, plus the verdicts. `pairs` False: the verdicts and releases alone."""
+    events = list(events)
+    assert clocks_kept((event.record for event in events if isinstance(event, Arrival)), specs, bound_ms), \
+        "a stream whose clock the clock rule would not keep: beyond this reference's contract"
     streams: dict[StreamId, _Stream] = {}
     verdicts: list[Verdict] = []
     releases: list[Release] = []
@@ -165,7 +189,7 @@ def released_join(events: Iterable[Event], specs: Sequence[Spec], bound_ms: floa
             if verdict is Verdict.ACCEPTED:
                 stream.accept(record)
         verdicts.append(verdict)
-    return JoinResult(_pairs(streams, specs, bound_ms), verdicts, releases)
+    return JoinResult(_pairs(streams, specs, bound_ms) if pairs else [], verdicts, releases)
 
 
 def held_records(left: list[dict[str, Any]], right: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -184,6 +208,8 @@ def held_records(left: list[dict[str, Any]], right: list[dict[str, Any]]) -> lis
 def evicting_join(records: Iterable[dict[str, Any]], specs: Sequence[Spec], max_join_keys: int) -> JoinResult:
     """The verdicts, outputs and evictions of in-order streams (bound 0) through one unit of join state holding at
     most `max_join_keys` keys."""
+    records = list(records)
+    assert clocks_kept(records, specs, 0.0), "a stream whose clock the clock rule would not keep: beyond this reference"
     keys: dict[KeyId, dict[str, _Stream]] = {}  # the live incarnation of each key: its two streams
     last_used: dict[KeyId, int] = {}
     outputs: list[dict[str, Any]] = []

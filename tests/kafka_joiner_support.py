@@ -2,6 +2,7 @@
 joiner as a real subprocess."""
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -24,7 +25,7 @@ from pipeline_core.records import record_key
 from pipeline_core.topics import MACHINE_DATA
 from fault_support import end_process, kill_process, terminate_process
 from join_reference import POWER, reference_join
-from join_state_reference import Arrival, Verdict, held_records, released_join
+from join_state_reference import Arrival, Verdict, clocks_kept, held_records, released_join
 from support import Message, produce_records, read_topic, unique, wait_for
 
 ROW_FIELDS = ("Thing", "Timestamp", "id")
@@ -70,11 +71,13 @@ def key_of(record: dict[str, Any]) -> str:
     return record_key(record["thing"], record["quantity"])
 
 
-def offline_join(records: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+def offline_join(records: list[dict[str, Any]], against_reference: bool = True
+                 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """The engine's outputs on the records in this order (each stream in its order; the shipped join spec), and the
     records it rejected: the standalone joiner's KeyedJoiner, checked here against the join's reference, which
-    shares no code with it, before a test takes them as expected. The outputs must be join_reference's, record for
-    record, and the records rejected those the reference turns away (join_state_reference's verdicts)."""
+    shares no code with it, before a test takes them as expected (`against_reference`). The outputs must be
+    join_reference's, record for record, and where every clock keeps to itself (join_state_reference.clocks_kept)
+    the records rejected must be those the order rule turns away."""
     joiner = KeyedJoiner()
     outputs: list[dict[str, Any]] = []
     rejected: list[dict[str, Any]] = []
@@ -86,14 +89,30 @@ def offline_join(records: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], l
     counters = joiner.counters
     assert counters.evicted_keys == 0 and counters.forced == 0, \
         f"the offline join evicted keys or forced pairs ({counters}): beyond what the reference covers"
+    if against_reference:
+        _check_against_the_reference(records, outputs, rejected)
+    return outputs, rejected
+
+
+# The inputs (with the engine's answers) this process checked already: several tests expect the same join, and the
+# reference's clock rule costs time quadratic in a stream's length (6 s for the shipped events' 20,000 records).
+_CHECKED: set[str] = set()
+
+
+def _check_against_the_reference(records: list[dict[str, Any]], outputs: list[dict[str, Any]],
+                                 rejected: list[dict[str, Any]]) -> None:
+    digest = hashlib.sha1(json.dumps([records, outputs, rejected], sort_keys=True).encode()).hexdigest()
+    if digest in _CHECKED:
+        return
     assert as_multiset(outputs) == as_multiset(reference_join(records)), \
         "the engine's join of the expected records differs from join_reference's"
-    verdicts = released_join([Arrival(0, record) for record in records], [POWER], bound_ms=0.0).verdicts
-    turned_away = [record for record, verdict in zip(records, verdicts)
-                   if verdict in (Verdict.BEHIND, Verdict.CONFLICT)]
-    assert as_multiset(rejected) == as_multiset(turned_away), \
-        "the engine rejected other records than the join's contract turns away"
-    return outputs, rejected
+    if clocks_kept(records, [POWER], bound_ms=0.0):
+        verdicts = released_join([Arrival(0, record) for record in records], [POWER], 0.0, pairs=False).verdicts
+        turned_away = [record for record, verdict in zip(records, verdicts)
+                       if verdict in (Verdict.BEHIND, Verdict.CONFLICT)]
+        assert as_multiset(rejected) == as_multiset(turned_away), \
+            "the engine rejected other records than the join's order rule turns away"
+    _CHECKED.add(digest)
 
 
 def as_multiset(values: list[bytes | dict[str, Any]]) -> Counter[str]:
@@ -220,10 +239,11 @@ class RestartRun:
 
 
 def restart_after_a_quiet_machine(bootstrap: str, topics: Any, joiners: list[JoinerProcess], log_dir: Path,
-                                  by_thing: bool, busy_ticks: int) -> RestartRun:
+                                  by_thing: bool, busy_ticks: int, against_reference: bool = True) -> RestartRun:
     """One machine sends a few records and goes quiet, the others of its partition send `busy_ticks` ticks;
     the joiner joins it all, is killed (-9) and restarted; then every machine sends more. Asserts that the
-    output equals the offline join of all records; returns what the restart re-read."""
+    output equals the offline join of all records (checked against the reference unless `against_reference` is
+    False); returns what the restart re-read."""
     partitions = MACHINE_DATA.partitions
     home = thing_partition("quiet-1", partitions)
     busy_things = [thing for thing in (f"busy-{index}" for index in range(1_000))
@@ -239,7 +259,7 @@ def restart_after_a_quiet_machine(bootstrap: str, topics: Any, joiners: list[Joi
     joiners.append(joiner)
     produce_records(bootstrap, topics.data, before, key=key_of, by_thing=by_thing)
     joiner.start()
-    expected_before, _ = offline_join(before)
+    expected_before, _ = offline_join(before, against_reference=False)  # a count to wait for
     read_topic(bootstrap, topics.out, expected=len(expected_before), deadline_s=deadline_s)
     wait_for(lambda: caught_up(joiner.log()), deadline_s, "the joiner to catch up")
     joiner.kill()
@@ -253,7 +273,7 @@ def restart_after_a_quiet_machine(bootstrap: str, topics: Any, joiners: list[Joi
     re_read = records_in(log)
 
     produce_records(bootstrap, topics.data, after, key=key_of, by_thing=by_thing)
-    expected, _ = offline_join(before + after)
+    expected, _ = offline_join(before + after, against_reference)
     outputs = read_outputs(bootstrap, topics.out, len(expected), deadline_s)
     assert as_multiset([m.value for m in outputs]) == as_multiset(expected)
     assert joiner.terminate() == 0

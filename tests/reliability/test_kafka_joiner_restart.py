@@ -14,8 +14,10 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 def test_a_restart_after_a_million_records_beside_a_quiet_machine(bootstrap, new_topics, joiners,
                                                                    tmp_path: Path) -> None:
+    # The engine's join of a million records is the expected output without join_reference's check: its clock rule
+    # takes time quadratic in a stream's length. `make test`'s run of the same path (4,000 ticks) is checked.
     run = restart_after_a_quiet_machine(bootstrap, new_topics(), joiners, tmp_path, by_thing=True,
-                                        busy_ticks=170_000)
+                                        busy_ticks=170_000, against_reference=False)
     print(f"\nrestart after {run.busy_records:,} records beside a quiet machine: re-read {run.re_read:,} input "
           f"records, restored {run.restored:,} held records from {run.changelog_read:,} changelog records, "
           f"caught up {run.restart_s:.1f} s after the process started (a restart from the oldest held record "
