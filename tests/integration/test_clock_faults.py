@@ -41,9 +41,9 @@ def test_both_joiners_follow_lying_clocks_as_the_reference_does(connector, boots
         outputs = read_outputs(bootstrap, lsb_topics.out, len(expected))
         assert as_multiset([m.value for m in outputs]) == as_multiset(expected)  # once each
         assert dead_lettered_readings(bootstrap, lsb_topics.dlq) == outliers
-        assert lsb.runs == 3 and not lsb.failed()
+        assert lsb.kills == 2 and lsb.runs == 3 and not lsb.failed()  # two confirmed kills, three starts
     finally:
-        lsb.kill()
+        lsb.close()
         delete_internal_topics(bootstrap, [lsb.group_id])
 
     spark_topics = new_topics()
@@ -57,4 +57,4 @@ def test_both_joiners_follow_lying_clocks_as_the_reference_does(connector, boots
         assert as_multiset([m.value for m in outputs]) == as_multiset(expected)
         assert dead_lettered_readings(bootstrap, spark_topics.dlq) == outliers
     finally:
-        spark.kill()
+        spark.close()

@@ -182,11 +182,10 @@ def test_any_plant_name_flows_end_to_end_with_each_joiner(stack, bootstrap, new_
         assert report.returncode == 0, report.stdout + report.stderr
         assert {path.name for path in (tmp_path / "reports").iterdir()} >= {f"{dashboard.uid}.png"}
     finally:
-        spark.kill()
-        lsb.kill()
-        bridge.kill()
+        spark.close()
+        lsb.close()
+        bridge.close()
         for connector in db_connectors:
-            if connector.process is not None:
-                connector.kill()
+            connector.close()
         drop_session(stack, name)
         delete_internal_topics(bootstrap, [lsb.group_id])

@@ -40,4 +40,4 @@ def test_spark_joiner_killed_in_the_middle_of_clock_faults_changes_nothing(conne
         assert as_multiset([m.value for m in outputs]) == as_multiset(expected)  # once each
         assert dead_lettered_readings(bootstrap, topics.dlq) == outliers
     finally:
-        spark.kill()
+        spark.close()
