@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from fault_support import kill_process
 from stack import netns
 from stack.processes import process_start_ticks
 from support import wait_for
@@ -187,8 +188,7 @@ def test_sweep_removes_what_a_killed_run_left_and_spares_a_live_one(prefix: str,
     child, sleeper, started = start_run()
     assert netns.sweep(prefix) == []  # its owner still runs
     assert leftovers(prefix)["namespaces"] == [f"{prefix}-a", f"{prefix}-b", f"{prefix}-switch"]
-    child.kill()
-    child.wait()
+    kill_process(child, f"run {prefix}")  # confirmed: it ran, and the SIGKILL ended it before it could clean up
     assert leftovers(prefix)["owner record"] and running(sleeper, started)
     assert netns.sweep(prefix) == [f"{prefix}-a", f"{prefix}-b", f"{prefix}-switch"]
     assert leftovers(prefix) == NOTHING
@@ -204,8 +204,7 @@ def test_a_lasting_run_is_an_orphan_once_its_guardian_is_gone_and_never_without_
         netns.Harness(netns.Network(prefix), netns.Network(prefix).hosts("a")).build_lasting("a test", guardian.pid)
         netns.Harness(netns.Network(unguarded), netns.Network(unguarded).hosts("a")).build_lasting("a user's stack")
         assert prefix not in netns.orphans() and unguarded not in netns.orphans()
-        guardian.kill()
-        guardian.wait()
+        kill_process(guardian, "the guardian")
         assert prefix in netns.orphans() and unguarded not in netns.orphans()
         assert {f"{prefix}-a", f"{prefix}-switch"} <= set(netns.sweep_orphans())
         assert leftovers(prefix) == NOTHING
