@@ -6,8 +6,10 @@ and the database stays bounded:
 * ``raw``: the raw quantities of machine.data (and the dead-letter counts), default 30 days;
 * ``joined``: the join results of machine.out, default 90 days;
 * ``health``: the stages' `pipeline_health` points (one per stage every 10 s), default 7 days;
-* ``history``: one point per minute, thing and quantity (mean, min, max, count) of the raw quantities
-  and of the join results, computed by continuous queries, default 104 weeks (two years).
+* ``history``: one point per minute, thing and quantity (mean, min, max, sum, count) of the raw quantities
+  and of the join results, computed by continuous queries, default 104 weeks (two years); and the same per
+  10 minutes and per hour, each computed from the one below it, so a view over days or weeks reads a tenth or
+  a sixtieth of the minutes (the dashboards pick the coarsest that still fills their width).
 
 `ensure_retention` creates the database, the policies and the continuous queries, and alters a policy's
 duration or replaces a query when the settings changed; it is idempotent. The native stack calls it when
@@ -20,6 +22,7 @@ import dataclasses
 import logging
 import re
 from dataclasses import dataclass, fields
+from datetime import datetime, timezone
 
 from .influx import InfluxDBClient, influx_client
 from .settings import InfluxSettings, load_settings, setting
@@ -40,6 +43,24 @@ HISTORY_INTERVAL = "1m"
 # A continuous query recomputes the last 10 minutes every minute, so points that reach InfluxDB up to
 # 10 minutes after their time (the pipeline's lag, a DB connector catching up) are in the history too.
 HISTORY_RESAMPLE_FOR = "10m"
+
+
+@dataclass(frozen=True)
+class RollupTier:
+    """A coarser history computed from a finer one: `<measurement>_<interval>` from `<measurement>_<source>`,
+    every `every` over the last `resample_for`. Running more often than its interval, a continuous query writes
+    its current interval from what is there so far and overwrites it as more arrives; `resample_for` reaches back
+    past the finer tier's own 10 minutes of late points."""
+
+    interval: str
+    source: str
+    every: str
+    resample_for: str
+
+
+COARSER_TIERS = (RollupTier("10m", "1m", every="1m", resample_for="30m"),
+                 RollupTier("1h", "10m", every="5m", resample_for="2h"))
+_INTERVAL_NS = {"10m": 600 * 10**9, "1h": 3600 * 10**9}
 
 # A duration as the settings give it (whole hours, days or weeks) and as InfluxDB shows it (720h0m0s).
 _DURATION = re.compile(r"^(?:(\d+)([hdw])|INF)$")
@@ -97,13 +118,42 @@ def history_query(database: str, measurement: str, policy: str, where: str = "")
             f'GROUP BY time({HISTORY_INTERVAL}), "thing", "quantity"')
 
 
+def rollup_query(database: str, measurement: str, tier: RollupTier, where: str = "") -> str:
+    """The SELECT INTO of a coarser tier: the finer tier's sums, counts, minima and maxima added up per
+    `tier.interval`, thing and quantity, and the mean they make."""
+    source = f'"{database}"."{HISTORY_POLICY}"."{measurement}_{tier.source}"'
+    return (f'SELECT sum("sum") / sum("count") AS "mean", min("min") AS "min", max("max") AS "max", '
+            f'sum("sum") AS "sum", sum("count") AS "count" '
+            f'INTO "{database}"."{HISTORY_POLICY}"."{measurement}_{tier.interval}" '
+            f'FROM {source} {f"WHERE {where} " if where else ""}GROUP BY time({tier.interval}), "thing", "quantity"')
+
+
+def _aligned_where(start: str, end: str, interval: str) -> str:
+    """`start` to `end` (RFC 3339) widened to whole `interval`s: a coarser tier's intervals the range touches."""
+    size_ns = _INTERVAL_NS[interval]
+    start_ns = _epoch_ns(start) // size_ns * size_ns
+    end_ns = -(-_epoch_ns(end) // size_ns) * size_ns
+    return f"time >= {start_ns} AND time < {end_ns}"
+
+
+def _epoch_ns(moment: str) -> int:
+    parsed = datetime.fromisoformat(moment.replace("Z", "+00:00"))
+    if parsed.tzinfo is None:
+        parsed = parsed.replace(tzinfo=timezone.utc)
+    return int(parsed.timestamp()) * 10**9 + parsed.microsecond * 1000
+
+
 def backfill_history(client: InfluxDBClient, database: str, start: str, end: str) -> int:
     """Compute the history of a time range by hand (RFC 3339 times): what the continuous queries did not see,
-    such as data loaded more than 10 minutes after its time. Returns the points written."""
+    such as data loaded more than 10 minutes after its time. Every tier, finest first, each coarser one over the
+    whole intervals the range touches. Returns the points written."""
     written = 0
     for measurement, policy in ((DATA_MEASUREMENT, RAW_POLICY), (JOINED_MEASUREMENT, JOINED_POLICY)):
-        query = history_query(database, measurement, policy, f"time >= '{start}' AND time < '{end}'")
-        written += sum(int(point["written"]) for point in client.query(query, method="POST").get_points())
+        queries = [history_query(database, measurement, policy, f"time >= '{start}' AND time < '{end}'"),
+                   *(rollup_query(database, measurement, tier, _aligned_where(start, end, tier.interval))
+                     for tier in COARSER_TIERS)]
+        for query in queries:
+            written += sum(int(point["written"]) for point in client.query(query, method="POST").get_points())
     return written
 
 
@@ -115,6 +165,11 @@ def continuous_queries(database: str) -> dict[str, str]:
         queries[name] = (f'CREATE CONTINUOUS QUERY "{name}" ON "{database}" '
                          f'RESAMPLE EVERY {HISTORY_INTERVAL} FOR {HISTORY_RESAMPLE_FOR} '
                          f'BEGIN {history_query(database, measurement, policy)} END')
+        for tier in COARSER_TIERS:
+            name = f"{measurement}_{tier.interval}"
+            queries[name] = (f'CREATE CONTINUOUS QUERY "{name}" ON "{database}" '
+                             f'RESAMPLE EVERY {tier.every} FOR {tier.resample_for} '
+                             f'BEGIN {rollup_query(database, measurement, tier)} END')
     return queries
 
 

@@ -1,6 +1,7 @@
 """The pipeline database's retention policies and history in a real InfluxDB: created with their durations,
 left alone when nothing changed and altered when a setting did; the writers' points land in their policy;
-the continuous queries exist and their SELECT INTO, run by hand, computes the 1-minute history."""
+the continuous queries exist and their SELECT INTO, run by hand, computes the 1-minute history and the 10-minute
+and hourly ones from it."""
 from __future__ import annotations
 
 import dataclasses
@@ -42,15 +43,19 @@ def policies(client: InfluxDBClient, database: str) -> dict[str, tuple[str, bool
 
 def test_policies_are_created_with_their_durations_then_kept_or_altered(fresh_database) -> None:
     database, client = fresh_database
-    assert len(ensure_retention(client, database, SETTINGS)) == 6  # four policies, two continuous queries
+    # Four policies; per measurement (raw quantities, join results) the continuous queries of three tiers.
+    assert len(ensure_retention(client, database, SETTINGS)) == 10
     shown = policies(client, database)
     assert shown["raw"] == ("720h0m0s", True)  # the default: a write that names no policy is bounded too
     assert shown["joined"] == ("2160h0m0s", False) and shown["health"] == ("168h0m0s", False)
     assert shown["history"] == ("17472h0m0s", False)
     queries = {name: query for series in client.query("SHOW CONTINUOUS QUERIES").raw["series"]
                if series["name"] == database for name, query in series.get("values", [])}
-    assert set(queries) == {"machinedata_1m", "joined_1m"}
+    assert set(queries) == {f"{measurement}_{tier}" for measurement in ("machinedata", "joined")
+                            for tier in ("1m", "10m", "1h")}
     assert f"INTO {database}.history.joined_1m FROM {database}.joined.joined" in queries["joined_1m"]
+    assert f"INTO {database}.history.joined_10m FROM {database}.history.joined_1m" in queries["joined_10m"]
+    assert f"INTO {database}.history.joined_1h FROM {database}.history.joined_10m" in queries["joined_1h"]
 
     assert ensure_retention(client, database, SETTINGS) == []
     assert ensure_retention(client, database, dataclasses.replace(SETTINGS, influxdb_health_retention="2d")) == [
@@ -79,11 +84,20 @@ def test_the_history_query_computes_mean_min_max_per_minute_thing_and_quantity(f
                         time_precision="n", retention_policy="raw")
     start = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(minute / 1e9))
     end = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(minute / 1e9 + 120))
-    assert backfill_history(client, database, start, end) == 2  # two minutes of one thing and quantity
+    # Two minutes of one thing and quantity; one or two 10-minute and hourly points (the minutes may straddle one).
+    assert 2 + 2 <= backfill_history(client, database, start, end) <= 2 + 4
     rows = list(client.query(f'SELECT * FROM "{HISTORY_POLICY}"."machinedata_1m"', epoch="ns").get_points())
     assert [(row["time"], row["thing"], row["quantity"], row["mean"], row["min"], row["max"], row["sum"],
              row["count"]) for row in rows] == [
         (minute, "M1", "speed", 3.0, 1.0, 6.0, 9.0, 3), (minute + MINUTE_NS, "M1", "speed", 10.0, 10.0, 10.0, 10.0, 1)]
+    for tier, size_ns in (("10m", 10 * MINUTE_NS), ("1h", 60 * MINUTE_NS)):
+        coarser = list(client.query(f'SELECT * FROM "{HISTORY_POLICY}"."machinedata_{tier}"', epoch="ns").get_points())
+        assert {row["time"] for row in coarser} == {minute // size_ns * size_ns,
+                                                    (minute + MINUTE_NS) // size_ns * size_ns}, tier
+        assert sum(row["count"] for row in coarser) == 4 and sum(row["sum"] for row in coarser) == 19.0, tier
+        assert min(row["min"] for row in coarser) == 1.0 and max(row["max"] for row in coarser) == 10.0, tier
+        if len(coarser) == 1:  # both minutes in one interval: the mean of all four values
+            assert coarser[0]["mean"] == 19.0 / 4, tier
     assert "GROUP BY time(1m)" in history_query(database, "machinedata", "raw")
 
 
