@@ -1,11 +1,15 @@
-"""Grafana's InfluxQL macros and template variables, substituted the way Grafana does.
+"""Grafana's InfluxQL macros, global variables and template variables, substituted the way Grafana does.
 
-`$timeFilter` becomes ``time >= <from>ms and time <= <to>ms``, `$__interval` a rounded GROUP BY
-interval for about `MAX_DATA_POINTS` points (never below the panel's min interval), and a template variable (`$name`, `${name}`, `[[name]]`)
-its value, or ``(a|b|c)`` for several values (regex-escaped, as the dashboards use them in regexes).
+`$timeFilter` becomes ``time >= <from>ms and time <= <to>ms``; `${__from}`, `${__to}` the range's ends in epoch ms
+and `$__range_ms` its length (the dashboards compare it to pick a history tier); `$__interval` (`$__interval_ms`)
+the GROUP BY interval Grafana computes for a panel: its range divided by its `maxDataPoints` (else its width in
+pixels), rounded to Grafana's steps, never below the panel's min interval or the datasource's 1 s. A template
+variable (`$name`, `${name}`, `[[name]]`) becomes its selected value, or ``(a|b|c)`` for several (regex-escaped:
+the dashboards use their variables inside regexes), or the variable's "all" value when it is set to All.
 """
 from __future__ import annotations
 
+import json
 import re
 import time
 from collections.abc import Mapping, Sequence
@@ -13,14 +17,22 @@ from dataclasses import dataclass
 
 from pipeline_core.influx import InfluxDBClient, shown_name
 
-from .dashboards import Dashboard, Variable
+from .dashboards import ALL, Dashboard, Variable
 
-MAX_DATA_POINTS = 800
-# Grafana's rounding steps for $__interval, in ms; the datasource's timeInterval (1s) is the floor.
-_INTERVAL_STEPS_MS = (1_000, 2_000, 5_000, 10_000, 15_000, 30_000, 60_000, 120_000, 300_000, 600_000, 900_000,
-                      1_800_000, 3_600_000, 7_200_000, 10_800_000, 21_600_000, 43_200_000, 86_400_000,
-                      604_800_000)
-_UNITS_MS = {"s": 1_000, "m": 60_000, "h": 3_600_000, "d": 86_400_000, "w": 604_800_000}
+DATASOURCE_MIN_INTERVAL_MS = 1_000  # the provisioned datasource's timeInterval: the machines report once a second
+# Grafana's rounding of range / points to a readable interval (rangeutil.roundInterval): (below this, use this), ms.
+_ROUNDING_MS = ((15, 10), (35, 20), (75, 50), (150, 100), (350, 200), (750, 500), (1_500, 1_000), (3_500, 2_000),
+                (7_500, 5_000), (12_500, 10_000), (17_500, 15_000), (25_000, 20_000), (45_000, 30_000),
+                (90_000, 60_000), (210_000, 120_000), (450_000, 300_000), (750_000, 600_000), (1_050_000, 900_000),
+                (1_500_000, 1_200_000), (2_700_000, 1_800_000), (5_400_000, 3_600_000), (9_000_000, 7_200_000),
+                (16_200_000, 10_800_000), (32_400_000, 21_600_000), (86_400_000, 43_200_000),
+                (604_800_000, 86_400_000), (1_814_400_000, 604_800_000), (3_628_800_000, 2_592_000_000))
+_YEAR_MS = 31_536_000_000
+_UNITS_MS = {"ms": 1, "s": 1_000, "m": 60_000, "h": 3_600_000, "d": 86_400_000, "w": 604_800_000}
+# What Grafana's escapeRegex escapes, and control characters besides (as RE2's \x{..}, so a name holding one stays
+# one token of the query whatever InfluxQL's scanner makes of raw control characters).
+_REGEX_SPECIAL = re.compile(r"[\\^$*+?.()|\[\]{}/]")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 
 @dataclass(frozen=True)
@@ -34,19 +46,28 @@ class TimeRange:
         now_ms = int(time.time() * 1000) if now_ms is None else now_ms
         return cls(now_ms - duration_ms(relative), now_ms)
 
+    @property
+    def length_ms(self) -> int:
+        return self.end_ms - self.start_ms
+
 
 def duration_ms(text: str) -> int:
-    """A Grafana duration ("10s", "7d") in milliseconds."""
-    match = re.fullmatch(r"(\d+)([smhdw])", text.strip())
+    """A Grafana duration ("10s", "7d", ">10s" for a min interval) in milliseconds."""
+    match = re.fullmatch(r">?(\d+)(ms|[smhdw])", text.strip())
     if not match:
         raise ValueError(f"unsupported duration {text!r}")
     return int(match[1]) * _UNITS_MS[match[2]]
 
 
-def interval_ms(time_range: TimeRange, max_points: int = MAX_DATA_POINTS, min_interval_ms: int = 0) -> int:
-    wanted = (time_range.end_ms - time_range.start_ms) / max_points
-    step = next((step for step in _INTERVAL_STEPS_MS if step >= wanted), _INTERVAL_STEPS_MS[-1])
-    return max(step, min_interval_ms)
+def round_interval_ms(raw_ms: float) -> int:
+    """Grafana's readable interval near `raw_ms`."""
+    return next((step for below, step in _ROUNDING_MS if raw_ms < below), _YEAR_MS)
+
+
+def interval_ms(time_range: TimeRange, max_points: int, min_interval_ms: int = 0) -> int:
+    """The GROUP BY interval Grafana gives a panel over `time_range` with `max_points` per series."""
+    step = round_interval_ms(time_range.length_ms / max(max_points, 1))
+    return max(step, min_interval_ms, DATASOURCE_MIN_INTERVAL_MS)
 
 
 def interval_text(milliseconds: int) -> str:
@@ -56,37 +77,113 @@ def interval_text(milliseconds: int) -> str:
     return f"{milliseconds}ms"
 
 
+def parse_values(text: str) -> list[str]:
+    """Values as a person gives them: comma-separated, or a JSON list of strings (a name may hold a comma)."""
+    if text.lstrip().startswith("["):
+        values = json.loads(text)
+        if not isinstance(values, list) or not all(isinstance(value, str) for value in values):
+            raise ValueError(f"{text!r} is no JSON list of strings")
+        return values
+    return [value.strip() for value in text.split(",") if value.strip()]
+
+
+def regex_escape(value: str) -> str:
+    """A value as a regex matching exactly it, inside InfluxQL's /.../ (Grafana's escapeRegex, `/` included)."""
+    escaped = _REGEX_SPECIAL.sub(lambda match: "\\" + match[0], value)
+    return _CONTROL.sub(lambda match: f"\\x{{{ord(match[0]):02x}}}", escaped)
+
+
 def regex_value(values: Sequence[str]) -> str:
-    escaped = [re.sub(r"([\\/^$.|?*+()\[\]{}])", r"\\\1", value) for value in values]
+    escaped = [regex_escape(value) for value in values]
     return escaped[0] if len(escaped) == 1 else "(" + "|".join(escaped) + ")"
 
 
-def substitute(query: str, time_range: TimeRange, variables: Mapping[str, Sequence[str]] | None = None,
-               max_points: int = MAX_DATA_POINTS, min_interval: str | None = None) -> str:
-    """The InfluxQL Grafana would send for `query` over `time_range` with these variable values."""
-    step = interval_ms(time_range, max_points, duration_ms(min_interval) if min_interval else 0)
-    text = query.replace("$timeFilter", f"time >= {time_range.start_ms}ms and time <= {time_range.end_ms}ms")
-    text = text.replace("$__interval_ms", str(step)).replace("$__interval", interval_text(step))
-    for name in sorted(variables or {}, key=len, reverse=True):
-        value = regex_value(variables[name])  # type: ignore[index]
-        text = text.replace(f"${{{name}}}", value).replace(f"[[{name}]]", value)
-        text = re.sub(rf"\${re.escape(name)}\b", lambda _match: value, text)
-    return text
+@dataclass(frozen=True)
+class Selection:
+    """A variable's state: the values it offers and those selected (`everything`: "All")."""
+
+    options: tuple[str, ...]
+    selected: tuple[str, ...]
+    everything: bool = False
+
+    def query_text(self, variable: Variable) -> str:
+        """What the variable becomes in a query."""
+        if self.everything and variable.all_value is not None:
+            return variable.all_value
+        values = self.options if self.everything else self.selected
+        if not variable.multi and not variable.include_all:  # Grafana escapes only what may stand for several
+            return values[0] if values else ""
+        # Nothing to select: `^()$` matches the empty string only, which no tag value is.
+        return regex_value(values) if values else "()"
+
+    @property
+    def shown(self) -> tuple[str, ...]:
+        return self.options if self.everything else self.selected
 
 
-def variable_values(client: InfluxDBClient, variable: Variable) -> list[str]:
-    """The values Grafana offers for a query variable: its query's values through its regex."""
-    values = [point["value"] for point in client.query(variable.query).get_points()]
+def _global_values(time_range: TimeRange, step_ms: int) -> dict[str, str]:
+    return {"__from": str(time_range.start_ms), "__to": str(time_range.end_ms),
+            "__range_ms": str(time_range.length_ms), "__range_s": str(time_range.length_ms // 1000),
+            "__interval_ms": str(step_ms), "__interval": interval_text(step_ms)}
+
+
+def substitute(query: str, time_range: TimeRange, variables: Mapping[str, str] | None = None,
+               step_ms: int | None = None) -> str:
+    """The InfluxQL Grafana would send for `query` over `time_range`: `variables` maps a template variable's name
+    to its text in queries (`Selection.query_text`); `step_ms` is the panel's $__interval (default: Grafana's for
+    1,000 points). One pass over the query, as Grafana's: a value holding a `$` (a machine's name) stays as it is."""
+    step_ms = interval_ms(time_range, 1000) if step_ms is None else step_ms
+    values = {**_global_values(time_range, step_ms), **(variables or {}),
+              "timeFilter": f"time >= {time_range.start_ms}ms and time <= {time_range.end_ms}ms"}
+    names = "|".join(re.escape(name) for name in sorted(values, key=len, reverse=True))
+    pattern = re.compile(rf"\$\{{({names})\}}|\[\[({names})\]\]|\$({names})(?!\w)")
+    return pattern.sub(lambda match: values[match[1] or match[2] or match[3]], query)
+
+
+def variable_values(client: InfluxDBClient, variable: Variable, query: str) -> list[str]:
+    """The values Grafana offers for a variable: a custom one's list; a query one's values (InfluxDB's second column:
+    the tag value of SHOW TAG VALUES, the first selected column of a SELECT) through its regex, in query order."""
+    if variable.type in ("custom", "constant"):
+        return [value.strip() for value in query.split(",") if value.strip()] if variable.type == "custom" \
+            else [query]
+    values: list[str] = []
+    first_column = query.lstrip().lower().startswith(("show field keys", "show retention policies"))
+    for series in client.query(query).raw.get("series", []):
+        for row in series.get("values", []):
+            value = row[0] if first_column or len(row) < 2 else row[1]
+            if value is not None and str(value) not in values:
+                values.append(str(value))
     if variable.regex:
         pattern = re.compile(variable.regex.strip("/"))
         matches = [pattern.search(value) for value in values]
-        values = [(match.group(1) if match.groups() else match.group(0)) for match in matches if match]
-    return sorted(set(values))
+        values = list(dict.fromkeys(match.group(1) if match.groups() else match.group(0)
+                                    for match in matches if match))
+    return values
 
 
-def all_values(client: InfluxDBClient, dashboard: Dashboard) -> dict[str, list[str]]:
-    """Every variable of the dashboard set to "All", as the dashboards open."""
-    return {variable.name: variable_values(client, variable) for variable in dashboard.variables}
+def resolve_variables(client: InfluxDBClient, dashboard: Dashboard, time_range: TimeRange,
+                      chosen: Mapping[str, Sequence[str]] | None = None) -> dict[str, Selection]:
+    """Every variable of the dashboard, in order (a variable's query may use those before it and the time range):
+    its values and its selection, `chosen[name]` where given ([ALL] for All, values no longer offered dropped) and
+    else what the dashboard opens with."""
+    chosen = chosen or {}
+    resolved: dict[str, Selection] = {}
+    for variable in dashboard.variables:
+        query = substitute(variable.query, time_range, query_texts(dashboard, resolved))
+        options = tuple(variable_values(client, variable, query))
+        wanted = tuple(chosen.get(variable.name, variable.current))
+        if variable.include_all and (wanted == (ALL,) or not wanted):
+            resolved[variable.name] = Selection(options, options, everything=True)
+            continue
+        selected = tuple(value for value in wanted if value in options) or options[:1]
+        resolved[variable.name] = Selection(options, selected if variable.multi else selected[:1])
+    return resolved
+
+
+def query_texts(dashboard: Dashboard, resolved: Mapping[str, Selection]) -> dict[str, str]:
+    """Variable name -> its text in queries, for the variables resolved so far."""
+    return {variable.name: resolved[variable.name].query_text(variable) for variable in dashboard.variables
+            if variable.name in resolved}
 
 
 def alias(template: str, name: str, tags: Mapping[str, str]) -> str:

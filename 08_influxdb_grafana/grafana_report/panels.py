@@ -4,7 +4,7 @@ dashboards (Bokeh) draw the same data from here, so the two cannot drift apart."
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
@@ -16,7 +16,7 @@ from .macros import TimeRange, alias, duration_ms, interval_ms, substitute
 
 GAP_MS = 60_000  # the dashboards' spanNulls: longer gaps break the line
 UNIT_LABELS = {"watt": "W", "rotrpm": "rpm", "torque": "Nm", "percent": "%", "percentunit": "", "short": "",
-               "bytes": "bytes", "s": "s"}
+               "bytes": "bytes", "s": "s", "cps": "/s"}
 # Grafana's dashboards name their threshold colours; both drawings show them as these.
 THRESHOLD_COLORS = {"green": "#2ca02c", "orange": "#ff7f0e", "red": "#d62728", "blue": "#1f77b4"}
 DEFAULT_COLOR = THRESHOLD_COLORS["blue"]
@@ -30,23 +30,74 @@ class Series:
     columns: list[str] = field(default_factory=list)
     rows: list[list[Any]] = field(default_factory=list)
 
+    def measure(self, calc: str) -> float:
+        """A legend's calculation over the series (Grafana's calcs): mean, max, min, sum, lastNotNull."""
+        if not self.values:
+            return math.nan
+        if calc == "mean":
+            return sum(self.values) / len(self.values)
+        if calc in ("sum", "total"):
+            return sum(self.values)
+        if calc == "max":
+            return max(self.values)
+        if calc == "min":
+            return min(self.values)
+        return self.values[-1]
 
-def run_panel(client: InfluxDBClient, panel: Panel, time_range: TimeRange,
-              variables: Mapping[str, Sequence[str]]) -> list[Series]:
-    """Every series the panel's targets return (time in ms, first value column)."""
+
+# A legend's sortBy (the calc's display name in Grafana) -> the calc.
+_SORT_CALCS = {"Mean": "mean", "Max": "max", "Min": "min", "Total": "sum", "Last *": "lastNotNull",
+               "Last": "lastNotNull"}
+
+
+def max_points(panel: Panel, width_px: int) -> int:
+    """Points per series Grafana asks for: the panel's maxDataPoints, else its width in pixels."""
+    return panel.max_data_points or max(width_px, 1)
+
+
+def panel_step_ms(panel: Panel, time_range: TimeRange, width_px: int) -> int:
+    """The $__interval Grafana gives this panel over `time_range` at `width_px`."""
+    return interval_ms(time_range, max_points(panel, width_px),
+                       duration_ms(panel.min_interval) if panel.min_interval else 0)
+
+
+def run_panel(client: InfluxDBClient, panel: Panel, time_range: TimeRange, variables: Mapping[str, str],
+              width_px: int) -> list[Series]:
+    """Every series the panel's targets return, a value column each (time in ms), in the order of the panel's
+    legend (its sortBy, largest first) where it has one. `variables`: each variable's text in queries."""
+    step_ms = panel_step_ms(panel, time_range, width_px)
     series = []
     for target in panel.targets:
-        result = client.query(substitute(target.query, time_range, variables, min_interval=panel.min_interval),
-                              epoch="ms")
-        for raw in result.raw.get("series", []):
-            entry = Series(alias(target.alias, raw["name"], raw.get("tags") or {}), columns=raw["columns"],
-                           rows=raw["values"])
-            for row in raw["values"]:
-                if row[1] is not None and isinstance(row[1], (int, float)):
-                    entry.times_ms.append(row[0])
-                    entry.values.append(float(row[1]))
-            series.append(entry)
+        query = substitute(target.query, time_range, variables, step_ms)
+        for raw in client.query(query, epoch="ms").raw.get("series", []):
+            series.extend(_split(target.alias, raw))
+    calc = _SORT_CALCS.get(panel.legend.get("sortBy", ""))
+    if calc:
+        descending = panel.legend.get("sortDesc", True)
+        series.sort(key=lambda entry: (math.isnan(entry.measure(calc)),
+                                       -entry.measure(calc) if descending else entry.measure(calc)))
     return series
+
+
+def _split(alias_template: str, raw: dict[str, Any]) -> list[Series]:
+    """An InfluxDB series as Grafana reads it: a series per value column (`$col` in the alias names it, or the
+    column's name is added where there are several); the rows kept whole for tables."""
+    columns, rows = raw["columns"], raw["values"]
+    tags = raw.get("tags") or {}
+    several = len(columns) > 2
+    split = []
+    for index in range(1, len(columns)):
+        label = alias(alias_template.replace("$col", columns[index]), raw["name"], tags)
+        if several and "$col" not in alias_template:
+            label = f"{label} {columns[index]}"
+        entry = Series(label, columns=columns, rows=rows)
+        for row in rows:
+            value = row[index]
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
+                entry.times_ms.append(row[0])
+                entry.values.append(float(value))
+        split.append(entry)
+    return split
 
 
 def panel_range(panel: Panel, time_range: TimeRange, now_ms: int | None = None) -> TimeRange:
@@ -56,14 +107,16 @@ def panel_range(panel: Panel, time_range: TimeRange, now_ms: int | None = None) 
 
 
 def dashboard_window_ms(dashboard: Dashboard) -> int:
-    """The length of the range a dashboard opens on ("now-14d" -> 14 days)."""
-    start = dashboard.time.get("from", "now-14d")
-    return duration_ms(start.removeprefix("now-")) if start.startswith("now-") else duration_ms("14d")
+    """The length of the range a dashboard opens on ("now-24h" -> 24 hours)."""
+    start = dashboard.time.get("from", "now-24h")
+    return duration_ms(start.removeprefix("now-")) if start.startswith("now-") else duration_ms("24h")
 
 
-def panel_interval_ms(panel: Panel, time_range: TimeRange) -> int:
-    """The GROUP BY interval Grafana picks for this panel over `time_range`."""
-    return interval_ms(time_range, min_interval_ms=duration_ms(panel.min_interval) if panel.min_interval else 0)
+def no_value_text(panel: Panel) -> str:
+    """What a panel shows when its queries answered and returned nothing: its noValue (zero, for counts: none
+    counted is a count of 0), else Grafana's "No data"."""
+    value = panel.config.get("noValue")
+    return str(value) if value not in (None, "") else "No data"
 
 
 def threshold_color(panel: Panel, value: float) -> str:
@@ -85,9 +138,11 @@ def unit_label(panel: Panel) -> str:
     return UNIT_LABELS.get(panel.config.get("unit", ""), panel.config.get("unit", ""))
 
 
-def with_gaps(entry: Series, gap_ms: int) -> tuple[list[int], list[float]]:
-    """The points, with a NaN wherever data is missing for longer than `gap_ms` (Grafana's spanNulls): a line
-    across a weekend without data would invent values."""
+def with_gaps(entry: Series, min_gap_ms: int) -> tuple[list[int], list[float]]:
+    """The points, with a NaN wherever data is missing for longer than `min_gap_ms` and three times the series' own
+    spacing (a history tier's hour apart are no gap): a line across a weekend without data would invent values."""
+    spacings = sorted(later - earlier for earlier, later in zip(entry.times_ms, entry.times_ms[1:]) if later > earlier)
+    gap_ms = max(min_gap_ms, 3 * spacings[len(spacings) // 2]) if spacings else min_gap_ms
     times_ms: list[int] = []
     values: list[float] = []
     previous = None
@@ -101,12 +156,25 @@ def with_gaps(entry: Series, gap_ms: int) -> tuple[list[int], list[float]]:
     return times_ms, values
 
 
+def legend_value_text(panel: Panel, value: float) -> str:
+    """A legend's calc as the panel's unit shows it, short."""
+    if math.isnan(value):
+        return "-"
+    unit = panel.config.get("unit", "")
+    if unit == "bytes":
+        return byte_size(value)
+    if unit == "percentunit":
+        return f"{value:.0%}"
+    return short(round(value, 1) if abs(value) < 1000 else value) + ("" if unit in ("short", "") else
+                                                                      f" {unit_label(panel)}")
+
+
 def short(value: float) -> str:
     """A count as Grafana's `short` unit shows it: 250k, 1.5M."""
     for size, suffix in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
         if abs(value) >= size:
-            return f"{value / size:g}{suffix}"
-    return f"{value:g}"
+            return f"{value / size:.4g}{suffix}"
+    return f"{value:.4g}"
 
 
 def byte_size(value: float) -> str:

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -17,15 +17,24 @@ from matplotlib.ticker import FuncFormatter, PercentFormatter  # noqa: E402
 from pipeline_core.influx import InfluxDBClient  # noqa: E402
 
 from .dashboards import Dashboard, Panel  # noqa: E402
-from .macros import TimeRange  # noqa: E402
-from .panels import (GAP_MS, Series, byte_size, cell_text, panel_interval_ms, panel_range, run_panel,  # noqa: E402
-                     short, threshold_color, unit_label, with_gaps)
+from .macros import Selection, TimeRange, query_texts  # noqa: E402
+from .panels import (GAP_MS, Series, byte_size, cell_text, legend_value_text, no_value_text,  # noqa: E402
+                     panel_range, panel_step_ms, run_panel, short, threshold_color, unit_label, with_gaps)
 
 log = logging.getLogger(__name__)
 
 GRID_COLUMNS = 24
 ROW_HEIGHT_IN = 0.32  # one Grafana grid row (30 px) on the page
 PAGE_WIDTH_IN = 16.0
+DPI = 80
+LEGEND_ROW_IN = 0.13  # one legend row of 6-point text
+# Time labels by the spacing of the ticks (matplotlib's ConciseDateFormatter levels: years, months, days, hours,
+# minutes, seconds): a label names what changes from tick to tick, down to the second, and the date is written once
+# beside the axis. Ticks a minute or less apart carry their seconds, so no two labels are alike.
+TICK_FORMATS = ["%Y", "%b %d", "%b %d", "%H:%M", "%H:%M", "%H:%M:%S"]
+ZERO_FORMATS = ["", "%Y", "%b %d", "%b %d", "%H:%M", "%H:%M"]
+OFFSET_FORMATS = ["", "%Y", "%Y-%m", "%Y-%m-%d", "%Y-%m-%d", "%Y-%m-%d %H:%M"]
+_CALC_NAMES = {"mean": "Mean", "max": "Max", "min": "Min", "sum": "Total", "lastNotNull": "Last"}
 
 
 def plain(text: str) -> str:
@@ -34,34 +43,80 @@ def plain(text: str) -> str:
     return text.replace("$", r"\$")
 
 
-def draw_panel(ax: plt.Axes, panel: Panel, series: list[Series], time_range: TimeRange) -> None:
+def _utc(time_ms: int) -> datetime:
+    return datetime.fromtimestamp(time_ms / 1000, tz=timezone.utc)
+
+
+def time_axis(ax: plt.Axes, start_ms: int, end_ms: int, width_columns: int) -> None:
+    """An x axis over [start_ms, end_ms] whose labels are distinct and readable, from a minute to weeks: as many as
+    the panel's width (Grafana columns) holds."""
+    ax.set_xlim(_utc(start_ms), _utc(end_ms))
+    locator = mdates.AutoDateLocator(tz=timezone.utc, minticks=3, maxticks=max(5, width_columns // 2))
+    locator.intervald[mdates.SECONDLY] = [1, 2, 5, 10, 15, 30]
+    locator.intervald[mdates.MINUTELY] = [1, 2, 5, 10, 15, 30]
+    locator.intervald[mdates.HOURLY] = [1, 2, 3, 6, 12]
+    locator.intervald[mdates.DAILY] = [1, 2, 3, 4, 5, 7, 14]
+    ax.xaxis.set_major_locator(locator)
+    ax.xaxis.set_major_formatter(mdates.ConciseDateFormatter(locator, tz=timezone.utc, formats=TICK_FORMATS,
+                                                             zero_formats=ZERO_FORMATS,
+                                                             offset_formats=OFFSET_FORMATS))
+
+
+def _legend(ax: plt.Axes, panel: Panel, series: list[Series], colors: list[str]) -> None:
+    """Grafana's legend as a table, inside its own box: a row per series in the panel's order (largest first by
+    its sortBy), the panel's calcs as columns; what does not fit is counted in a last row."""
+    ax.set_axis_off()
+    calcs = panel.legend.get("calcs", [])
+    height_in = ax.get_position().height * ax.figure.get_figheight()
+    width_chars = int(ax.get_position().width * ax.figure.get_figwidth() * 72 / 3.7) - 3  # 6-point monospace
+    drawn = [(entry, color) for entry, color in zip(series, colors) if entry.values]
+    label_chars = min(max(8, width_chars - 10 * len(calcs)), max((len(entry.label) for entry, _ in drawn), default=8))
+    fits = max(1, int(height_in / LEGEND_ROW_IN) - 1)
+    shown = drawn if len(drawn) <= fits else drawn[:fits - 1]
+    step = LEGEND_ROW_IN / height_in
+
+    def row(y: float, label: str, cells: list[str], color: str = "black") -> None:
+        label = label if len(label) <= label_chars else label[:label_chars - 1] + "…"
+        text = f"{label:<{label_chars}}" + "".join(f"{cell:>10}" for cell in cells)
+        ax.text(0.05, y, plain(text), transform=ax.transAxes, fontsize=6, va="top", ha="left", family="monospace",
+                color=color)
+
+    row(1.0, "", [_CALC_NAMES.get(calc, calc) for calc in calcs], "grey")
+    for index, (entry, color) in enumerate(shown):
+        y = 1.0 - (index + 1) * step
+        ax.plot([0.0, 0.04], [y - step / 2, y - step / 2], transform=ax.transAxes, color=color, linewidth=2,
+                clip_on=False)
+        row(y, entry.label, [legend_value_text(panel, entry.measure(calc)) for calc in calcs])
+    if len(shown) < len(drawn):
+        row(1.0 - (len(shown) + 1) * step, f"and {len(drawn) - len(shown)} more", [], "grey")
+
+
+def draw_panel(ax: plt.Axes, panel: Panel, series: list[Series], time_range: TimeRange, step_ms: int,
+               legend_ax: plt.Axes | None = None) -> None:
     ax.set_title(panel.title + (f"  (last {panel.time_from})" if panel.time_from else ""), fontsize=10, loc="left")
     if not any(s.values or s.rows for s in series):
-        ax.text(0.5, 0.5, "No data", ha="center", va="center", fontsize=12, color="grey", transform=ax.transAxes)
+        text = no_value_text(panel)
+        ax.text(0.5, 0.5, text, ha="center", va="center", fontsize=22 if text == "0" else 12,
+                color="grey" if text == "No data" else "black", transform=ax.transAxes)
         ax.set_axis_off()
+        if legend_ax is not None:
+            legend_ax.set_axis_off()
         return
     if panel.type == "timeseries":
-        lines = []
-        for entry in series:
-            times_ms, values = with_gaps(entry, max(GAP_MS, 3 * panel_interval_ms(panel, time_range)))
-            times = [datetime.fromtimestamp(time_ms / 1000, tz=timezone.utc) for time_ms in times_ms]
-            lines += ax.plot(times, values, linewidth=0.8, marker="o" if len(entry.values) < 20 else None, markersize=3)
+        colors = [plt.get_cmap("tab10" if len(series) <= 10 else "tab20")(index % 20) for index in range(len(series))]
+        for entry, color in zip(series, colors):
+            times_ms, values = with_gaps(entry, max(GAP_MS, 3 * step_ms))
+            ax.plot([_utc(time_ms) for time_ms in times_ms], values, linewidth=0.8, color=color,
+                    marker="o" if len(entry.values) < 20 else None, markersize=3)
         start_ms = time_range.start_ms
         if panel.time_from:
             # A panel over the last hour (or week) of a stack started within it: the axis starts at its first
             # point, where Grafana would leave the time before it empty.
             first_ms = min((entry.times_ms[0] for entry in series if entry.times_ms), default=start_ms)
             start_ms = max(start_ms, first_ms - (time_range.end_ms - first_ms) // 20)
-        ax.set_xlim(datetime.fromtimestamp(start_ms / 1000, tz=timezone.utc),
-                    datetime.fromtimestamp(time_range.end_ms / 1000, tz=timezone.utc))
-        within_a_day = time_range.end_ms - start_ms <= 86_400_000
-        ax.xaxis.set_major_formatter(mdates.DateFormatter("%H:%M" if within_a_day else "%m-%d %H:%M"))
-        # As many time labels as the panel's width holds without running into each other; whole minutes from
-        # three on (the default's five gave a few minutes of data a label every 30 s, each minute twice).
-        locator = mdates.AutoDateLocator(minticks=3, maxticks=max(4, panel.grid["w"] // 2))
-        locator.intervald[mdates.MINUTELY] = [1, 2, 5, 10, 15, 30]  # a narrow panel over minutes: every 2
-        ax.xaxis.set_major_locator(locator)
+        time_axis(ax, start_ms, time_range.end_ms, panel.grid["w"])
         ax.tick_params(labelsize=7)
+        ax.xaxis.get_offset_text().set_fontsize(7)
         ax.set_ylabel(unit_label(panel), fontsize=8)
         if panel.config.get("min") is not None:
             ax.set_ylim(bottom=panel.config["min"])
@@ -73,24 +128,20 @@ def draw_panel(ax: plt.Axes, panel: Panel, series: list[Series], time_range: Tim
         elif panel.config.get("unit") == "percentunit":  # a share of 1, shown as Grafana does: 17.5%
             ax.yaxis.set_major_formatter(PercentFormatter(xmax=1, decimals=0))
         ax.grid(alpha=0.3)
-        if len(series) <= 12:
-            # Headroom above the data for the legend, so it covers no line.
-            bottom, top = ax.get_ylim()
-            ax.set_ylim(bottom, top + (top - bottom) * 0.08 * (1 + (len(series) - 1) // 3))
-            # Labels given, not taken from the lines: matplotlib leaves out a line whose label starts with "_".
-            ax.legend(lines, [plain(entry.label) for entry in series], fontsize=6, loc="upper right",
-                      ncol=min(3, len(series)))
+        if legend_ax is not None:
+            _legend(legend_ax, panel, series, colors)
     elif panel.type == "gauge":
         labels = [plain(entry.label) for entry in series]
         values = [entry.values[-1] if entry.values else 0.0 for entry in series]
         ax.barh(labels, values, color=[threshold_color(panel, v) for v in values])
+        ax.invert_yaxis()  # the first series on top
         ax.set_xlim(panel.config.get("min", 0), panel.config.get("max", max(values) * 1.1 or 1))
         for step in panel.config.get("thresholds", {}).get("steps", []):
             if step.get("value") is not None:
                 ax.axvline(step["value"], color="grey", linestyle="--", linewidth=0.8)
         for index, value in enumerate(values):
-            ax.text(value, index, f" {value:.1f} {unit_label(panel)}", va="center", fontsize=8)
-        ax.tick_params(labelsize=8)
+            ax.text(value, index, f" {value:.1f} {unit_label(panel)}", va="center", fontsize=7)
+        ax.tick_params(labelsize=7)
     elif panel.type == "bargauge":
         # As Grafana draws a horizontal bar gauge: one bar per series, top down, its name above it.
         values = [entry.values[-1] if entry.values else 0.0 for entry in series]
@@ -131,29 +182,75 @@ def draw_panel(ax: plt.Axes, panel: Panel, series: list[Series], time_range: Tim
         ax.set_axis_off()
 
 
+def _cell(grid: dict[str, int], top: float, height: float) -> tuple[float, float, float, float]:
+    """A panel's box on the figure (left, bottom, width, height in figure fractions), margins inside for titles,
+    tick labels and the legend."""
+    left = grid["x"] / GRID_COLUMNS + 0.045
+    width = grid["w"] / GRID_COLUMNS - 0.07
+    bottom = top - (grid["y"] + grid["h"]) * ROW_HEIGHT_IN / height + 0.45 / height
+    cell_height = grid["h"] * ROW_HEIGHT_IN / height - 0.85 / height
+    return left, bottom, width, cell_height
+
+
+def _axes(figure: plt.Figure, panel: Panel, box: tuple[float, float, float, float], legend_rows: int
+          ) -> tuple[plt.Axes, plt.Axes | None]:
+    """The panel's plot, and its legend's box beside it (right) or below it (bottom, as high as `legend_rows` and
+    its header need, at most 40 % of the panel) where it shows a legend."""
+    left, bottom, width, height = box
+    legend = panel.legend
+    if (panel.type != "timeseries" or not legend_rows or not legend.get("showLegend", True)
+            or legend.get("displayMode") == "hidden"):
+        return figure.add_axes(box), None
+    if legend.get("placement") == "right":
+        legend_width = min(0.4 * width, (legend.get("width", 300) / DPI) / PAGE_WIDTH_IN)
+        return (figure.add_axes((left, bottom, width - legend_width - 0.01, height)),
+                figure.add_axes((left + width - legend_width, bottom, legend_width, height)))
+    figure_height_in = figure.get_figheight()
+    legend_height = min(0.4 * height, (legend_rows + 1) * LEGEND_ROW_IN / figure_height_in)
+    tick_labels = 0.3 / figure_height_in  # room for the time axis' labels between the plot and its legend
+    return (figure.add_axes((left, bottom + legend_height + tick_labels, width, height - legend_height - tick_labels)),
+            figure.add_axes((left, bottom, width, legend_height)))
+
+
 def render_dashboard(client: InfluxDBClient, dashboard: Dashboard, time_range: TimeRange,
-                     variables: Mapping[str, Sequence[str]], out_dir: Path) -> Path:
+                     variables: Mapping[str, Selection], out_dir: Path) -> Path:
     """Draw every panel where Grafana places it and save `<out_dir>/<uid>.png`."""
     rows = max(panel.grid["y"] + panel.grid["h"] for panel in dashboard.panels)
     height = rows * ROW_HEIGHT_IN + 0.6
-    figure = plt.figure(figsize=(PAGE_WIDTH_IN, height), dpi=80)
-    start = datetime.fromtimestamp(time_range.start_ms / 1000, tz=timezone.utc)
-    end = datetime.fromtimestamp(time_range.end_ms / 1000, tz=timezone.utc)
-    figure.suptitle(f"{dashboard.title}   {start:%Y-%m-%d %H:%M} – {end:%Y-%m-%d %H:%M} UTC",
-                    x=0.01, ha="left", fontsize=13, y=1 - 0.15 / height)
+    figure = plt.figure(figsize=(PAGE_WIDTH_IN, height), dpi=DPI)
+    picked = "   ".join(f"{variable.label}: {_selection_text(variables[variable.name])}"
+                        for variable in dashboard.variables if not variable.hidden and variable.name in variables)
+    figure.suptitle(f"{dashboard.title}   {_utc(time_range.start_ms):%Y-%m-%d %H:%M} – "
+                    f"{_utc(time_range.end_ms):%Y-%m-%d %H:%M} UTC   {picked}",
+                    x=0.01, ha="left", fontsize=12, y=1 - 0.15 / height)
+    texts = query_texts(dashboard, variables)
     top = 1 - 0.6 / height
     for panel in dashboard.panels:
-        grid = panel.grid
-        shown = panel_range(panel, time_range)
-        # Margins inside each cell for titles, tick labels and legends.
-        left = grid["x"] / GRID_COLUMNS + 0.045
-        width = grid["w"] / GRID_COLUMNS - 0.07
-        bottom = top - (grid["y"] + grid["h"]) * ROW_HEIGHT_IN / height + 0.45 / height
-        cell_height = grid["h"] * ROW_HEIGHT_IN / height - 0.85 / height
-        ax = figure.add_axes((left, bottom, width, cell_height))
-        draw_panel(ax, panel, run_panel(client, panel, shown, variables), shown)
+        shown = panel_range(panel, time_range, time_range.end_ms)
+        box = _cell(panel.grid, top, height)
+        width_px = int(box[2] * PAGE_WIDTH_IN * DPI)  # the panel's width, as Grafana's maxDataPoints default
+        try:
+            series = run_panel(client, panel, shown, texts, width_px)
+        except Exception as error:  # noqa: BLE001 - one panel's failing query spares the others
+            log.warning("%s / %s: query failed: %s", dashboard.title, panel.title, error)
+            ax = figure.add_axes(box)
+            ax.set_title(panel.title, fontsize=10, loc="left")
+            ax.text(0.5, 0.5, f"query failed: {str(error)[:120]}", ha="center", va="center", fontsize=8,
+                    color="#d62728", transform=ax.transAxes, wrap=True)
+            ax.set_axis_off()
+            continue
+        ax, legend_ax = _axes(figure, panel, box, sum(1 for entry in series if entry.values))
+        draw_panel(ax, panel, series, shown, panel_step_ms(panel, shown, width_px), legend_ax)
     out_dir.mkdir(parents=True, exist_ok=True)
     target = out_dir / f"{dashboard.uid}.png"
     figure.savefig(target)
     plt.close(figure)
     return target
+
+
+def _selection_text(selection: Selection) -> str:
+    if selection.everything:
+        return f"All ({len(selection.options)})"
+    shown = ", ".join(selection.selected[:3])
+    return shown + (f" and {len(selection.selected) - 3} more" if len(selection.selected) > 3 else "")
+

@@ -21,7 +21,7 @@ class LiveDashboardsSettings(InfluxSettings):
     refresh_s: float = setting(5.0, "LIVE_DASHBOARDS_REFRESH_S", "seconds between the panels' refreshes",
                                minimum=0.5)
     window_s: float | None = setting(None, "LIVE_DASHBOARDS_WINDOW_S",
-                                     "seconds up to now the panels show (default: each dashboard's own range, "
-                                     "the last 14 days); panels with a range of their own (last 1h) keep it",
-                                     minimum=1)
+                                     "seconds up to now a page opens on (default: each dashboard's own range, the "
+                                     "last 24 hours; a page's Range picks another, as its address's ?range=7d does); "
+                                     "panels with a range of their own (last 1h) keep it", minimum=1)
     dashboards: Path = setting(DASHBOARDS_DIR, "LIVE_DASHBOARDS_DIR", "folder of the dashboard JSON files")

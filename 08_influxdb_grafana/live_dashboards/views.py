@@ -1,8 +1,11 @@
 """Bokeh models for Grafana's panels, one view per panel type, each filled anew from a `PanelResult`.
 
 A view keeps its models and changes only their data, so a refresh sends the browser new columns, never a new
-page: zoom, hidden legend entries and the scroll position stay as the reader left them. Every data source and
-value text carries its panel's title as a tag, so a browser (the tests) can find what a panel holds."""
+page: zoom and the scroll position stay as the reader left them. A time series draws its lines from a pool of
+renderers that only grows to the most series it has shown (bounded by the dashboards' Top), and its legend is a
+table of a fixed size beside or below the plot, which scrolls: nothing a panel holds reaches beyond its box. Every
+data source and value text carries its panel's title as a tag, so a browser (the tests) can find what a panel
+holds."""
 from __future__ import annotations
 
 import html
@@ -10,21 +13,31 @@ import math
 from collections.abc import Sequence
 from typing import Protocol
 
-from bokeh.layouts import column
-from bokeh.models import (ColumnDataSource, CustomJSTickFormatter, DataTable, Div, FactorRange, HoverTool, Label,
-                          LayoutDOM, Legend, NumeralTickFormatter, Range1d, Span, TableColumn)
-from bokeh.palettes import Category10_10
+from bokeh.layouts import column, row
+from bokeh.models import (ColumnDataSource, CustomJSTickFormatter, DataTable, DatetimeTickFormatter, Div,
+                          FactorRange, GlyphRenderer, HoverTool, HTMLTemplateFormatter, InlineStyleSheet, Label, LayoutDOM,
+                          NumeralTickFormatter, Range1d, Span, TableColumn)
+from bokeh.palettes import Category10_10, Category20_20
 from bokeh.plotting import figure
 
 from grafana_report.dashboards import Panel
-from grafana_report.panels import (GAP_MS, cell_text, panel_interval_ms, threshold_color, threshold_values, unit_label,
-                                   with_gaps)
+from grafana_report.panels import (GAP_MS, cell_text, legend_value_text, no_value_text, threshold_color,
+                                   threshold_values, unit_label, with_gaps)
 
 from .queries import PanelResult
 
-TITLE_HEIGHT_PX = 24
+TITLE_HEIGHT_PX = 22
 ERROR_HEIGHT_PX = 16  # kept free below each panel for a failing query's reason, so the page never jumps
+LEGEND_ROW_PX = 16
+# A legend's rows in a smaller type than the page's, so a machine's name and its axis fit beside the numbers.
+LEGEND_STYLE = InlineStyleSheet(css=".slick-cell, .slick-header-column { font-size: 8pt; padding: 0 3px; }")
 FONT = "10pt"
+CALC_NAMES = {"mean": "Mean", "max": "Max", "min": "Min", "sum": "Total", "lastNotNull": "Last"}
+# Time labels by the ticks' spacing (BokehJS picks the level): each names what changes from tick to tick down to the
+# second, and a tick on a higher level's boundary (midnight) is labelled at that level (boundary_scaling), so no two
+# labels of an axis are alike, from a minute to weeks. The date of the axis' start is written beneath it.
+TIME_FORMATS = {"seconds": "%H:%M:%S", "minsec": "%H:%M:%S", "minutes": "%H:%M", "hourmin": "%H:%M",
+                "hours": "%H:%M", "days": "%b %d", "months": "%b %Y", "years": "%Y"}
 # Grafana's `short` and `bytes` units on an axis, as grafana_report.panels writes them (SI prefixes).
 _SHORT_TICKS = """
 const units = [[1e9, "G"], [1e6, "M"], [1e3, "k"]];
@@ -40,6 +53,7 @@ for (const unit of ["kB", "MB", "GB"]) {
   if (Math.abs(value) < 1000 || unit == "GB") return value.toFixed(1) + " " + unit;
 }
 """
+_SWATCH = '<span style="color: <%= color %>; font-weight: bold">&#9644;</span>'
 
 
 class PanelView(Protocol):
@@ -56,63 +70,95 @@ def _figure(panel: Panel, width_px: int, height_px: int, **options: object) -> f
     return plot
 
 
+def time_formatter() -> DatetimeTickFormatter:
+    return DatetimeTickFormatter(**TIME_FORMATS, boundary_scaling=True, context_which="start",
+                                 context=DatetimeTickFormatter(**{level: "%Y-%m-%d" for level in TIME_FORMATS}))
+
+
+def _no_value_label(width_px: int, height_px: int) -> Label:
+    return Label(x=width_px / 2, y=height_px / 2, x_units="screen", y_units="screen", text="", text_align="center",
+                 text_baseline="middle", text_color="grey", text_font_size="12pt", visible=False)
+
+
 class TimeSeriesView:
-    """Grafana's time series: a line per series (points too while it has few), over the panel's range."""
+    """Grafana's time series: a line per series (points too while it has few), over the panel's range, and its
+    legend as a table (Grafana's displayMode table) to the right or below, in the panel's order."""
 
     def __init__(self, panel: Panel, width_px: int, height_px: int) -> None:
         self.panel = panel
-        self.figure = _figure(panel, width_px, height_px, x_axis_type="datetime", x_range=Range1d(0, 1))
-        self.figure.add_tools(HoverTool(tooltips=[("", "@label"), ("time", "@time{%F %T}"), ("value", "@value")],
-                                        formatters={"@time": "datetime"}))
+        legend = panel.legend
+        self.calcs = list(legend.get("calcs", [])) if legend.get("showLegend", True) else []
+        shows_legend = legend.get("showLegend", True) and legend.get("displayMode") != "hidden"
+        beside = legend.get("placement") == "right"
+        legend_width_px = min(int(legend.get("width", 280)), width_px // 2) if beside else width_px
+        legend_height_px = height_px if beside else min(5 * LEGEND_ROW_PX + 8, height_px // 3)
+        plot_width_px = width_px - legend_width_px - 6 if shows_legend and beside else width_px
+        plot_height_px = height_px - legend_height_px if shows_legend and not beside else height_px
+        self.figure = _figure(panel, plot_width_px, plot_height_px, x_axis_type="datetime", x_range=Range1d(0, 1))
+        self.figure.xaxis.formatter = time_formatter()
+        self.hover = HoverTool(tooltips=[("", "@label"), ("time", "@time{%F %T}"), ("value", "@value")],
+                               formatters={"@time": "datetime"}, renderers=[])
+        self.figure.add_tools(self.hover)
         unit = panel.config.get("unit")
         if unit == "bytes":
             self.figure.yaxis.formatter = CustomJSTickFormatter(code=_BYTE_TICKS)
-        elif unit == "short":
+        elif unit in ("short", "cps"):
             self.figure.yaxis.formatter = CustomJSTickFormatter(code=_SHORT_TICKS)
         elif unit == "percentunit":  # a share of 1, shown as Grafana does: 17%
             self.figure.yaxis.formatter = NumeralTickFormatter(format="0%")
         self.figure.yaxis.axis_label = unit_label(panel) if unit != "bytes" else ""
         if panel.config.get("min") is not None:
             self.figure.y_range.start = panel.config["min"]
-        self.figure.add_layout(Legend(label_text_font_size="8pt", glyph_height=10, spacing=0, padding=4,
-                                      click_policy="hide", border_line_alpha=0), "right")
-        self.no_data = Label(x=width_px / 2 - 80, y=height_px / 2 - 40, x_units="screen", y_units="screen",
-                             text="No data", text_color="grey", text_font_size="12pt")
+        self.no_data = _no_value_label(plot_width_px, plot_height_px)
         self.figure.add_layout(self.no_data)
-        self.sources: dict[str, ColumnDataSource] = {}
-        self.points: dict[str, object] = {}  # label -> its scatter renderer, shown while the series has few points
-        self.layout = self.figure
+        self.sources: list[ColumnDataSource] = []
+        self.lines: list[GlyphRenderer] = []
+        self.points: list[GlyphRenderer] = []  # shown while a series has few points
+        self.legend = ColumnDataSource({"color": [], "series": [], **{calc: [] for calc in self.calcs}},
+                                       tags=[panel.title])
+        columns = [TableColumn(field="color", title="", width=14, formatter=HTMLTemplateFormatter(template=_SWATCH)),
+                   TableColumn(field="series", title="", width=max(80, legend_width_px - 14 - 56 * len(self.calcs)))]
+        columns += [TableColumn(field=calc, title=CALC_NAMES.get(calc, calc), width=56) for calc in self.calcs]
+        self.table = DataTable(source=self.legend, columns=columns, width=legend_width_px, height=legend_height_px,
+                               index_position=None, row_height=LEGEND_ROW_PX, header_row=bool(self.calcs),
+                               sortable=True, reorderable=False, selectable=False, visible=shows_legend,
+                               stylesheets=[LEGEND_STYLE])
+        parts = [self.figure, self.table] if shows_legend else [self.figure]
+        self.layout = (row(*parts, width=width_px, height=height_px) if beside
+                       else column(*parts, width=width_px, height=height_px))
 
-    def _source(self, label: str) -> ColumnDataSource:
-        if label not in self.sources:
-            color = Category10_10[len(self.sources) % len(Category10_10)]
+    def _renderer(self, index: int) -> ColumnDataSource:
+        while len(self.sources) <= index:
             source = ColumnDataSource({"time": [], "value": [], "label": []}, tags=[self.panel.title])
-            self.figure.line("time", "value", source=source, color=color, line_width=1.5, legend_label=label)
-            # Not in the legend: a legend entry greys out while any of its renderers is hidden.
-            self.points[label] = self.figure.scatter("time", "value", source=source, color=color, size=4)
-            self.sources[label] = source
-        return self.sources[label]
+            self.lines.append(self.figure.line("time", "value", source=source, line_width=1.5))
+            self.points.append(self.figure.scatter("time", "value", source=source, size=4))
+            self.hover.renderers = [*self.hover.renderers, self.lines[-1]]
+            self.sources.append(source)
+        return self.sources[index]
 
     def show(self, result: PanelResult) -> None:
-        gap_ms = max(GAP_MS, 3 * panel_interval_ms(self.panel, result.time_range))
-        shown = set()
-        for entry in result.series:
-            if not entry.values:
-                continue
-            times_ms, values = with_gaps(entry, gap_ms)
-            self._source(entry.label).data = {"time": times_ms, "value": values, "label": [entry.label] * len(values)}
-            self.points[entry.label].visible = len(entry.values) < 20  # type: ignore[attr-defined]
-            shown.add(entry.label)
-        for label, source in self.sources.items():
-            if label not in shown:  # a series gone from the range (a stage stopped an hour ago)
+        drawn = [entry for entry in result.series if entry.values]
+        palette = Category10_10 if len(drawn) <= 10 else Category20_20
+        colors = [palette[index % len(palette)] for index in range(len(drawn))]
+        for index, (entry, color) in enumerate(zip(drawn, colors)):
+            times_ms, values = with_gaps(entry, max(GAP_MS, 3 * result.step_ms))
+            self._renderer(index).data = {"time": times_ms, "value": values, "label": [entry.label] * len(values)}
+            self.lines[index].glyph.line_color = color
+            self.points[index].glyph.update(fill_color=color, line_color=color)
+            self.points[index].visible = len(entry.values) < 20
+        for source in self.sources[len(drawn):]:  # series gone from the range (a machine no longer in the Top)
+            if source.data["time"]:
                 source.data = {"time": [], "value": [], "label": []}
-        self.no_data.visible = not shown
+        self.legend.data = {"color": colors, "series": [entry.label for entry in drawn],
+                            **{calc: [legend_value_text(self.panel, entry.measure(calc)) for entry in drawn]
+                               for calc in self.calcs}}
+        self.no_data.update(text=no_value_text(self.panel), visible=not drawn and not result.error)
         self.figure.x_range.update(start=result.time_range.start_ms, end=result.time_range.end_ms)
 
 
 class BarView:
     """Grafana's gauge and bar gauge: a horizontal bar per series at its last value, coloured by the thresholds,
-    in front of a grey bar to the panel's maximum."""
+    in front of a grey bar to the panel's maximum, the first series on top."""
 
     def __init__(self, panel: Panel, width_px: int, height_px: int) -> None:
         self.panel = panel
@@ -127,6 +173,8 @@ class BarView:
         for value in threshold_values(panel):  # the 40 % mark of the duty cycle
             self.figure.add_layout(Span(location=value, dimension="height", line_dash="dashed", line_color="grey"))
         self.figure.xgrid.visible = self.figure.ygrid.visible = False
+        self.no_data = _no_value_label(width_px, height_px)
+        self.figure.add_layout(self.no_data)
         self.layout = self.figure
 
     def show(self, result: PanelResult) -> None:
@@ -140,6 +188,7 @@ class BarView:
                             "text": [f"{value:,.{decimals}f} {unit}".strip() for value in values]}
         self.figure.y_range.factors = [entry.label for entry in reversed(series)]  # the first series on top
         self.figure.x_range.update(start=self.panel.config.get("min", 0), end=top)
+        self.no_data.update(text=no_value_text(self.panel), visible=not series and not result.error)
 
 
 class PieView:
@@ -159,6 +208,8 @@ class PieView:
                                   end_angle="end", color="color", legend_field="legend", source=self.source)
         self.figure.legend.location = "top_left"
         self.figure.legend.label_text_font_size = "8pt"
+        self.no_data = _no_value_label(width_px, height_px)
+        self.figure.add_layout(self.no_data)
         self.layout = self.figure
 
     def show(self, result: PanelResult) -> None:
@@ -170,10 +221,12 @@ class PieView:
             "legend": [f"{entry.label} ({value:,.0f}, {value / total:.0%})" for entry, value in zip(series, values)],
             "value": values, "start": [0.0, *ends[:-1]], "end": ends,
             "color": [Category10_10[index % len(Category10_10)] for index in range(len(values))]}
+        self.no_data.update(text=no_value_text(self.panel), visible=not series and not result.error)
 
 
 class StatView:
-    """Grafana's stat: one big number, the sum of the series' last values, coloured by the thresholds."""
+    """Grafana's stat: one big number, the sum of the series' last values, coloured by the thresholds; the panel's
+    noValue (0 for counts) where its queries found nothing, else "No data"."""
 
     def __init__(self, panel: Panel, width_px: int, height_px: int) -> None:
         self.panel = panel
@@ -184,7 +237,9 @@ class StatView:
     def show(self, result: PanelResult) -> None:
         values = [entry.values[-1] for entry in result.series if entry.values]
         if not values:
-            self.div.text = '<span style="color: grey; font-size: 14pt">No data</span>'
+            text = no_value_text(self.panel)
+            style = "font-size: 30pt; font-weight: 600" if text != "No data" else "color: grey; font-size: 14pt"
+            self.div.text = f'<span style="{style}">{html.escape(text)}</span>'
             return
         value = sum(values)
         color = threshold_color(self.panel, value)
@@ -197,14 +252,18 @@ class TableView:
     def __init__(self, panel: Panel, width_px: int, height_px: int) -> None:
         self.panel = panel
         self.source = ColumnDataSource({}, tags=[panel.title])
-        self.table = DataTable(source=self.source, columns=[], width=width_px, height=height_px, index_position=None)
-        self.layout = self.table
+        self.table = DataTable(source=self.source, columns=[], width=width_px, height=height_px - 18,
+                               index_position=None)
+        self.empty = Div(text="", width=width_px, height=18, tags=[panel.title], styles={"color": "grey"})
+        self.layout = column(self.empty, self.table, width=width_px, height=height_px)
 
     def show(self, result: PanelResult) -> None:
-        if not result.series:
+        rows = [entry for entry in result.series if entry.rows]
+        self.empty.text = "" if rows or result.error else html.escape(no_value_text(self.panel))
+        if not rows:
             self.source.data = {name: [] for name in self.source.data}
             return
-        entry = result.series[0]
+        entry = rows[0]
         if [column.field for column in self.table.columns] != entry.columns:
             self.table.columns = [TableColumn(field=name, title=name, width=150 if name in ("time", "stage") else 600)
                                   for name in entry.columns]
@@ -235,20 +294,31 @@ class PanelFrame:
         title = html.escape(panel.title) + (f' <span style="color: grey">(last {html.escape(panel.time_from)})</span>'
                                             if panel.time_from else "")
         self.title = Div(text=title, width=width_px, height=TITLE_HEIGHT_PX, tags=[panel.title],
-                         styles={"font-weight": "600", "font-size": FONT})
+                         styles={"font-weight": "600", "font-size": FONT, "overflow": "hidden",
+                                 "white-space": "nowrap"})
+        if panel.description:
+            self.title.styles = {**self.title.styles, "cursor": "help"}
+            self.title.text = f'<span title="{html.escape(panel.description)}">{title}</span>'
+        self.body_width_px = width_px
         body_height_px = height_px - TITLE_HEIGHT_PX - ERROR_HEIGHT_PX
         self.view: PanelView = _VIEWS.get(panel.type, UnknownView)(panel, width_px, body_height_px)
         self.error = Div(text="", width=width_px, height=ERROR_HEIGHT_PX, styles={"color": "#d62728",
-                                                                                 "font-size": "8pt"})
+                                                                                 "font-size": "8pt",
+                                                                                 "overflow": "hidden"})
         self.layout = column(self.title, self.view.layout, self.error, width=width_px, height=height_px)
+
+    @property
+    def plot_width_px(self) -> int:
+        """The width the panel's points spread over: its plot's, without a legend beside it."""
+        view = self.view
+        return view.figure.width if isinstance(view, TimeSeriesView) else self.body_width_px  # type: ignore[return-value]
 
     def show(self, result: PanelResult) -> None:
         self.view.show(result)
-        self.error.text = f"query failed: {html.escape(result.error)}" if result.error else ""
+        self.error.text = f"query failed: {html.escape(result.error[:300])}" if result.error else ""
 
 
 def panel_frames(panels: Sequence[Panel], page_width_px: int, columns: int, row_height_px: int) -> list[PanelFrame]:
     """A frame per panel, sized by Grafana's grid (`columns` wide, `row_height_px` per row)."""
     return [PanelFrame(panel, int(panel.grid["w"] * page_width_px / columns) - 10, panel.grid["h"] * row_height_px)
             for panel in panels]
-
