@@ -34,6 +34,7 @@ LEGEND_ROW_IN = 0.13  # one legend row of 6-point text
 TICK_FORMATS = ["%Y", "%b %d", "%b %d", "%H:%M", "%H:%M", "%H:%M:%S"]
 ZERO_FORMATS = ["", "%Y", "%b %d", "%b %d", "%H:%M", "%H:%M"]
 OFFSET_FORMATS = ["", "%Y", "%Y-%m", "%Y-%m-%d", "%Y-%m-%d", "%Y-%m-%d %H:%M"]
+DAY_MS = 86_400_000
 _CALC_NAMES = {"mean": "Mean", "max": "Max", "min": "Min", "sum": "Total", "lastNotNull": "Last"}
 
 
@@ -57,7 +58,10 @@ def time_axis(ax: plt.Axes, start_ms: int, end_ms: int, width_columns: int) -> N
     locator.intervald[mdates.HOURLY] = [1, 2, 3, 6, 12]
     locator.intervald[mdates.DAILY] = [1, 2, 3, 4, 5, 7, 14]
     ax.xaxis.set_major_locator(locator)
-    ax.xaxis.set_major_formatter(mdates.ConciseDateFormatter(locator, tz=timezone.utc, formats=TICK_FORMATS,
+    formats = list(TICK_FORMATS)
+    if end_ms - start_ms > DAY_MS:  # hours of several days: "12:00" would stand for each of them
+        formats[3] = "%b %d %H:%M"
+    ax.xaxis.set_major_formatter(mdates.ConciseDateFormatter(locator, tz=timezone.utc, formats=formats,
                                                              zero_formats=ZERO_FORMATS,
                                                              offset_formats=OFFSET_FORMATS))
 

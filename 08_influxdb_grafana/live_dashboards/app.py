@@ -223,8 +223,10 @@ def build_document(doc: Document, dashboard: Dashboard, queries: DashboardQuerie
         except Exception:  # noqa: BLE001 - a bug in one refresh must not end the page's timer
             log.exception("%s: refresh failed", dashboard.title)
             return
-        if _alive(doc):  # the page may have closed while InfluxDB answered
-            doc.add_next_tick_callback(partial(show, snapshot, choice))
+        if not _alive(doc):  # the page closed while InfluxDB answered: its document is gone
+            log.info("%s: a refresh ended after its page closed", dashboard.title)
+            return
+        doc.add_next_tick_callback(partial(show, snapshot, choice))
 
     def show(snapshot: Snapshot, choice: Choice) -> None:
         # The first snapshot goes in even before the browser's connection is there: the page pulls it with the rest
@@ -244,4 +246,5 @@ def build_document(doc: Document, dashboard: Dashboard, queries: DashboardQuerie
     doc.add_root(page.layout)
     doc.add_next_tick_callback(refresh)
     doc.add_periodic_callback(refresh, int(refresh_s * 1000))
+    doc.on_session_destroyed(lambda _context: log.info("%s: a page closed", dashboard.title))
 

@@ -30,7 +30,7 @@ TITLE_HEIGHT_PX = 22
 ERROR_HEIGHT_PX = 16  # kept free below each panel for a failing query's reason, so the page never jumps
 LEGEND_ROW_PX = 16
 # A legend's rows in a smaller type than the page's, so a machine's name and its axis fit beside the numbers.
-LEGEND_STYLE = InlineStyleSheet(css=".slick-cell, .slick-header-column { font-size: 8pt; padding: 0 3px; }")
+LEGEND_CSS = ".slick-cell, .slick-header-column { font-size: 8pt; padding: 0 3px; }"
 FONT = "10pt"
 CALC_NAMES = {"mean": "Mean", "max": "Max", "min": "Min", "sum": "Total", "lastNotNull": "Last"}
 # Time labels by the ticks' spacing (BokehJS picks the level): each names what changes from tick to tick down to the
@@ -38,6 +38,9 @@ CALC_NAMES = {"mean": "Mean", "max": "Max", "min": "Min", "sum": "Total", "lastN
 # labels of an axis are alike, from a minute to weeks. The date of the axis' start is written beneath it.
 TIME_FORMATS = {"seconds": "%H:%M:%S", "minsec": "%H:%M:%S", "minutes": "%H:%M", "hourmin": "%H:%M",
                 "hours": "%H:%M", "days": "%b %d", "months": "%b %Y", "years": "%Y"}
+# Over more than a day, hours carry their day: "12:00" would stand for each of them.
+DAYS_HOURS_FORMAT = "%b %d %H:%M"
+DAY_MS = 86_400_000
 # Grafana's `short` and `bytes` units on an axis, as grafana_report.panels writes them (SI prefixes).
 _SHORT_TICKS = """
 const units = [[1e9, "G"], [1e6, "M"], [1e3, "k"]];
@@ -122,7 +125,7 @@ class TimeSeriesView:
         self.table = DataTable(source=self.legend, columns=columns, width=legend_width_px, height=legend_height_px,
                                index_position=None, row_height=LEGEND_ROW_PX, header_row=bool(self.calcs),
                                sortable=True, reorderable=False, selectable=False, visible=shows_legend,
-                               stylesheets=[LEGEND_STYLE])
+                               stylesheets=[InlineStyleSheet(css=LEGEND_CSS)])
         parts = [self.figure, self.table] if shows_legend else [self.figure]
         self.layout = (row(*parts, width=width_px, height=height_px) if beside
                        else column(*parts, width=width_px, height=height_px))
@@ -154,6 +157,9 @@ class TimeSeriesView:
                                for calc in self.calcs}}
         self.no_data.update(text=no_value_text(self.panel), visible=not drawn and not result.error)
         self.figure.x_range.update(start=result.time_range.start_ms, end=result.time_range.end_ms)
+        hours = DAYS_HOURS_FORMAT if result.time_range.length_ms > DAY_MS else TIME_FORMATS["hours"]
+        if self.figure.xaxis.formatter.hours != hours:
+            self.figure.xaxis.formatter.update(hours=hours, hourmin=hours)
 
 
 class BarView:
