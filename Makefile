@@ -52,7 +52,7 @@ export SECURITY STACK_TLS
 # Every stage's benchmark, in pipeline order, and the joiners beside their peers (join_peers);
 # `make bench BENCHMARKS=benchmarks.db_connector` runs one.
 BENCHMARKS ?= benchmarks.join_engine benchmarks.mqtt_publish benchmarks.stream_connector \
-	benchmarks.kafka_joiner benchmarks.spark_joiner benchmarks.join_peers benchmarks.db_connector
+	benchmarks.kafka_joiner benchmarks.spark_joiner benchmarks.join_peers benchmarks.db_connector benchmarks.dashboards
 
 .PHONY: setup up down clean status logs restart data report dashboards test explore bench bench-topology bench-links reliability chaos spark-package
 
@@ -123,11 +123,14 @@ endif
 # Replays events into the running stack: RATE=rows/s (0 = as fast as lossless delivery allows),
 # N=rows (default: the whole file), DATA_ARGS for any other simulator flag (see --help).
 SIMULATOR_ARGS = --ending-now $(if $(RATE),--rate $(RATE)) $(if $(N),--limit $(N)) $(DATA_ARGS)
+# Then the dashboards' history of the replayed rows: InfluxDB's continuous queries keep that of the last minutes only.
 data: $(SETUP)
 ifeq ($(STACK),docker)
 	@$(COMPOSE_TOOLS) simulator python -m simulator $(SIMULATOR_ARGS)
+	@$(COMPOSE_TOOLS) history
 else
 	@$(PY) -m stack run -- $(PY) -m simulator $(SIMULATOR_ARGS)
+	@$(PY) -m stack run -- $(PY) -m grafana_report.history
 endif
 
 # The dashboards' panels as PNG files in reports/ (with Docker as the host's user, who owns the folder).

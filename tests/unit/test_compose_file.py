@@ -69,7 +69,7 @@ def command_words(service: dict) -> str:
 
 def test_every_service_has_an_image_or_build_and_a_healthcheck() -> None:
     assert {"mosquitto", "influxdb", "grafana"} <= SERVICES.keys()
-    assert TOOLS == {"simulator", "report"}
+    assert TOOLS == {"simulator", "report", "history"}
     for name, service in SERVICES.items():
         assert "image" in service or "build" in service, name
     for name, service in RUNNING.items():
@@ -366,7 +366,7 @@ def test_every_container_log_is_bounded() -> None:
             "docker compose --profile single --profile lsb up -d --build --wait --scale lsb-joiner=0",
             'echo "Grafana: http://127.0.0.1:3000 (user admin; its password is GRAFANA_ADMIN_PASSWORD in .env)"']),
     ("data", ["docker compose --profile tools run --rm simulator python -m simulator --ending-now --rate 100 "
-              "--limit 50"]),
+              "--limit 50", "docker compose --profile tools run --rm history"]),
     ("status", ["docker compose --profile single --profile lsb --profile cluster --profile tools ps"]),
     ("logs", ["docker compose --profile single --profile lsb --profile cluster --profile tools logs --tail 40 "
               "--follow kafka"]),
@@ -407,6 +407,8 @@ def test_the_tools_reach_the_servers_as_their_least_privileged_users() -> None:
     assert simulator["environment"]["MQTT_PORT"] == "8883" and simulator["environment"]["MQTT_TLS_CA_FILE"]
     assert "simulator-state:/var/lib/simulator" in simulator["volumes"]  # a second replay follows the first
     assert report["environment"]["INFLUXDB_USERNAME"] == "reader"
+    # The history of replayed rows: reads raw points and writes the history, which only InfluxDB's admin may do both.
+    assert SERVICES["history"]["environment"]["INFLUXDB_USERNAME"] == "admin"
     dockerfile = (ROOT / "Dockerfile").read_text()
     assert "/var/lib/simulator" in dockerfile and "fetch_spark_kafka_connector" in dockerfile
     assert ".cache" in (ROOT / ".dockerignore").read_text().splitlines()  # nothing of the host's downloads
