@@ -93,10 +93,11 @@ class TimedClient:
 
 
 @contextmanager
-def pipeline_stack(joiner: str) -> Iterator[dict[str, str]]:
-    """A whole stack of its own (servers and pipeline) on free ports: its environment; deleted afterwards."""
+def pipeline_stack(joiner: str, port_range: str | None) -> Iterator[dict[str, str]]:
+    """A whole stack of its own (servers and pipeline) on free ports (of `port_range`, "first-last", when given):
+    its environment; deleted afterwards."""
     state_dir = Path(tempfile.mkdtemp(prefix="bench-dashboards-"))
-    ports = private_ports(SINGLE_PORTS)
+    ports = private_ports(SINGLE_PORTS, port_range)
     env = {**os.environ, **{name: str(port) for name, port in ports.items()}, "TOPOLOGY": "single", "JOINER": joiner,
            "STACK_STATE_DIR": str(state_dir), "KAFKA_BOOTSTRAP_SERVERS": f"127.0.0.1:{ports['KAFKA_PORT']}",
            "INFLUXDB_HOST": "127.0.0.1", "INFLUXDB_DATABASE": "machinedata"}
@@ -288,6 +289,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--ranges", default="24h,7d", help="the dashboards' ranges to measure, comma-separated")
     parser.add_argument("--refreshes", type=int, default=3, help="refreshes measured per page")
     parser.add_argument("--refresh-s", type=float, default=5.0, help="the live pages' refresh interval")
+    parser.add_argument("--ports", default=os.environ.get("BENCH_PORTS"),
+                        help="first-last: the stack's ports from this range (default: any free ones)")
     args = parser.parse_args(argv)
     configure_logging("WARNING")
     windows = [window.strip() for window in args.ranges.split(",") if window.strip()]
@@ -309,7 +312,7 @@ def main(argv: list[str] | None = None) -> int:
             finally:
                 influx_client(settings).drop_database(settings.influxdb_database)
             return 0
-        with pipeline_stack(args.joiner) as env:
+        with pipeline_stack(args.joiner, args.ports) as env:
             settings = load_settings(InfluxSettings, [], environ=env)
             plant = PlantSettings(**{**dataclasses.asdict(settings), **shape})
             fill_plant(plant)

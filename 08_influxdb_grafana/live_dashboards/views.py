@@ -15,8 +15,8 @@ from typing import Protocol
 
 from bokeh.layouts import column, row
 from bokeh.models import (ColumnDataSource, CustomJSTickFormatter, DataTable, DatetimeTickFormatter, Div,
-                          FactorRange, GlyphRenderer, HoverTool, HTMLTemplateFormatter, InlineStyleSheet, Label, LayoutDOM,
-                          NumeralTickFormatter, Range1d, Span, TableColumn)
+                          FactorRange, HoverTool, Label, LayoutDOM, NumeralTickFormatter, Range1d, Span,
+                          TableColumn)
 from bokeh.palettes import Category10_10, Category20_20
 from bokeh.plotting import figure
 
@@ -29,8 +29,10 @@ from .queries import PanelResult
 TITLE_HEIGHT_PX = 22
 ERROR_HEIGHT_PX = 16  # kept free below each panel for a failing query's reason, so the page never jumps
 LEGEND_ROW_PX = 16
-# A legend's rows in a smaller type than the page's, so a machine's name and its axis fit beside the numbers.
-LEGEND_CSS = ".slick-cell, .slick-header-column { font-size: 8pt; padding: 0 3px; }"
+FEW_POINTS = 20  # a series of fewer points shows them besides its line
+# A legend: a plain HTML table in a box of the panel's, scrolling where its rows are more than the box holds, in a
+# smaller type than the page's so a machine's name and its axis fit beside the numbers.
+LEGEND_STYLES = {"overflow-y": "auto", "overflow-x": "hidden", "font-size": "8pt", "line-height": "1.3"}
 FONT = "10pt"
 CALC_NAMES = {"mean": "Mean", "max": "Max", "min": "Min", "sum": "Total", "lastNotNull": "Last"}
 # Time labels by the ticks' spacing (BokehJS picks the level): each names what changes from tick to tick down to the
@@ -56,7 +58,18 @@ for (const unit of ["kB", "MB", "GB"]) {
   if (Math.abs(value) < 1000 || unit == "GB") return value.toFixed(1) + " " + unit;
 }
 """
-_SWATCH = '<span style="color: <%= color %>; font-weight: bold">&#9644;</span>'
+
+
+def set_data(source: ColumnDataSource, data: dict[str, list]) -> None:
+    """`source.data = data`, unless it holds that already: Bokeh sends a column's data to the browser whenever it is
+    assigned, equal or not, and the browser draws it again; over a week most refreshes change nothing."""
+    if set(source.data) != set(data) or any(not _same_column(source.data[name], column)
+                                             for name, column in data.items()):
+        source.data = data
+
+
+def _same_column(old: Sequence, new: Sequence) -> bool:
+    return len(old) == len(new) and all(a == b or (a != a and b != b) for a, b in zip(old, new))  # NaN is NaN
 
 
 class PanelView(Protocol):
@@ -85,7 +98,9 @@ def _no_value_label(width_px: int, height_px: int) -> Label:
 
 class TimeSeriesView:
     """Grafana's time series: a line per series (points too while it has few), over the panel's range, and its
-    legend as a table (Grafana's displayMode table) to the right or below, in the panel's order."""
+    legend as a table (Grafana's displayMode table) to the right or below, in the panel's order. All lines are one
+    glyph and all points another, whatever the number of series: a page's models stay few, and so its refreshes
+    cheap for the server and the browser alike."""
 
     def __init__(self, panel: Panel, width_px: int, height_px: int) -> None:
         self.panel = panel
@@ -99,9 +114,12 @@ class TimeSeriesView:
         plot_height_px = height_px - legend_height_px if shows_legend and not beside else height_px
         self.figure = _figure(panel, plot_width_px, plot_height_px, x_axis_type="datetime", x_range=Range1d(0, 1))
         self.figure.xaxis.formatter = time_formatter()
-        self.hover = HoverTool(tooltips=[("", "@label"), ("time", "@time{%F %T}"), ("value", "@value")],
-                               formatters={"@time": "datetime"}, renderers=[])
-        self.figure.add_tools(self.hover)
+        self.lines = ColumnDataSource({"xs": [], "ys": [], "color": [], "label": []}, tags=[panel.title])
+        self.points = ColumnDataSource({"x": [], "y": [], "color": [], "label": []}, tags=[panel.title])
+        lines = self.figure.multi_line("xs", "ys", line_color="color", line_width=1.5, source=self.lines)
+        self.figure.scatter("x", "y", color="color", size=4, source=self.points)  # the series of few points
+        self.figure.add_tools(HoverTool(tooltips=[("", "@label"), ("time", "$x{%F %T}"), ("value", "$y")],
+                                        formatters={"$x": "datetime"}, renderers=[lines]))
         unit = panel.config.get("unit")
         if unit == "bytes":
             self.figure.yaxis.formatter = CustomJSTickFormatter(code=_BYTE_TICKS)
@@ -114,47 +132,42 @@ class TimeSeriesView:
             self.figure.y_range.start = panel.config["min"]
         self.no_data = _no_value_label(plot_width_px, plot_height_px)
         self.figure.add_layout(self.no_data)
-        self.sources: list[ColumnDataSource] = []
-        self.lines: list[GlyphRenderer] = []
-        self.points: list[GlyphRenderer] = []  # shown while a series has few points
-        self.legend = ColumnDataSource({"color": [], "series": [], **{calc: [] for calc in self.calcs}},
-                                       tags=[panel.title])
-        columns = [TableColumn(field="color", title="", width=14, formatter=HTMLTemplateFormatter(template=_SWATCH)),
-                   TableColumn(field="series", title="", width=max(80, legend_width_px - 14 - 56 * len(self.calcs)))]
-        columns += [TableColumn(field=calc, title=CALC_NAMES.get(calc, calc), width=56) for calc in self.calcs]
-        self.table = DataTable(source=self.legend, columns=columns, width=legend_width_px, height=legend_height_px,
-                               index_position=None, row_height=LEGEND_ROW_PX, header_row=bool(self.calcs),
-                               sortable=True, reorderable=False, selectable=False, visible=shows_legend,
-                               stylesheets=[InlineStyleSheet(css=LEGEND_CSS)])
-        parts = [self.figure, self.table] if shows_legend else [self.figure]
+        # Tagged apart from the panel's own models: its text is HTML, not a value of the panel.
+        self.legend = Div(text="", width=legend_width_px, height=legend_height_px, styles=LEGEND_STYLES,
+                          tags=[f"{panel.title} (legend)"], visible=shows_legend)
+        parts = [self.figure, self.legend] if shows_legend else [self.figure]
         self.layout = (row(*parts, width=width_px, height=height_px) if beside
                        else column(*parts, width=width_px, height=height_px))
 
-    def _renderer(self, index: int) -> ColumnDataSource:
-        while len(self.sources) <= index:
-            source = ColumnDataSource({"time": [], "value": [], "label": []}, tags=[self.panel.title])
-            self.lines.append(self.figure.line("time", "value", source=source, line_width=1.5))
-            self.points.append(self.figure.scatter("time", "value", source=source, size=4))
-            self.hover.renderers = [*self.hover.renderers, self.lines[-1]]
-            self.sources.append(source)
-        return self.sources[index]
+    def _legend_html(self, drawn: list, colors: list[str]) -> str:
+        """Grafana's table legend: a row per series in the panel's order, its calcs beside; a name too long for the
+        box is cut (all of it in its tooltip)."""
+        right = 'style="text-align: right; white-space: nowrap"'
+        header = "".join(f"<th {right}>{CALC_NAMES.get(calc, calc)}</th>" for calc in self.calcs)
+        rows = "".join(
+            f'<tr><td style="color: {color}">&#9644;</td>'
+            f'<td style="white-space: nowrap; overflow: hidden; text-overflow: ellipsis" '
+            f'title="{html.escape(entry.label)}">{html.escape(entry.label)}</td>'
+            + "".join(f"<td {right}>{html.escape(legend_value_text(self.panel, entry.measure(calc)))}</td>"
+                      for calc in self.calcs) + "</tr>"
+            for entry, color in zip(drawn, colors))
+        columns = '<col style="width: 14px"><col>' + '<col style="width: 64px">' * len(self.calcs)
+        return (f'<table style="table-layout: fixed; width: 100%; border-collapse: collapse">'
+                f"<colgroup>{columns}</colgroup><tr><th></th><th></th>{header}</tr>{rows}</table>")
 
     def show(self, result: PanelResult) -> None:
         drawn = [entry for entry in result.series if entry.values]
         palette = Category10_10 if len(drawn) <= 10 else Category20_20
         colors = [palette[index % len(palette)] for index in range(len(drawn))]
-        for index, (entry, color) in enumerate(zip(drawn, colors)):
-            times_ms, values = with_gaps(entry, max(GAP_MS, 3 * result.step_ms))
-            self._renderer(index).data = {"time": times_ms, "value": values, "label": [entry.label] * len(values)}
-            self.lines[index].glyph.line_color = color
-            self.points[index].glyph.update(fill_color=color, line_color=color)
-            self.points[index].visible = len(entry.values) < 20
-        for source in self.sources[len(drawn):]:  # series gone from the range (a machine no longer in the Top)
-            if source.data["time"]:
-                source.data = {"time": [], "value": [], "label": []}
-        self.legend.data = {"color": colors, "series": [entry.label for entry in drawn],
-                            **{calc: [legend_value_text(self.panel, entry.measure(calc)) for entry in drawn]
-                               for calc in self.calcs}}
+        lines = [with_gaps(entry, max(GAP_MS, 3 * result.step_ms)) for entry in drawn]
+        set_data(self.lines, {"xs": [times_ms for times_ms, _ in lines], "ys": [values for _, values in lines],
+                              "color": colors, "label": [entry.label for entry in drawn]})
+        few = [(entry, color) for entry, color in zip(drawn, colors) if len(entry.values) < FEW_POINTS]
+        set_data(self.points, {"x": [time_ms for entry, _ in few for time_ms in entry.times_ms],
+                               "y": [value for entry, _ in few for value in entry.values],
+                               "color": [color for entry, color in few for _ in entry.values],
+                               "label": [entry.label for entry, _ in few for _ in entry.values]})
+        self.legend.text = self._legend_html(drawn, colors)
         self.no_data.update(text=no_value_text(self.panel), visible=not drawn and not result.error)
         self.figure.x_range.update(start=result.time_range.start_ms, end=result.time_range.end_ms)
         hours = DAYS_HOURS_FORMAT if result.time_range.length_ms > DAY_MS else TIME_FORMATS["hours"]
@@ -189,9 +202,10 @@ class BarView:
         top = self.panel.config.get("max") or (max(values, default=0) * 1.25 or 1)
         decimals = self.panel.config.get("decimals", 1)
         unit = unit_label(self.panel)
-        self.source.data = {"label": [entry.label for entry in series], "value": [min(value, top) for value in values],
-                            "top": [top] * len(values), "color": [threshold_color(self.panel, v) for v in values],
-                            "text": [f"{value:,.{decimals}f} {unit}".strip() for value in values]}
+        set_data(self.source, {"label": [entry.label for entry in series],
+                               "value": [min(value, top) for value in values], "top": [top] * len(values),
+                               "color": [threshold_color(self.panel, v) for v in values],
+                               "text": [f"{value:,.{decimals}f} {unit}".strip() for value in values]})
         self.figure.y_range.factors = [entry.label for entry in reversed(series)]  # the first series on top
         self.figure.x_range.update(start=self.panel.config.get("min", 0), end=top)
         self.no_data.update(text=no_value_text(self.panel), visible=not series and not result.error)
@@ -223,10 +237,10 @@ class PieView:
         values = [sum(entry.values) for entry in series]
         total = sum(values) or 1.0
         ends = [2 * math.pi * sum(values[:index + 1]) / total for index in range(len(values))]
-        self.source.data = {
+        set_data(self.source, {
             "legend": [f"{entry.label} ({value:,.0f}, {value / total:.0%})" for entry, value in zip(series, values)],
             "value": values, "start": [0.0, *ends[:-1]], "end": ends,
-            "color": [Category10_10[index % len(Category10_10)] for index in range(len(values))]}
+            "color": [Category10_10[index % len(Category10_10)] for index in range(len(values))]})
         self.no_data.update(text=no_value_text(self.panel), visible=not series and not result.error)
 
 
@@ -267,14 +281,14 @@ class TableView:
         rows = [entry for entry in result.series if entry.rows]
         self.empty.text = "" if rows or result.error else html.escape(no_value_text(self.panel))
         if not rows:
-            self.source.data = {name: [] for name in self.source.data}
+            set_data(self.source, {name: [] for name in self.source.data})
             return
         entry = rows[0]
         if [column.field for column in self.table.columns] != entry.columns:
             self.table.columns = [TableColumn(field=name, title=name, width=150 if name in ("time", "stage") else 600)
                                   for name in entry.columns]
-        self.source.data = {name: [cell_text(row[index]) for row in entry.rows]
-                            for index, name in enumerate(entry.columns)}
+        set_data(self.source, {name: [cell_text(row[index]) for row in entry.rows]
+                               for index, name in enumerate(entry.columns)})
 
 
 class UnknownView:

@@ -6,15 +6,15 @@ positive finite number (`benchmark_support.printed_figures`): one that came out 
 Each runs as `make bench` runs it, `python -m benchmarks.<name>` from the repository's root, with the session's
 server addresses in its environment. The helper modules run through the benchmarks that import them:
 ``ceiling``, ``passthrough`` and ``joiner_costs`` through ``kafka_joiner``; ``spark_joiner_baseline`` through
-``spark_joiner`` (its 'previous' row); ``peers`` through ``join_peers``. ``baseline`` runs the join engine's
-benchmark of HEAD beside the current code's.
+``spark_joiner`` (its 'previous' row); ``peers`` through ``join_peers``; ``plant`` through ``dashboards``.
+``baseline`` runs the join engine's benchmark of HEAD beside the current code's.
 
 ``join_peers`` runs the project's joiners and Spark's interval join (peers a, b, c) only: the other peers (Quix
 Streams, Flink, Pathway) need virtualenvs of their own, minutes of installs that `make test` never makes.
 Tiny as they are, ``spark_joiner`` whole (three cold JVMs by design), ``join_peers`` with its Spark peers (fifteen
-Spark and joiner runs), ``topology`` (two whole stacks) and ``slow_links`` (a stack across ten hosts) take minutes
-each on two shared cores: here they run in part, and whole in `make reliability`
-(tests/reliability/test_benchmark_full_runs.py).
+Spark and joiner runs), ``topology`` (two whole stacks), ``slow_links`` (a stack across ten hosts) and ``dashboards``
+with the pipeline beside (a stack of its own) take minutes each on two shared cores: here they run in part, and whole
+in `make reliability` (tests/reliability/test_benchmark_full_runs.py).
 """
 from __future__ import annotations
 
@@ -54,6 +54,12 @@ SMOKE_RUNS: list[Run] = [
       figure(r"^2 instances / 1: {ratio}x rows/s"))),
     ("db_connector", ["--records", "300", "--seed-records", "20"], "speed-up:",
      (figure(r"^(?:seed|db_connector): .*? +[\d,]+ +{points_per_s}$", 2), figure(r"^speed-up: {ratio}x"))),
+    # A plant of 5 machines without the pipeline beside (its stack in the full run), one range, one refresh.
+    ("dashboards", ["--pipeline-rate", "0", "--machines", "5", "--axes", "1", "--days", "1", "--minute-history-h", "1",
+                    "--raw-minutes", "1", "--ranges", "1h", "--refreshes", "1", "--refresh-s", "2"],
+     "slowest first render or refresh",
+     (figure(r"^live +.+? +1h +{first_render_s} +[\d.]+ +{refresh_s} / [\d.]+ ", 2),
+      figure(r"^report +.+? +1h +{render_s} ", 2), figure(r"^slowest first render or refresh: {slowest_s} s"))),
     ("kafka_joiner", ["--records", "400", "--machines", "2", "--axes", "1", "--rate", "200", "--warmup-s", "1",
                       "--latency-s", "1", "--ceiling-copies", "1", "--ceiling-records", "400",
                       "--ceiling-rounds", "1", "--max-s", "60"], "latency at a steady",

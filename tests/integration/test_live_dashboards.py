@@ -91,7 +91,9 @@ PANEL_VALUES_JS = """(() => {
     if (typeof title !== "string") continue;
     if (model.data !== undefined) {
       const columns = model.data instanceof Map ? [...model.data.values()] : Object.values(model.data);
-      for (const column of columns) for (const value of Array.from(column))
+      // A column of lines (a multi_line's xs, ys) holds an array per line.
+      for (const column of columns) for (const value of Array.from(column).flatMap(
+          (item) => typeof item === "object" && item !== null && item.length !== undefined ? Array.from(item) : [item]))
         add(title, typeof value === "number" ? "numbers" : "texts", value);
     } else if (typeof model.text === "string") add(title, "texts", model.text);
   }

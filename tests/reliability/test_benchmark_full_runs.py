@@ -1,8 +1,8 @@
 """The benchmarks `make test` smoke-runs only in part, whole and tiny (tests/integration/test_benchmark_smoke.py):
 the Spark joiner's benchmark with the previous code, the floor, the latency run and the standalone joiner's figures
 (three cold JVMs by design), the peers' benchmark with Spark's peers (fifteen Spark and joiner runs), the
-topology benchmark (two whole stacks of its own) and the slow-links one (a stack across ten hosts). Minutes each on
-two shared cores."""
+topology benchmark (two whole stacks of its own), the slow-links one (a stack across ten hosts) and the dashboards'
+with the pipeline streaming beside them (a stack of its own). Minutes each on two shared cores."""
 from __future__ import annotations
 
 
@@ -25,6 +25,11 @@ FULL_RUNS: list[Run] = [
     ("topology", ["--rows", "200", "--machines", "2", "--joiner", "lsb", "--settled-s", "3",
                   *(["--ports", private_port_range()] if private_port_range() else [])],
      "cluster / single end to end:", ()),
+    # A small plant and its pipeline streaming beside the dashboards, in a stack of its own with the standalone joiner.
+    ("dashboards", ["--machines", "10", "--axes", "1", "--days", "1", "--minute-history-h", "1", "--raw-minutes", "1",
+                    "--pipeline-rate", "20", "--joiner", "lsb", "--warmup-s", "15", "--ranges", "1h", "--refreshes",
+                    "1", "--refresh-s", "2", *(["--ports", private_port_range()] if private_port_range() else [])],
+     "pipeline beside: the simulator at", ()),
     # Its own stack across ten hosts (as root), undelayed and delayed, each run's joins compared.
     ("slow_links", ["--joiner", "lsb", "--round-trip-ms", "50", "--settled-s", "5"], "RTT +  50 ms", ()),
 ]
