@@ -224,7 +224,7 @@ def _seconds(values: list[float]) -> str:
 
 
 def measure(settings: InfluxSettings, plant: PlantSettings, windows: list[str], refreshes: int, refresh_s: float,
-            work_dir: Path) -> None:
+            work_dir: Path, screenshots: Path | None = None) -> None:
     client = influx_client(settings)
     dashboards = load_dashboards()
     thing = plant_axes(plant)[0].thing
@@ -245,6 +245,9 @@ def measure(settings: InfluxSettings, plant: PlantSettings, windows: list[str], 
                     figures = live_figures(browser, base, dashboard, window, refreshes, refresh_s)
                     rows.append(("live", dashboard, window, figures))
                     _print_row("live", dashboard, window, figures)
+                    if screenshots is not None and window == windows[0]:
+                        screenshots.mkdir(parents=True, exist_ok=True)
+                        browser.screenshot(screenshots / f"live-{dashboard.uid}.png")
         finally:
             browser.close()
     for window in windows:
@@ -289,6 +292,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--ranges", default="24h,7d", help="the dashboards' ranges to measure, comma-separated")
     parser.add_argument("--refreshes", type=int, default=3, help="refreshes measured per page")
     parser.add_argument("--refresh-s", type=float, default=5.0, help="the live pages' refresh interval")
+    parser.add_argument("--screenshots", type=Path, default=None,
+                        help="a folder for a picture of each live page at the first range")
     parser.add_argument("--ports", default=os.environ.get("BENCH_PORTS"),
                         help="first-last: the stack's ports from this range (default: any free ones)")
     args = parser.parse_args(argv)
@@ -308,7 +313,7 @@ def main(argv: list[str] | None = None) -> int:
             try:
                 fill_plant(plant)
                 print("no pipeline beside (--pipeline-rate 0)", flush=True)
-                measure(settings, plant, windows, args.refreshes, args.refresh_s, work_dir)
+                measure(settings, plant, windows, args.refreshes, args.refresh_s, work_dir, args.screenshots)
             finally:
                 influx_client(settings).drop_database(settings.influxdb_database)
             return 0
@@ -325,7 +330,7 @@ def main(argv: list[str] | None = None) -> int:
                 carried = carried_rows_per_s(influx_client(settings), 6 * args.axes)
                 print(f"pipeline beside: the simulator at {args.pipeline_rate:,.0f} rows/s, {carried:,.0f} rows/s "
                       f"stored over the last 30 s (JOINER={args.joiner})", flush=True)
-                measure(settings, plant, windows, args.refreshes, args.refresh_s, work_dir)
+                measure(settings, plant, windows, args.refreshes, args.refresh_s, work_dir, args.screenshots)
     return 0
 
 
