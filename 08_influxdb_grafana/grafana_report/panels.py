@@ -165,8 +165,7 @@ def legend_value_text(panel: Panel, value: float) -> str:
         return byte_size(value)
     if unit == "percentunit":
         return f"{value:.0%}"
-    return short(round(value, 1) if abs(value) < 1000 else value) + ("" if unit in ("short", "") else
-                                                                      f" {unit_label(panel)}")
+    return short(value) + ("" if unit in ("short", "") else f" {unit_label(panel)}")
 
 
 def short(value: float) -> str:

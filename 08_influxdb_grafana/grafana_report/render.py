@@ -74,14 +74,14 @@ def _legend(ax: plt.Axes, panel: Panel, series: list[Series], colors: list[str])
     height_in = ax.get_position().height * ax.figure.get_figheight()
     width_chars = int(ax.get_position().width * ax.figure.get_figwidth() * 72 / 3.7) - 3  # 6-point monospace
     drawn = [(entry, color) for entry, color in zip(series, colors) if entry.values]
-    label_chars = min(max(8, width_chars - 10 * len(calcs)), max((len(entry.label) for entry, _ in drawn), default=8))
-    fits = max(1, int(height_in / LEGEND_ROW_IN) - 1)
+    label_chars = min(max(8, width_chars - 12 * len(calcs)), max((len(entry.label) for entry, _ in drawn), default=8))
+    fits = max(1, int(height_in / LEGEND_ROW_IN + 1e-6) - 1)  # a header's row above the series' rows
     shown = drawn if len(drawn) <= fits else drawn[:fits - 1]
     step = LEGEND_ROW_IN / height_in
 
     def row(y: float, label: str, cells: list[str], color: str = "black") -> None:
         label = label if len(label) <= label_chars else label[:label_chars - 1] + "…"
-        text = f"{label:<{label_chars}}" + "".join(f"{cell:>10}" for cell in cells)
+        text = f"{label:<{label_chars}}" + "".join(f" {cell:>11}" for cell in cells)
         ax.text(0.05, y, plain(text), transform=ax.transAxes, fontsize=6, va="top", ha="left", family="monospace",
                 color=color)
 
