@@ -31,6 +31,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import requests
+
 from pipeline_core.influx import InfluxDBClient, influx_client
 from pipeline_core.logs import configure_logging
 from pipeline_core.settings import InfluxSettings, load_settings
@@ -133,11 +135,18 @@ def streaming(env: dict[str, str], plant: PlantSettings, rows_per_s: float) -> I
         process.wait(30)
 
 
-def carried_rows_per_s(client: InfluxDBClient, quantities_per_row: int, window_s: int = 30) -> float:
-    """Rows a second the pipeline stored over the last `window_s` of event time (10 s back: still arriving)."""
-    points = list(client.query(f'SELECT count("result") FROM "raw"."machinedata" WHERE time > now() - '
-                               f'{window_s + 10}s AND time <= now() - 10s').get_points())
-    return (points[0]["count"] if points else 0) / window_s / quantities_per_row
+def pipeline_rates(client: InfluxDBClient, window: str = "1m") -> tuple[float, float, float]:
+    """What the pipeline's stages reported over the last `window` (their health points): rows/s the stream
+    connector read, points/s the DB connector stored, and the DB connector's lag at its last report."""
+    def mean(field: str, stage: str) -> float:
+        points = list(client.query(
+            f'SELECT sum("value") FROM (SELECT mean("{field}") AS "value" FROM "health"."pipeline_health" WHERE '
+            f'"stage" = \'{stage}\' AND time > now() - {window} GROUP BY "instance")').get_points())
+        return float(points[0]["sum"] or 0) if points else 0.0
+    lag = list(client.query('SELECT last("lag") FROM "health"."pipeline_health" WHERE "stage" = \'db_connector\' '
+                            f'AND time > now() - {window}').get_points())
+    return (mean("records_in_per_s", "stream_connector"), mean("records_out_per_s", "db_connector"),
+            float(lag[0]["last"] or 0) if lag else 0.0)
 
 
 def plain_query_s(client: InfluxDBClient, thing: str, rounds: int = 5) -> float:
@@ -151,11 +160,16 @@ def plain_query_s(client: InfluxDBClient, thing: str, rounds: int = 5) -> float:
     return statistics.median(took)
 
 
-def whole_plant_s(client: InfluxDBClient, window: str) -> tuple[float, int]:
-    """Every machine's power over the range at 1-minute points, as the dashboards asked before: seconds, points."""
+def whole_plant_s(settings: InfluxSettings, window: str, timeout_s: float = 600.0) -> tuple[float, int] | None:
+    """Every machine's power over the range at 1-minute points, as the dashboards asked before: seconds, points; or
+    None when InfluxDB gave no answer within `timeout_s`."""
+    client = influx_client(settings, timeout_s=timeout_s)
     began = time.perf_counter()
-    series = client.query(f'SELECT sum("sum") / sum("count") FROM "history"."joined_1m" WHERE time > now() - {window} '
-                          f'GROUP BY time(1m), "thing", "quantity" fill(none)').raw.get("series", [])
+    try:
+        series = client.query(f'SELECT sum("sum") / sum("count") FROM "history"."joined_1m" WHERE time > now() - '
+                              f'{window} GROUP BY time(1m), "thing", "quantity" fill(none)').raw.get("series", [])
+    except (OSError, requests.RequestException):
+        return None
     return time.perf_counter() - began, sum(len(entry["values"]) for entry in series)
 
 
@@ -231,9 +245,9 @@ def measure(settings: InfluxSettings, plant: PlantSettings, windows: list[str], 
     print(f"plain query, one machine's power over its last 10 minutes: {plain_query_s(client, thing) * 1000:.0f} ms "
           "(median of 5)", flush=True)
     for window in windows:
-        took_s, points = whole_plant_s(client, window)
+        answer = whole_plant_s(settings, window)
         print(f"the whole plant without tiers, every machine's power over {window} at 1-minute points: "
-              f"{took_s:.2f} s, {points:,} points", flush=True)
+              + (f"{answer[0]:.2f} s, {answer[1]:,} points" if answer else "no answer within 600 s"), flush=True)
     print(f"\n{'':<8}{'dashboard':<26}{'range':>6}{'first render s':>16}{'InfluxDB s':>12}"
           f"{'per refresh s (median / max)':>31}{'InfluxDB s':>14}   target {TARGET_S:g} s")
     rows = []
@@ -292,6 +306,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--ranges", default="24h,7d", help="the dashboards' ranges to measure, comma-separated")
     parser.add_argument("--refreshes", type=int, default=3, help="refreshes measured per page")
     parser.add_argument("--refresh-s", type=float, default=5.0, help="the live pages' refresh interval")
+    parser.add_argument("--database", default=None,
+                        help="with --pipeline-rate 0: a database `python -m benchmarks.plant` filled with the same "
+                             "plant, measured as it is (neither filled nor dropped)")
     parser.add_argument("--screenshots", type=Path, default=None,
                         help="a folder for a picture of each live page at the first range")
     parser.add_argument("--ports", default=os.environ.get("BENCH_PORTS"),
@@ -307,15 +324,19 @@ def main(argv: list[str] | None = None) -> int:
                  "minute_history_h": args.minute_history_h, "raw_minutes": args.raw_minutes,
                  "progress": sys.stderr.isatty()}
         if args.pipeline_rate <= 0:
-            settings = dataclasses.replace(load_settings(InfluxSettings, []),
-                                           influxdb_database=f"bench_dashboards_{uuid.uuid4().hex[:8]}")
+            settings = dataclasses.replace(load_settings(InfluxSettings, []), influxdb_database=(
+                args.database or f"bench_dashboards_{uuid.uuid4().hex[:8]}"))
             plant = PlantSettings(**{**dataclasses.asdict(settings), **shape})
             try:
-                fill_plant(plant)
+                if args.database:
+                    print(f"the plant of {args.database} as `python -m benchmarks.plant` filled it", flush=True)
+                else:
+                    fill_plant(plant)
                 print("no pipeline beside (--pipeline-rate 0)", flush=True)
                 measure(settings, plant, windows, args.refreshes, args.refresh_s, work_dir, args.screenshots)
             finally:
-                influx_client(settings).drop_database(settings.influxdb_database)
+                if not args.database:
+                    influx_client(settings).drop_database(settings.influxdb_database)
             return 0
         with pipeline_stack(args.joiner, args.ports) as env:
             settings = load_settings(InfluxSettings, [], environ=env)
@@ -327,9 +348,10 @@ def main(argv: list[str] | None = None) -> int:
                     if simulator.poll() is not None:
                         raise SystemExit(f"the simulator exited with {simulator.returncode}")
                     time.sleep(1)
-                carried = carried_rows_per_s(influx_client(settings), 6 * args.axes)
-                print(f"pipeline beside: the simulator at {args.pipeline_rate:,.0f} rows/s, {carried:,.0f} rows/s "
-                      f"stored over the last 30 s (JOINER={args.joiner})", flush=True)
+                rows_in, stored, lag = pipeline_rates(influx_client(settings))
+                print(f"pipeline beside: the simulator at {args.pipeline_rate:,.0f} rows/s; over the last minute the "
+                      f"stream connector read {rows_in:,.0f} rows/s and the DB connector stored {stored:,.0f} "
+                      f"points/s, {lag:,.0f} records behind (JOINER={args.joiner})", flush=True)
                 measure(settings, plant, windows, args.refreshes, args.refresh_s, work_dir, args.screenshots)
     return 0
 
