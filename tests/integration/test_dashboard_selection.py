@@ -1,6 +1,6 @@
 """The dashboards' machine selection against a real InfluxDB: the Top machines are the ones with the most power (or
-records) over the range, whichever history tier the range reads; the others' records are added up in one line; and
-a machine's name, whatever its characters, selects exactly that machine."""
+records) over the range, whichever history tier the range reads, with their values; and a machine's name, whatever
+its characters, selects exactly that machine."""
 from __future__ import annotations
 
 import time
@@ -60,7 +60,7 @@ def _panel(uid: str, title: str):
 
 
 @pytest.mark.parametrize("window", RANGES)
-def test_the_top_machines_have_the_most_power_and_the_others_records_add_up(plant, window: str) -> None:
+def test_the_top_machines_have_the_most_power_or_records(plant, window: str) -> None:
     client, now_ms = plant
     time_range = TimeRange.last(window, now_ms + 5_000)
     power = DASHBOARDS["machine-power"]
@@ -79,11 +79,9 @@ def test_the_top_machines_have_the_most_power_and_the_others_records_add_up(plan
     series = run_panel(client, _panel("pipeline-health", "Records in per machine, per second"), time_range,
                        query_texts(health, variables), 1000)
     totals = {entry.label: sum(entry.values) for entry in series}
-    others = sum(records for thing, (_watts, records) in MACHINES.items() if thing not in busiest)
     # Rates per second of their intervals: over the range they add up to the records over the interval's length.
     interval_s = 1.0 if window == "5m" else {"1h": 60.0, "24h": 600.0, "7d": 3600.0}[window]
-    assert set(totals) == {*busiest, "other machines"}
-    assert totals["other machines"] * interval_s == pytest.approx(others)
+    assert [entry.label for entry in series] == busiest  # largest first
     for thing in busiest:
         assert totals[thing] * interval_s == pytest.approx(MACHINES[thing][1])
 

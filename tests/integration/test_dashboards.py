@@ -134,7 +134,7 @@ def test_the_dashboards_exist() -> None:
             "Records in per second, by stage", "Records out per second, by stage",
             "Dead letters per second, by stage", "Spark micro-batch duration", "Spark join state: rows",
             "Spark join state: memory", "Late records", "Disk used where the stages run",
-            "Disk free where the stages run", "Power of the selected machines: mean, lowest and highest per axis"} <= titles
+            "Disk free where the stages run", "Power of the Top machines: mean, lowest and highest per axis"} <= titles
 
 
 def test_the_late_records_panel_counts_the_late_dead_letters_only(replayed) -> None:

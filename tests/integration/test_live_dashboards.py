@@ -57,8 +57,8 @@ EXPECTED: dict[str, Any] = {
     "Torque per axis": 77.125,
     "Duty cycle (ED) per machine": 100.0,  # R0815's one join of the last 10 minutes is active
     "Load distribution by power level": "high (1, 25%)",  # of four joins now: high, medium, low, idle
-    # The mean over every machine of the 10 minutes of now: (4321.5 + 2000 + 700 + 50) / 4; an hour ago R0815 idled.
-    "Power of the selected machines: mean, lowest and highest per axis": (4321.5 + 2000.0 + 700.0 + 50.0) / 4,
+    # The mean over the Top machines (all four) of the 10 minutes of now: (4321.5 + 2000 + 700 + 50) / 4.
+    "Power of the Top machines: mean, lowest and highest per axis": (4321.5 + 2000.0 + 700.0 + 50.0) / 4,
     "Lag now, by stage": 2500,
     "Lag by stage": 2500,
     "Records in per second, by stage": 5000.0,
@@ -72,7 +72,7 @@ EXPECTED: dict[str, Any] = {
     "Dead letters": ">1<",
     "Late records": ">1<",
     "Records in per machine, per second": 3 / 600,  # R0815's three records in its 10 minutes
-    "Joins out per join case, per second": 0.5,  # one join of case both in a 2-second interval (300 points)
+    "Joins out per join case": 3,  # the odd machines' three of case left_successor in the last 10 minutes
     "Dead letters per stage": 1,
     "Latest dead letters": "late: t=1554096458070",
     "Lost outside the pipeline's control, by stage": 3,
