@@ -141,7 +141,9 @@ class TimeSeriesView:
 
     def _legend_html(self, drawn: list, colors: list[str]) -> str:
         """Grafana's table legend: a row per series in the panel's order, its calcs beside; a name too long for the
-        box is cut (all of it in its tooltip)."""
+        box is cut (all of it in its tooltip). Nothing without series."""
+        if not drawn:
+            return ""
         right = 'style="text-align: right; white-space: nowrap"'
         header = "".join(f"<th {right}>{CALC_NAMES.get(calc, calc)}</th>" for calc in self.calcs)
         rows = "".join(
