@@ -24,6 +24,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -80,18 +81,20 @@ class Figures:
 
 
 class TimedClient:
-    """An InfluxDB client counting the time its queries take."""
+    """An InfluxDB client adding the time its queries take to a total several clients share."""
 
-    def __init__(self, client: InfluxDBClient) -> None:
+    def __init__(self, client: InfluxDBClient, total: list[float], lock: threading.Lock) -> None:
         self._client = client
-        self.spent_s = 0.0
+        self._total = total
+        self._lock = lock
 
     def query(self, *args: Any, **kwargs: Any) -> Any:
         began = time.perf_counter()
         try:
             return self._client.query(*args, **kwargs)
         finally:
-            self.spent_s += time.perf_counter() - began
+            with self._lock:
+                self._total[0] += time.perf_counter() - began
 
 
 @contextmanager
@@ -175,12 +178,16 @@ def whole_plant_s(settings: InfluxSettings, window: str, timeout_s: float = 600.
 
 def report_figures(settings: InfluxSettings, dashboard: Dashboard, window: str, out_dir: Path) -> Figures:
     """`make report`'s work for one dashboard: its variables, every panel's queries, the PNG."""
-    client = TimedClient(influx_client(settings))
+    spent, lock = [0.0], threading.Lock()
+
+    def connect() -> TimedClient:
+        return TimedClient(influx_client(settings), spent, lock)
+
     began = time.perf_counter()
     time_range = TimeRange.last(window)
-    variables = resolve_variables(client, dashboard, time_range)  # type: ignore[arg-type]
-    render_dashboard(client, dashboard, time_range, variables, out_dir)  # type: ignore[arg-type]
-    return Figures(time.perf_counter() - began, client.spent_s)
+    variables = resolve_variables(connect(), dashboard, time_range)  # type: ignore[arg-type]
+    render_dashboard(connect, dashboard, time_range, variables, out_dir)  # type: ignore[arg-type]
+    return Figures(time.perf_counter() - began, spent[0])
 
 
 def live_figures(browser: Chromium, base: str, dashboard: Dashboard, window: str, refreshes: int,

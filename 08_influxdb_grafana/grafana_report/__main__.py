@@ -98,7 +98,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     chosen = chosen_values(settings)
     for dashboard in dashboards:
         variables = resolve_variables(client, dashboard, time_range, chosen)
-        path = render_dashboard(client, dashboard, time_range, variables, settings.out)
+        path = render_dashboard(lambda: influx_client(settings), dashboard, time_range, variables, settings.out)
         print(f"{dashboard.title}: {path}")
     return 0
 
