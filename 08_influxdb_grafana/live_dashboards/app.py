@@ -118,9 +118,8 @@ def _picked_from_request(dashboard: Dashboard, arguments: Mapping[str, Sequence[
 class DashboardPage:
     """The models of one page of a dashboard, and how a snapshot changes them."""
 
-    def __init__(self, dashboard: Dashboard, queries: DashboardQueries, others: Sequence[Dashboard],
-                 refresh_s: float, window_ms: int, picked: Mapping[str, list[str]],
-                 on_change: Callable[[], None]) -> None:
+    def __init__(self, dashboard: Dashboard, others: Sequence[Dashboard], refresh_s: float, window_ms: int,
+                 picked: Mapping[str, list[str]], on_change: Callable[[], None]) -> None:
         self.dashboard = dashboard
         self.shown_ms = 0  # when the snapshot on the page was taken
         self.shown_choice: Choice | None = None
@@ -238,7 +237,7 @@ def build_document(doc: Document, dashboard: Dashboard, queries: DashboardQuerie
         if _alive(doc):
             doc.add_next_tick_callback(refresh)
 
-    page = DashboardPage(dashboard, queries, others, refresh_s, window_ms, picked, changed)
+    page = DashboardPage(dashboard, others, refresh_s, window_ms, picked, changed)
     latest = queries.latest(page.selectors.choice())
     if latest is not None:
         page.show(latest, page.selectors.choice())  # before the page joins the document: built once, not patched
