@@ -22,12 +22,14 @@ from db_connector_support import (ConnectorProcess, connector_args, distinct_ser
 from grafana_report.__main__ import data_range
 from grafana_report.dashboards import load_dashboards
 from grafana_report.macros import TimeRange, query_texts, resolve_variables, substitute
-from grafana_report.panels import panel_step_ms
-from pipeline_core.health_metrics import HealthMetrics, health_line
+from grafana_report.panels import panel_step_ms, run_panel
+from pipeline_core.health_metrics import MACHINE_MEASUREMENT, HealthMetrics, health_line
+from pipeline_core.influx import stored_name
 from pipeline_core.kafka_clients import admin_client, producer_config
 from pipeline_core.records import dead_letter
 from pipeline_core.settings import ConnectionSettings
 from pipeline_core.topics import MACHINE_DATA, MACHINE_DLQ, MACHINE_OUT, ensure_topics
+from stack.clocks import CLOCK_COUNTERS, machine_clock_faults
 from support import produce_records, unique, wait_for
 
 pytestmark = pytest.mark.integration
@@ -46,6 +48,13 @@ STAGE_POINTS = {
     "spark_joiner": {"host-3": {"records_in_per_s": 5000.0, "records_out_per_s": 700.0, "dead_letters_per_s": 0.0,
                                 "lag": 2500, "batch_seconds": 0.8, "state_rows": 64, "state_bytes": 1_048_576,
                                 "disk_used_ratio": 0.97, "disk_free_bytes": 1_000_000}},
+}
+# The joiners' clock counters per machine (outliers, steps back, jumps ahead), as two Kafka joiner processes report
+# them: instance -> machine -> counts. By their sums the Top 5 leave M1 out; "Press 5" and a line feed is a name
+# InfluxDB stores escaped.
+CLOCK_POINTS = {
+    "host-1": {"Plant1.Hall2.Press3": (3, 1, 0), "Press 5\n": (0, 20, 0), "M1": (0, 0, 3), "M2": (0, 0, 4)},
+    "host-2": {"Plant1.Hall2.Press3": (2, 0, 1), "M3": (5, 0, 0), "M4": (0, 0, 6)},
 }
 
 
@@ -108,8 +117,13 @@ def _write_stage_health(stack: ConnectionSettings, database: str) -> None:
     for stage, instances in STAGE_POINTS.items():
         for instance, fields in instances.items():
             metrics.record(health_line({"stage": stage, "instance": instance}, fields, at_ns))
+    for instance, machines in CLOCK_POINTS.items():
+        for machine, counts in machines.items():
+            metrics.record(health_line({"stage": "kafka_joiner", "instance": instance, "thing": stored_name(machine)},
+                                       dict(zip(CLOCK_COUNTERS, counts)), at_ns, MACHINE_MEASUREMENT))
     metrics.close(timeout_s=30)
-    assert metrics.written == sum(len(instances) for instances in STAGE_POINTS.values())
+    assert metrics.written == sum(len(instances) for instances in STAGE_POINTS.values()) + \
+        sum(len(machines) for machines in CLOCK_POINTS.values())
 
 
 def _query(panel, query: str, time_range: TimeRange, variables: dict[str, str] | None = None) -> str:
@@ -191,6 +205,32 @@ def _panel_last(client: InfluxDBClient, panel, stage: str) -> float | None:
     return values[0] if values else None
 
 
+def test_the_clock_panel_adds_up_a_machine_s_processes_for_the_machines_with_the_most(replayed) -> None:
+    """Each machine's counters of its processes added up, by the name it stands for, for the Top 5 by their sum; what
+    InfluxDB holds no more of than the five is left out (M1, 3)."""
+    _, client = replayed
+    panel = next(panel for panel in HEALTH.panels if panel.title == "Clock faults per machine")
+    time_range = TimeRange.last("1h")
+    variables = resolve_variables(client, HEALTH, time_range, {"top_n": ["5"]})
+    assert sorted(variables["clock_top"].options) == sorted(stored_name(name) for name in
+                                                            ("Plant1.Hall2.Press3", "Press 5\n", "M2", "M3", "M4"))
+    last = {entry.label: entry.values[-1]
+            for entry in run_panel(client, panel, time_range, query_texts(HEALTH, variables), 1000)}
+    assert last == {"Plant1.Hall2.Press3: outliers": 5, "Plant1.Hall2.Press3: steps back": 1,
+                    "Plant1.Hall2.Press3: jumps ahead": 1, "Press 5\n: outliers": 0, "Press 5\n: steps back": 20,
+                    "Press 5\n: jumps ahead": 0, "M2: outliers": 0, "M2: steps back": 0, "M2: jumps ahead": 4,
+                    "M3: outliers": 5, "M3: steps back": 0, "M3: jumps ahead": 0, "M4: outliers": 0,
+                    "M4: steps back": 0, "M4: jumps ahead": 6}
+    # `make status`'s line adds up the same points alike.
+    assert machine_clock_faults(client)["Plant1.Hall2.Press3"] == {"clock_outliers": 5, "clock_steps_back": 1,
+                                                                   "clock_jumps_ahead": 1}
+
+
+def _reads_health(text: str) -> bool:
+    """Whether a query reads what the stages report of themselves now (not the replay's years)."""
+    return '"health".' in text
+
+
 @pytest.mark.parametrize("dashboard", DASHBOARDS, ids=lambda dashboard: dashboard.uid)
 def test_every_panel_query_parses_and_returns_data(replayed, dashboard) -> None:
     """Over the replay's twelve days (the hourly history) and its last hours (the 10-minute one): each target
@@ -200,8 +240,12 @@ def test_every_panel_query_parses_and_returns_data(replayed, dashboard) -> None:
     assert stored is not None
     for dashboard_range in (stored, TimeRange(stored.end_ms - 12 * 3_600_000, stored.end_ms)):
         variables = resolve_variables(client, dashboard, dashboard_range)
-        for name, selection in variables.items():
-            assert selection.options, f"template variable ${name} offers no values"
+        # Over the last hour of now: a variable and a panel following the dashboard's range that read the stages'
+        # health (the clock faults per machine).
+        live_texts = query_texts(dashboard, resolve_variables(client, dashboard, TimeRange.last("1h")))
+        for variable in dashboard.variables:
+            if not _reads_health(variable.query):
+                assert variables[variable.name].options, f"template variable ${variable.name} offers no values"
         assert variables["top"].options and set(variables["top"].options) <= set(variables["thing"].options)
         if "axis" in variables:
             assert variables["axis"].options == ("C11",)
@@ -211,10 +255,13 @@ def test_every_panel_query_parses_and_returns_data(replayed, dashboard) -> None:
             # points and dead letters are of now, the replayed rows of 2019, whose last 10 minutes may hold no join.
             ranges = ([TimeRange.last(panel.time_from), TimeRange.last(panel.time_from, dashboard_range.end_ms),
                        dashboard_range] if panel.time_from else [dashboard_range])
+            asked = [(time_range, texts) for time_range in ranges]
+            if not panel.time_from and any(_reads_health(target.query) for target in panel.targets):
+                asked.append((TimeRange.last("1h"), live_texts))
             returned = []
-            for time_range in ranges:
+            for time_range, panel_texts in asked:
                 for target in panel.targets:
-                    query = _query(panel, target.query, time_range, texts)
+                    query = _query(panel, target.query, time_range, panel_texts)
                     # A `$` left before a name is a macro or variable Grafana would have replaced (`$/` is a regex
                     # anchor).
                     assert not re.search(r"\$[\w{]|\[\[", query), f"{panel.title}: unsubstituted macro in {query}"

@@ -29,7 +29,8 @@ from fault_support import terminate_process
 from grafana_report.dashboards import load_dashboards
 from grafana_report.macros import duration_ms
 from live_dashboards.app import RANGES
-from pipeline_core.health_metrics import health_line
+from pipeline_core.health_metrics import MACHINE_MEASUREMENT, health_line
+from pipeline_core.influx import stored_name
 from pipeline_core.influx_retention import (HEALTH_POLICY, JOINED_POLICY, RAW_POLICY, backfill_history,
                                             ensure_retention, retention_settings)
 from pipeline_core.settings import ConnectionSettings
@@ -78,6 +79,7 @@ EXPECTED: dict[str, Any] = {
     "Lost outside the pipeline's control, by stage": 3,
     "Disk used where the stages run": 0.625,
     "Disk free where the stages run": 987_654_321,
+    "Clock faults per machine": 7,  # the outliers of the machine named a "b" c
 }
 # Per panel title (its tag on the page's models), every number and text of its data sources and texts.
 PANEL_VALUES_JS = """(() => {
@@ -140,7 +142,11 @@ def _lines(now_ms: int) -> dict[str, list[str]]:
         raw.append(f"machinedata,quantity=actSpeed_C11,thing={tag} result=100.0 {now_ns}")
         joined.append(f"joined,case={case},level={level},quantity=vaPower_C11,thing={tag} result={watts},"
                       f"active={0.0 if level == 'idle' else 1.0} {now_ns}")
-    return {RAW_POLICY: raw, JOINED_POLICY: joined, HEALTH_POLICY: [_health("spark_joiner", SPARK_HEALTH, now_ms)]}
+    clock = health_line({"stage": "kafka_joiner", "instance": "host-1", "thing": stored_name('a "b" c')},
+                        {"clock_outliers": 7, "clock_steps_back": 0, "clock_jumps_ahead": 0}, now_ns,
+                        MACHINE_MEASUREMENT)
+    return {RAW_POLICY: raw, JOINED_POLICY: joined, HEALTH_POLICY: [_health("spark_joiner", SPARK_HEALTH, now_ms),
+                                                                    clock]}
 
 
 def _health(stage: str, fields: dict[str, float], at_ms: int) -> str:

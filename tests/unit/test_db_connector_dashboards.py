@@ -14,6 +14,7 @@ from grafana_report.macros import (Selection, TimeRange, alias, duration_ms, int
                                    regex_escape, regex_value, round_interval_ms, substitute)
 from grafana_report.panels import Series, legend_value_text, no_value_text, with_gaps
 from pipeline_core import paths
+from stack.clocks import CLOCK_COUNTERS
 
 PROVISIONING = paths.INFLUXDB_GRAFANA_DIR / "grafana" / "provisioning"
 DAY_MS = 86_400_000
@@ -25,7 +26,7 @@ RANGES_MS = [60_000, 300_000, 300_001, 900_000, 3_600_000, 21_600_000, 21_600_00
              3 * DAY_MS + 1, 7 * DAY_MS, 14 * DAY_MS, 30 * DAY_MS, 30 * DAY_MS + 1, 90 * DAY_MS]
 NOW_MS = 1_796_572_800_000
 # Each variable as the dashboards open: All, and the Top machines some values.
-OPENING = {"thing": ".*", "axis": ".*", "top_n": "10", "top": "(M1|M2)"}
+OPENING = {"thing": ".*", "axis": ".*", "top_n": "10", "top": "(M1|M2)", "clock_top": "(M1|M2)"}
 
 
 def test_the_datasource_reads_as_the_read_only_user_with_its_password_from_the_environment() -> None:
@@ -162,8 +163,10 @@ def test_no_query_reads_raw_points_over_more_than_five_minutes_of_the_whole_plan
 @pytest.mark.parametrize("dashboard", DASHBOARDS, ids=lambda dashboard: dashboard.uid)
 def test_series_are_downsampled_and_legends_bounded(dashboard) -> None:
     """Every time series asks for a bounded number of points (maxDataPoints), groups by time, and shows its legend as
-    a table sorted by its measure; a panel with a series per machine draws the Top machines only."""
+    a table sorted by its measure; a panel with a series per machine draws the Top machines only (a hidden variable
+    of the `$top_n` machines)."""
     data = json.loads(dashboard.path.read_text())
+    tops = [variable.name for variable in dashboard.variables if variable.hidden and "$top_n" in variable.query]
     for panel in data["panels"]:
         if panel["type"] != "timeseries":
             continue
@@ -173,7 +176,7 @@ def test_series_are_downsampled_and_legends_bounded(dashboard) -> None:
         for target in panel["targets"]:
             assert "GROUP BY time(" in target["query"], panel["title"]
             if '"thing"' in target["query"].split("GROUP BY")[-1]:  # a series per machine
-                assert '"thing" =~ /^$top$/' in target["query"], panel["title"]
+                assert any(f'"thing" =~ /^${top}$/' in target["query"] for top in tops), panel["title"]
 
 
 def test_the_machine_selectors_are_template_variables() -> None:
@@ -234,6 +237,21 @@ def test_the_health_dashboard_shows_every_loss_counter_by_stage() -> None:
     queried = {field for target in panel.targets for field in ("records_skipped", "topics_deleted",
                                                                 "offset_resets") if f'last("{field}")' in target.query}
     assert queried == {"records_skipped", "topics_deleted", "offset_resets"}
+
+
+def test_the_health_dashboard_shows_the_clock_faults_of_the_machines_with_the_most() -> None:
+    """Every clock counter the joiners write per machine (stack.clocks, `make status`'s line) has a line per machine,
+    each process's count added up, for the Top of the selection by those counts; none counted shows 0."""
+    (panel,) = [panel for panel in HEALTH.panels if panel.title == "Clock faults per machine"]
+    queried = {field for target in panel.targets for field in CLOCK_COUNTERS if f'last("{field}")' in target.query}
+    assert queried == set(CLOCK_COUNTERS)
+    for target in panel.targets:
+        assert '"health"."machine_health"' in target.query and '"stage", "instance", "thing"' in target.query
+        assert '"thing" =~ /^$clock_top$/' in target.query and "$tag_thing" in target.alias
+    (top,) = [variable for variable in HEALTH.variables if variable.name == "clock_top"]
+    assert top.hidden and top.current == (ALL,) and "$top_n" in top.query and '"thing" =~ /^$thing$/' in top.query
+    assert all(f'max("{field}")' in top.query for field in CLOCK_COUNTERS)
+    assert no_value_text(panel) == "0"
 
 
 @pytest.mark.parametrize("length_ms", [60_000, 300_000, 900_000, 3_600_000, 6 * 3_600_000, DAY_MS, 2 * DAY_MS,
