@@ -7,7 +7,9 @@ What it writes into a database with the pipeline's retention policies, as the pi
   machine, axis and quantity, and 1-minute points of the last `--minute-history-h` (24) hours; each point's mean,
   min, max, sum and count those of `--rows-per-s` rows a second per machine;
 * the raw records and join results of the last `--raw-minutes` (10), `--rows-per-s` rows a second per machine, in
-  the DB connector's own point format (`db_connector.points`) and through its writer (`db_connector.writer`).
+  the DB connector's own point format (`db_connector.points`) and through its writer (`db_connector.writer`);
+* the clock counters of `--clock-faulty-machines` (25) machines over the last `--clock-hours` (24), as a joiner
+  reports them (`machine_health`, one point per machine every 10 s, each counter since the joiner's start).
 
 The machines are the simulator's synthetic fleet (`simulator.synthetic.fleet_things`, same seed), so a simulator run
 with the same `--machines`, `--axes` and `--seed` streams the same plant on. Every machine has a power level of its
@@ -31,9 +33,10 @@ from tqdm import tqdm
 
 from db_connector.points import PowerLevels, data_point, joined_point
 from db_connector.writer import InfluxWriter
-from pipeline_core.influx import escape_tag, influx_client
-from pipeline_core.influx_retention import (DATA_MEASUREMENT, HISTORY_POLICY, JOINED_MEASUREMENT, JOINED_POLICY,
-                                            RAW_POLICY, ensure_retention, retention_settings)
+from pipeline_core.health_metrics import MACHINE_MEASUREMENT, health_line
+from pipeline_core.influx import escape_tag, influx_client, stored_name
+from pipeline_core.influx_retention import (DATA_MEASUREMENT, HEALTH_POLICY, HISTORY_POLICY, JOINED_MEASUREMENT,
+                                            JOINED_POLICY, RAW_POLICY, ensure_retention, retention_settings)
 from pipeline_core.logs import configure_logging
 from pipeline_core.settings import InfluxSettings, load_settings, setting
 from simulator.synthetic import fleet_things
@@ -49,6 +52,10 @@ IDLE_W = 20.0
 TIERS_S = {"1m": 60, "10m": 600, "1h": 3600}
 BATCH_LINES = 10_000
 WRITERS = 3  # requests in flight: InfluxDB parses one while the next is built
+HEALTH_INTERVAL_S = 10  # how often a joiner reports its machines' clock counters
+CLOCK_FIELDS = ("clock_outliers", "clock_steps_back", "clock_jumps_ahead")  # as the joiners write them
+# The first faulty machine's clock faults per hour, on average (the n-th's n times as many), by CLOCK_FIELDS.
+CLOCK_FAULTS_PER_H = (2.0, 0.2, 0.5)
 
 
 @dataclass(frozen=True)
@@ -62,6 +69,9 @@ class PlantSettings(InfluxSettings):
     raw_minutes: float = setting(10.0, "PLANT_RAW_MINUTES", "minutes of raw records and join results", minimum=0)
     rows_per_s: float = setting(2.0, "PLANT_ROWS_PER_S", "rows a second per machine", minimum=0.001)
     seed: int = setting(42, "PLANT_SEED", "the fleet's seed (the simulator's --seed)")
+    clock_faulty_machines: int = setting(25, "PLANT_CLOCK_FAULTY_MACHINES", "machines whose clocks the joiner catches",
+                                         minimum=0)
+    clock_hours: float = setting(24.0, "PLANT_CLOCK_HOURS", "hours of the joiner's clock counters", minimum=0)
     progress: bool = setting(True, "PLANT_PROGRESS", "show a progress bar")
 
 
@@ -176,12 +186,39 @@ def raw_lines(settings: PlantSettings, axes: list[Axis], start_ms: int, end_ms: 
             yield joined[start:start + BATCH_LINES], JOINED_POLICY
 
 
+def clock_lines(settings: PlantSettings, axes: list[Axis], start_s: int, end_s: int
+                ) -> Iterator[tuple[list[str], str]]:
+    """The clock counters of the faulty machines (spread over the plant) as one joiner process reports them since
+    `start_s`: each counter grows by chance at its `CLOCK_FAULTS_PER_H`, a machine's own multiple of it."""
+    things = list(dict.fromkeys(axis.thing for axis in axes))
+    faulty = things[::max(1, len(things) // max(settings.clock_faulty_machines, 1))][:settings.clock_faulty_machines]
+    randoms = random.Random(settings.seed)
+    chances = [[rate * (index + 1) * HEALTH_INTERVAL_S / 3600 for rate in CLOCK_FAULTS_PER_H]
+               for index in range(len(faulty))]
+    counts = [[0] * len(CLOCK_FAULTS_PER_H) for _ in faulty]
+    lines: list[str] = []
+    for at_s in range(start_s - start_s % HEALTH_INTERVAL_S + HEALTH_INTERVAL_S, end_s + 1, HEALTH_INTERVAL_S):
+        for index, thing in enumerate(faulty):
+            counts[index] = [count + (randoms.random() < chance) for count, chance in zip(counts[index], chances[index])]
+            line = health_line({"stage": "kafka_joiner", "instance": "plant", "thing": stored_name(thing)},
+                               dict(zip(CLOCK_FIELDS, counts[index])), at_s * 10**9, MACHINE_MEASUREMENT)
+            assert line is not None  # every field an int
+            lines.append(line)
+            if len(lines) >= BATCH_LINES:
+                yield lines, HEALTH_POLICY
+                lines = []
+    if lines:
+        yield lines, HEALTH_POLICY
+
+
 def expected_points(settings: PlantSettings, axes_count: int) -> int:
     per_axis = len(QUANTITIES) + 1
     history = sum(int(settings.days * DAY_S) // TIERS_S[tier] for tier in ("10m", "1h"))
     history += int(settings.minute_history_h * 3600) // TIERS_S["1m"]
     raw = int(settings.raw_minutes * 60 * settings.rows_per_s)
-    return axes_count * per_axis * (history + raw)
+    faulty = min(settings.clock_faulty_machines, settings.machines)
+    clock = faulty * int(settings.clock_hours * 3600) // HEALTH_INTERVAL_S
+    return axes_count * per_axis * (history + raw) + clock
 
 
 def fill(settings: PlantSettings, now_ms: int | None = None,
@@ -225,7 +262,8 @@ def fill(settings: PlantSettings, now_ms: int | None = None,
         sources = [history_lines(settings, axes, "1h", now_s - int(settings.days * DAY_S), now_s),
                    history_lines(settings, axes, "10m", now_s - int(settings.days * DAY_S), now_s),
                    history_lines(settings, axes, "1m", now_s - int(settings.minute_history_h * 3600), now_s),
-                   raw_lines(settings, axes, raw_start_ms, now_ms)]
+                   raw_lines(settings, axes, raw_start_ms, now_ms),
+                   clock_lines(settings, axes, now_s - int(settings.clock_hours * 3600), now_s)]
         for source in sources:
             for batch in source:
                 if failures:
