@@ -288,8 +288,8 @@ def _print_row(kind: str, dashboard: Dashboard, window: str, figures: Figures) -
 
 def fill_plant(plant: PlantSettings) -> None:
     total = expected_points(plant, plant.machines * plant.axes)
-    print(f"filling {plant.influxdb_database}: {plant.machines} machines x {plant.axes} axes, {plant.days:g} days "
-          f"(about {total:,} points) ...", flush=True)
+    print(f"filling {plant.influxdb_database}: {plant.machines} machines x {plant.axes} axes, {plant.days:g} days, "
+          f"{min(plant.clock_faulty_machines, plant.machines)} with clock faults (about {total:,} points) ...", flush=True)
     began = time.monotonic()
     from tqdm import tqdm  # noqa: PLC0415 - the progress bar of this step only
     with tqdm(total=total, unit=" points", unit_scale=True, disable=not plant.progress, file=sys.stderr) as bar:
@@ -305,6 +305,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--days", type=float, default=7.0, help="days of the plant's history")
     parser.add_argument("--minute-history-h", type=float, default=24.0, help="hours of its 1-minute history")
     parser.add_argument("--raw-minutes", type=float, default=10.0, help="minutes of its raw points")
+    parser.add_argument("--clock-faulty-machines", type=int, default=25,
+                        help="machines with clock counters over the last day (the clock faults panel)")
     parser.add_argument("--pipeline-rate", type=float, default=1000.0,
                         help="rows/s the simulator streams through the pipeline beside the dashboards (0: no stack; "
                              "a fresh database of the InfluxDB in the environment)")
@@ -329,6 +331,7 @@ def main(argv: list[str] | None = None) -> int:
         work_dir = Path(work)
         shape = {"machines": args.machines, "axes": args.axes, "days": args.days,
                  "minute_history_h": args.minute_history_h, "raw_minutes": args.raw_minutes,
+                 "clock_faulty_machines": args.clock_faulty_machines,
                  "progress": sys.stderr.isatty()}
         if args.pipeline_rate <= 0:
             settings = dataclasses.replace(load_settings(InfluxSettings, []), influxdb_database=(

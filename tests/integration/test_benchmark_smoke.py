@@ -56,7 +56,8 @@ SMOKE_RUNS: list[Run] = [
      (figure(r"^(?:seed|db_connector): .*? +[\d,]+ +{points_per_s}$", 2), figure(r"^speed-up: {ratio}x"))),
     # A plant of 5 machines without the pipeline beside (its stack in the full run), one range, one refresh.
     ("dashboards", ["--pipeline-rate", "0", "--machines", "5", "--axes", "1", "--days", "1", "--minute-history-h", "1",
-                    "--raw-minutes", "1", "--ranges", "1h", "--refreshes", "1", "--refresh-s", "2"],
+                    "--raw-minutes", "1", "--clock-faulty-machines", "2", "--ranges", "1h", "--refreshes", "1",
+                    "--refresh-s", "2"],
      "slowest first render or refresh",
      (figure(r"^live +.+? +1h +{first_render_s} +[\d.]+ +{refresh_s} / [\d.]+ ", 2),
       figure(r"^report +.+? +1h +{render_s} ", 2), figure(r"^slowest first render or refresh: {slowest_s} s"))),

@@ -27,6 +27,7 @@ FULL_RUNS: list[Run] = [
      "cluster / single end to end:", ()),
     # A small plant and its pipeline streaming beside the dashboards, in a stack of its own with the standalone joiner.
     ("dashboards", ["--machines", "10", "--axes", "1", "--days", "1", "--minute-history-h", "1", "--raw-minutes", "1",
+                    "--clock-faulty-machines", "2",
                     "--pipeline-rate", "20", "--joiner", "lsb", "--warmup-s", "15", "--ranges", "1h", "--refreshes",
                     "1", "--refresh-s", "2", *(["--ports", private_port_range()] if private_port_range() else [])],
      "pipeline beside: the simulator at", ()),
