@@ -263,11 +263,12 @@ def test_the_report_draws_names_matplotlib_would_read_as_math_or_leave_out_as_th
     panel = next(p for p in dashboard.panels if p.type == "timeseries")
     labels = ["$\\frac$ vaPower_C11", "_R1 vaPower_C11", "a$b$ vaPower_C11", "Press\t5\n vaPower_C11"]
     series = [Series(label, [T_MS, T_MS + 1000], [1.0, 2.0]) for label in labels]
-    figure, ax = plt.subplots()
+    figure, (ax, legend_ax) = plt.subplots(1, 2, figsize=(16, 4))
     try:
-        draw_panel(ax, panel, series, TimeRange(T_MS - 60_000, T_MS + 60_000))
+        draw_panel(ax, panel, series, TimeRange(T_MS - 60_000, T_MS + 60_000), 1000, legend_ax)
         figure.canvas.draw()  # what failed: the math parser, at drawing
-        shown = [text.get_text() for text in ax.get_legend().texts]
-        assert [text._preprocess_math(label)[0] for text, label in zip(ax.get_legend().texts, shown)] == labels
+        # The legend's rows (a header, then a row per series: its label, then its values), as drawn.
+        rows = [text._preprocess_math(text.get_text())[0] for text in legend_ax.texts]
+        assert [next((label for label in labels if row.startswith(label)), None) for row in rows[1:]] == labels
     finally:
         plt.close(figure)
