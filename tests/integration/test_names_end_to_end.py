@@ -24,7 +24,7 @@ from connector_support import ConnectorProcess, run_simulator
 from db_connector_support import (JSON_ANSWERS, ConnectorProcess as DbConnectorProcess, connector_args,
                                   expected_joined_points, expected_raw_points, wait_for_points)
 from grafana_report.dashboards import DASHBOARDS_DIR, load_dashboards
-from grafana_report.macros import TimeRange, all_values
+from grafana_report.macros import TimeRange, query_texts, regex_value, resolve_variables
 from grafana_report.panels import run_panel
 from join_reference import reference_join
 from kafka_joiner_support import JoinerProcess, as_multiset, delete_internal_topics, new_group
@@ -175,7 +175,10 @@ def test_any_plant_name_flows_end_to_end_with_each_joiner(stack, bootstrap, new_
         panel = next(p for p in dashboard.panels if p.title == "Power per axis and machine")
         time_range = TimeRange(rows[0]["Timestamp"] - 60_000, rows[-1]["Timestamp"] + 60_000)
         database, client = databases[1]
-        labels = {series.label for series in run_panel(client, panel, time_range, all_values(client, dashboard))}
+        variables = resolve_variables(client, dashboard, time_range)
+        # Every machine, not the Top 20 the panel draws of them.
+        texts = {**query_texts(dashboard, variables), "top": regex_value(variables["thing"].options)}
+        labels = {series.label for series in run_panel(client, panel, time_range, texts, 1000)}
         assert labels == {f"{thing} vaPower_C11" for thing in PLANT_NAMES}
         report = subprocess.run([sys.executable, "-m", "grafana_report", "--out", str(tmp_path / "reports"),
                                  "--influxdb-database", database], capture_output=True, text=True, timeout=300)
