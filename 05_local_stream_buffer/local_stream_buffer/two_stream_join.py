@@ -19,10 +19,7 @@ So the state is O(pending records), never O(history). Records leaving the state 
 release hook exactly once.
 
 Forcing (``max_latency_s`` overdue or more than ``max_pending_per_side`` pending) resolves the oldest
-pending records as they stand: each gets the lagging stream's last record as predecessor, the lagging
-stream's gap up to the newest forced record is closed (a record arriving inside it is *late* and not
-joined), and the forced records are released except the newest, which stays as the anchor. Forced
-records give up their successor pair (the stalled stream's next record), which keeps memory bounded.
+pending records as they stand, closing the lagging stream's gap up to them (`forcing`).
 """
 
 from __future__ import annotations
@@ -30,10 +27,10 @@ from __future__ import annotations
 import math
 import time
 from collections import deque
-from itertools import islice
 from typing import Any, Callable, Iterator
 
 from .cases import PREDECESSOR_CASE, SUCCESSOR_CASE, JoinCase
+from .forcing import Forcing
 from .status import IngestStatus
 
 LEFT = 0
@@ -57,7 +54,7 @@ _NEVER = -math.inf
 _UNBOUNDED = math.inf
 
 
-class TwoStreamJoin:
+class TwoStreamJoin(Forcing):
     """Join state of one key: two buffers, their frontiers and counters.
 
     :param emit: called with (case, left entry, right entry) for each pair, in a deterministic order.
@@ -263,86 +260,9 @@ class TwoStreamJoin:
         if own and own[-1][0] == _UNBOUNDED:
             own[-1] = (_UNBOUNDED, 0.0, item, _UNBOUNDED)
 
-    def _grown(self, side: int, held: int) -> None:
-        """A side holds more records than its peak so far or the pending limit: record the peak, enforce the limit."""
-        if held > self.peak_buffer:
-            self.peak_buffer = held
-        max_pending = self._max_pending
-        if held > max_pending:  # pending <= held: only then can the limit be exceeded
-            pending = held - 1 if self._buffers[side][0][0] <= self._frontier[side ^ 1] else held
-            if pending > max_pending:
-                self._force_oldest(side, pending - max_pending)
-        self._watermark = min(self.peak_buffer, max_pending)
-
     def _out_of_order(self, side: int, t: float, value: Any) -> IngestStatus:
         if t == self._last_time[side] and value == self._last_value[side]:
             self.duplicates += 1
             return _DUPLICATE
         self.rejected += 1
         return _REJECTED
-
-    def poll(self) -> None:
-        """Force pairs that waited longer than ``max_latency_s``, without a new record (call it when idle)."""
-        if self._max_latency is not None:
-            self._force_overdue(self._clock())
-
-    def _leading_side(self) -> int | None:
-        """The side holding pending records, if any."""
-        for side in (LEFT, RIGHT):
-            buffer = self._buffers[side]
-            if buffer and buffer[-1][0] > self._frontier[side ^ 1]:
-                return side
-        return None
-
-    def _force_overdue(self, now: float) -> None:
-        lead = self._leading_side()
-        if lead is None:
-            return
-        buffer = self._buffers[lead]
-        deadline = now - self._max_latency
-        first = 1 if buffer[0][0] <= self._frontier[lead ^ 1] else 0
-        overdue = 0
-        for entry in islice(buffer, first, None):
-            if entry[3] >= deadline:
-                break
-            overdue += 1
-        if overdue:
-            self._force_oldest(lead, overdue)
-
-    def _force_oldest(self, lead: int, count: int) -> None:
-        """Resolve the ``count`` oldest pending records of the leading side as they stand (see module doc)."""
-        lag = lead ^ 1
-        pending = self._buffers[lead]
-        lag_buffer = self._buffers[lag]
-        lag_frontier = self._frontier[lag]
-        last = lag_buffer[-1] if lag_buffer else None
-        release = self._release
-        skip_first = last is not None and last[0] == lag_frontier
-        first = 0
-        if pending[0][0] <= lag_frontier:
-            anchor = pending[0]
-            first = 1
-            skip_first = skip_first and anchor[0] != lag_frontier
-            if release is not None:
-                release(anchor[2])
-        case = PREDECESSOR_CASE[lead]
-        delta = self._delta
-        emit = self._emit
-        newest = first + count - 1
-        for index in range(first, newest + 1):
-            record = pending[index]
-            if last is not None:
-                if skip_first:
-                    skip_first = False
-                elif record[0] - last[0] <= delta:
-                    if lead:
-                        emit(case, last, record)
-                    else:
-                        emit(case, record, last)
-            if index < newest and release is not None:
-                release(record[2])
-        # The newest forced record stays: it is the predecessor of the stalled stream's next record.
-        for _ in range(newest):
-            pending.popleft()
-        self._frontier[lag] = record[0]
-        self.forced += count
