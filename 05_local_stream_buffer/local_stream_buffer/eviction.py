@@ -11,17 +11,25 @@ the key (as its predecessor, or awaiting its own predecessor pair). Those record
 dead-lettered with the reason ``evicted`` (:func:`evicted_records`), and their state is deleted (the
 standalone joiner writes changelog tombstones for them). A later record of an evicted key starts it afresh.
 Workloads within the bound never evict, and their output stays the deterministic join.
+
+`KeyEviction` applies the rule to the keys of a :class:`local_stream_buffer.keyed.KeyedJoiner`, a base of it that
+works on its keys (``_keys``, ``_streams``, ``_idle``, ``_clock_changed``, ``_counters``, ``_on_evict``,
+``_release``, ``max_join_keys``); the Spark job applies it to a bucket's stored keys itself.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Hashable, Iterable
 from typing import Any
 
+from .clock import ClockedJoin
 from .output import canonical_time
 from .rejections import Rejection
 from .specs import SpecBinding
+
+logger = logging.getLogger(__name__)
 
 # Far above a plant's keys per partition or bucket (10,000 machines of two axes are about 4,000 keys in each of
 # the 5 partitions, 1,250 in each of the Spark job's 16 buckets). A key with a few held records costs the
@@ -65,3 +73,34 @@ def evicted_payload(record: dict[str, Any]) -> bytes:
     """An evicted record as its dead letter's payload (compact JSON; a non-finite result as the JSON
     extension NaN/Infinity rather than an error: the record is being given up, not joined)."""
     return json.dumps(record, separators=(",", ":")).encode()
+
+
+class KeyEviction:
+    """The bound on a :class:`KeyedJoiner`'s keys."""
+
+    def _evict(self, keep: list[tuple[str, SpecBinding]]) -> None:
+        """Evict the least recently used keys down to the bound: their held records go to ``on_evict``, then
+        are released (so the adapter deletes their state), and a later record starts the key afresh."""
+        evicted = keys_to_evict(((name, key.used) for name, key in self._keys.items()), len(self._keys),
+                                self.max_join_keys, keep)
+        counters = self._counters
+        for name in evicted:
+            key = self._keys.pop(name)
+            if type(key.join) is ClockedJoin and key.join.recorded:
+                self._clock_changed.setdefault(name)  # its clock state goes with it
+            thing, binding = name
+            for quantity in (binding.left_quantity, binding.right_quantity):
+                self._streams.pop((thing, quantity), None)  # other keys of the stream are found again
+            entries = [(side, entry) for side in (0, 1) for entry in key.join.buffer(side)]
+            self._idle.forget(key)
+            counters.evicted_keys += 1
+            counters.evicted += len(entries)
+            if self._on_evict is not None and entries:
+                records = evicted_records(thing, binding, ((side, entry[0], entry[1]) for side, entry in entries))
+                self._on_evict([(record, entry[2].source) for record, (_, entry) in zip(records, entries)],
+                               eviction_reason(thing, binding, self.max_join_keys))
+            for _, entry in entries:
+                self._release(entry[2])
+        if evicted:
+            logger.warning("evicted %d join keys (least recently used, over the bound of %d); %d held records "
+                           "evicted in all", len(evicted), self.max_join_keys, counters.evicted)

@@ -6,35 +6,31 @@ metadata attribute); each is routed to every (thing, spec binding) whose left or
 and :meth:`KeyedJoiner.ingest` returns what happened to it and the output records it completed (see
 :mod:`local_stream_buffer.output` for their shape).
 
-Offsets: pass the record's Kafka position as ``source``. A record accepted by any key is *held* until it
-can no longer pair in any key; then ``on_release(source)`` is called, once. ``held_sources()`` lists what
-is still held, so the adapter can commit below the oldest held offset per partition. Records that are
-not accepted (duplicate, rejected, late, unrouted) are never held: they are done when ingest returns.
+Held records and recovery: a record accepted by any key is *held* until it can no longer pair in any key, then
+released through ``on_release(source)``; what an adapter needs to commit below the oldest held record, and to
+put the state back after a restart, is :mod:`local_stream_buffer.keyed_state`'s.
 
 Idle release: a spec with ``idle_release_s`` releases what the reorder buffer of a quiet stream holds once that
 much processing time (``clock``) passed without its records; :meth:`KeyedJoiner.release_idle`, called while
 streams are idle, does it and names each release, so an adapter can record it and apply it again on restore
 (:meth:`KeyedJoiner.restore_release`).
 
-Recovery: without forcing, the engine is a deterministic function of each stream's ordered records, and
-pairs of released records cannot recur. Re-ingesting every partition from its oldest held offset
-therefore reproduces the same outputs (same ids) for everything after it; the adapter drops those up to
-its processed position.
+The join keys are bounded (``max_join_keys``, :mod:`local_stream_buffer.eviction`).
 """
 
 from __future__ import annotations
 
 import logging
-import math
-import numbers
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Iterator, Mapping, NamedTuple
+from typing import Any, Callable, Iterable, Mapping, NamedTuple
 
 from .clock import END, ClockCounters, ClockedJoin, Held
-from .eviction import DEFAULT_MAX_JOIN_KEYS, eviction_reason, evicted_records, keys_to_evict
+from .eviction import DEFAULT_MAX_JOIN_KEYS, KeyEviction, evicted_records
 from .idle_release import IdleStreams
-from .output import canonical_time, output_builder
+from .keyed_input import record_fields
+from .keyed_state import HeldRecord, KeyedState
+from .output import output_builder
 from .record import Record
 from .rejections import Rejection, order_rejection
 from .reorder import ReorderedJoin, late_reason, order_reason
@@ -92,16 +88,6 @@ class IdleRelease(NamedTuple):
     up_to_ms: float
 
 
-class _Held:
-    """A record held by one or more keys; released when the last key lets go of it."""
-
-    __slots__ = ("source", "keys")
-
-    def __init__(self, source: object) -> None:
-        self.source = source
-        self.keys = 0
-
-
 class _KeyJoin:
     """The join of one (thing, binding) key, turning its pairs into output records (under the clock rule, the
     owner its :class:`ClockedJoin` asks, see :class:`local_stream_buffer.clock.ClockOwner`)."""
@@ -143,7 +129,7 @@ class _KeyJoin:
     def new_line(self) -> TwoStreamJoin | ReorderedJoin:
         return self._line(self._emit_on_timeline, self._release_on_timeline)
 
-    def release(self, item: _Held) -> None:
+    def release(self, item: HeldRecord) -> None:
         self._joiner._release(item)
 
     def drop(self, side: int, held: Held, reason: str, outlier: bool) -> None:
@@ -161,7 +147,7 @@ class _KeyJoin:
     def clock_changed(self) -> None:
         self._joiner._clock_changed.setdefault((self.thing, self.binding))
 
-    def _release_on_timeline(self, item: _Held | None) -> None:
+    def _release_on_timeline(self, item: HeldRecord | None) -> None:
         if item is not None:  # None: the record ending a timeline
             self._joiner._release(item)
 
@@ -173,7 +159,7 @@ class _KeyJoin:
             self.outputs.append(self._build(case, left[0], left[1], right[0], right[1]))
 
 
-class KeyedJoiner:
+class KeyedJoiner(KeyedState, KeyEviction):
     """Joins records of many things and join specs, one deterministic two-stream join per key.
 
     :param specs: a :class:`SpecResolver`, join specs, or None for the package's default spec file.
@@ -215,7 +201,7 @@ class KeyedJoiner:
         self._keys: dict[tuple[str, SpecBinding], _KeyJoin] = {}
         # (thing, quantity) -> the key joins it feeds: one lookup per record instead of hashing bindings.
         self._streams: dict[tuple[str, str], list[tuple[_KeyJoin, int]]] = {}
-        self._held: dict[_Held, None] = {}  # insertion-ordered set of held records
+        self._held: dict[HeldRecord, None] = {}  # insertion-ordered set of held records
         self._counters = JoinCounters()
         self._idle = IdleStreams(clock)  # streams of specs with an idle release, by their last arrival
         self._clock_faults: dict[str, ClockCounters] = {}  # per thing whose clock the rule caught at something
@@ -228,7 +214,7 @@ class KeyedJoiner:
         counters = self._counters
         counters.records_in += 1
         try:
-            thing, quantity, t, value = _fields(record)
+            thing, quantity, t, value = record_fields(record)
         except (KeyError, TypeError, ValueError) as error:
             counters.rejected += 1
             return IngestOutcome(_REJECTED, [], Rejection.INVALID.reason(error=error))
@@ -238,7 +224,7 @@ class KeyedJoiner:
             if not stream:
                 counters.unrouted += 1
                 return IngestOutcome(_UNROUTED, [])
-        held = _Held(source)
+        held = HeldRecord(source)
         if len(stream) == 1:
             # One key, the common case: its verdict is the record's.
             key, side = stream[0]
@@ -322,94 +308,6 @@ class KeyedJoiner:
             self._streams[(thing, quantity)] = stream
         return stream
 
-    def _evict(self, keep: list[tuple[str, SpecBinding]]) -> None:
-        """Evict the least recently used keys down to the bound: their held records go to ``on_evict``, then
-        are released (so the adapter deletes their state), and a later record starts the key afresh."""
-        evicted = keys_to_evict(((name, key.used) for name, key in self._keys.items()), len(self._keys),
-                                self.max_join_keys, keep)
-        counters = self._counters
-        for name in evicted:
-            key = self._keys.pop(name)
-            if type(key.join) is ClockedJoin and key.join.recorded:
-                self._clock_changed.setdefault(name)  # its clock state goes with it
-            thing, binding = name
-            for quantity in (binding.left_quantity, binding.right_quantity):
-                self._streams.pop((thing, quantity), None)  # other keys of the stream are found again
-            entries = [(side, entry) for side in (0, 1) for entry in key.join.buffer(side)]
-            self._idle.forget(key)
-            counters.evicted_keys += 1
-            counters.evicted += len(entries)
-            if self._on_evict is not None and entries:
-                records = evicted_records(thing, binding, ((side, entry[0], entry[1]) for side, entry in entries))
-                self._on_evict([(record, entry[2].source) for record, (_, entry) in zip(records, entries)],
-                               eviction_reason(thing, binding, self.max_join_keys))
-            for _, entry in entries:
-                self._release(entry[2])
-        if evicted:
-            logger.warning("evicted %d join keys (least recently used, over the bound of %d); %d held records "
-                           "evicted in all", len(evicted), self.max_join_keys, counters.evicted)
-
-    def clock_changes(self) -> list[tuple[str, str, str, dict | None]]:
-        """Per key whose clock rule changed since the last call: (thing, spec name, axis, what a restore needs
-        beyond the held records, with each record named by its source; None: nothing, or the key is gone). An
-        adapter that keeps held records keeps these beside them (:meth:`restore_clock`)."""
-        changes = []
-        for thing, binding in self._clock_changed:
-            key = self._keys.get((thing, binding))
-            snapshot = key.join.snapshot(lambda held: held.source) if key is not None else None
-            if key is not None:
-                key.join.recorded = snapshot is not None
-            changes.append((thing, binding.spec.name, binding.axis, snapshot))
-        self._clock_changed.clear()
-        return changes
-
-    def restore_clock(self, thing: str, spec_name: str, axis: str, snapshot: dict) -> bool:
-        """Take a key's clock state back (:meth:`clock_changes`), before its held records are restored with
-        :meth:`restore_ingest`. False when no join spec of that name with a clock rule exists any more."""
-        spec = next((spec for spec in self.resolver.specs if spec.name == spec_name), None)
-        if spec is None or spec.clock_confirm_readings == 0:
-            return False
-        binding = spec.bind(axis)
-        if not self._stream_keys(thing, binding.left_quantity) or (thing, binding) not in self._keys:
-            return False
-        self._keys[(thing, binding)].join.restore(snapshot)
-        return True
-
-    def restore_ingest(self, record: Mapping[str, Any] | Record, source: object) -> IngestStatus:
-        """A held record put back where it was when its state was kept, in its original order, never judged by the
-        clock rule again (it was judged when it came); its outputs were sent then and are dropped now. Call
-        :meth:`restored` after the last one."""
-        try:
-            thing, quantity, t, value = _fields(record)
-        except (KeyError, TypeError, ValueError):
-            return _REJECTED
-        stream = self._streams.get((thing, quantity)) or self._stream_keys(thing, quantity)
-        if not stream:
-            return _UNROUTED
-        held = _Held(source)
-        for key, side in stream:
-            held.keys += 1
-            join = key.join
-            if type(join) is ClockedJoin:
-                status = join.place(side, t, value, held, source)
-            else:
-                status = join.ingest(side, t, value, held)
-            if status is not _ACCEPTED:
-                held.keys -= 1
-            key.outputs.clear()
-        if not held.keys:
-            return _REJECTED
-        self._held[held] = None
-        return _ACCEPTED
-
-    def restored(self) -> None:
-        """Every held record is back (:meth:`restore_ingest`): timelines a stream had left are ended again."""
-        for key in self._keys.values():
-            if type(key.join) is ClockedJoin:
-                key.join.restored()
-                key.outputs.clear()
-        self._clock_changed.clear()
-
     def poll(self) -> list[OutputRecord]:
         """Emit pairs overdue by ``max_latency_s`` in all keys (call it regularly while streams are idle)."""
         outputs: list[OutputRecord] = []
@@ -440,26 +338,6 @@ class KeyedJoiner:
         self._counters.joins_out += len(outputs)
         return outputs, releases
 
-    def restore_release(self, thing: str, spec_name: str, axis: str, side: int, up_to_ms: float) -> bool:
-        """Apply a recorded idle release again (after the held records were re-ingested): what the stream's buffer
-        holds up to ``up_to_ms`` goes to the join, whose outputs are dropped (they went out with the release).
-        False when no join spec of that name with a bound exists any more (the release means nothing now)."""
-        spec = next((spec for spec in self.resolver.specs if spec.name == spec_name), None)
-        if spec is None or not spec.max_out_of_orderness_s or side not in (0, 1):
-            return False
-        binding = spec.bind(axis)
-        if self._stream_keys(thing, binding.quantity(side)) and (thing, binding) in self._keys:
-            key = self._keys[(thing, binding)]
-            key.join.release(side, up_to_ms)
-            key.outputs.clear()
-            return True
-        return False
-
-    def held_sources(self) -> Iterator[object]:
-        """The sources of all records still held, in the order they were ingested."""
-        for held in self._held:
-            yield held.source
-
     @property
     def counters(self) -> JoinCounters:
         """A snapshot of the counters."""
@@ -480,19 +358,8 @@ class KeyedJoiner:
         """Buffered entries over all keys (a record held by two keys counts twice)."""
         return sum(len(key.join) for key in self._keys.values())
 
-    def held_count(self) -> int:
-        """Distinct records held."""
-        return len(self._held)
-
     def key_count(self) -> int:
         return len(self._keys)
-
-    def _release(self, held: _Held) -> None:
-        held.keys -= 1
-        if not held.keys:
-            del self._held[held]
-            if self._on_release is not None:
-                self._on_release(held.source)
 
     def _order_violation(self, thing: str, quantity: str, route: tuple[SpecBinding, int], t: float) -> str:
         binding, side = route
@@ -521,33 +388,3 @@ class KeyedJoiner:
         if self._on_dead_letter is not None:
             record = evicted_records(thing, binding, [(side, held[0], held[1])])[0]
             self._on_dead_letter(record, held[2].source, reason)
-
-
-def _epoch_ms(t: object) -> float:
-    """A time that is not a plain int or finite float: a finite number (not a bool), or an error saying why."""
-    if isinstance(t, bool) or not isinstance(t, numbers.Real):
-        raise TypeError(f"phenomenonTime must be a number of epoch milliseconds, not {t!r}")
-    if not math.isfinite(t):
-        raise ValueError(f"phenomenonTime must be finite, not {t!r}")  # NaN would defeat every order check
-    return t
-
-
-def _fields(record: Mapping[str, Any] | Record) -> tuple[str, str, float, float]:
-    """(thing, quantity, time in epoch ms, result) of a record dict or Record."""
-    if isinstance(record, Record):
-        thing = record.get("thing")
-        quantity = record.quantity
-        t = canonical_time(round(record.phenomenonTime * 1000, 3))  # Record keeps seconds
-        value = record.result
-    else:
-        thing = record["thing"]
-        quantity = record["quantity"]
-        t = record["phenomenonTime"]
-        # Epoch ms as they are: units are normalised once, where records enter machine.data.
-        if type(t) is not int and not (type(t) is float and math.isfinite(t)):
-            t = _epoch_ms(t)
-        value = record["result"]
-    if type(thing) is not str or type(quantity) is not str:
-        if not isinstance(thing, str) or not isinstance(quantity, str):
-            raise TypeError("thing and quantity must be strings")
-    return thing, quantity, t, value if type(value) is float else float(value)
