@@ -49,10 +49,16 @@ SETUP = $(if $(filter docker,$(STACK)),,setup)
 # until `make clean`. STACK_TLS=on adds TLS to Kafka's listener. `python -m stack` reads both.
 export SECURITY STACK_TLS
 
-# Every stage's benchmark, in pipeline order, and the joiners beside their peers (join_peers);
-# `make bench BENCHMARKS=benchmarks.db_connector` runs one.
-BENCHMARKS ?= benchmarks.join_engine benchmarks.mqtt_publish benchmarks.stream_connector \
+# Every stage's benchmark, in pipeline order, the joiners beside their peers (join_peers) and the dashboards at plant
+# size; a benchmark with flags is its module and flags joined by commas. `make bench BENCHMARKS=benchmarks.db_connector`
+# runs one. Each records its figures in benchmarks/results/ (benchmarks/results.py), from which the tables of
+# docs/benchmarks.md are rendered.
+BENCHMARKS ?= benchmarks.join_engine benchmarks.mosquitto_persistence benchmarks.mqtt_publish \
+	benchmarks.stream_connector benchmarks.stream_connector,--instances,2 \
 	benchmarks.kafka_joiner benchmarks.spark_joiner benchmarks.join_peers benchmarks.db_connector benchmarks.dashboards
+# These need none of the stack's servers (Mosquitto's benchmark runs brokers of its own): they run first, if listed,
+# before the servers start, so that no booting JVM shares their cores.
+BENCHMARKS_WITHOUT_SERVERS = benchmarks.join_engine benchmarks.mosquitto_persistence
 
 .PHONY: setup up down clean status logs restart data report dashboards test explore bench bench-topology bench-links reliability chaos spark-package
 
@@ -182,29 +188,35 @@ CHAOS_TESTS = $(if $(filter cluster,$(TOPOLOGY)),tests/reliability/test_cluster_
 chaos: setup
 	@env -u TOPOLOGY $(PY) -m pytest -m slow $(CHAOS_TESTS) $(PYTEST_ARGS)
 
-# The benchmarks that need servers bring up the native ones (a no-op when they run). The join engine's
-# needs none and runs before they start: a booting JVM would share its two cores.
+# The benchmarks that need servers bring up the native ones (a no-op when they run). Whatever ran, the tables of the
+# docs are rendered from the results at the end; the first benchmark that fails ends the run, and make with it.
+BENCH_FIRST = $(filter $(BENCHMARKS_WITHOUT_SERVERS),$(BENCHMARKS))
+BENCH_THEN = $(filter-out $(BENCHMARKS_WITHOUT_SERVERS),$(BENCHMARKS))
 bench: setup
 	@$(PY) -c 'import sys; from pipeline_core import credentials; credentials.is_secure() and sys.exit( \
 		"make bench measures an unauthenticated stack, and this state dir is secure (" \
 		+ str(credentials.credentials_file()) + "): run it on another STACK_STATE_DIR with other ports, " \
 		"or after make clean")'
-	@servers=; for benchmark in $(BENCHMARKS); do \
-		if [ -z "$$servers" ] && [ "$$benchmark" != benchmarks.join_engine ]; then \
-			$(PY) -m stack up --servers-only || exit 1; servers=up; \
-		fi; \
-		echo; echo "=== $$benchmark ==="; PYTHONPATH=$(CURDIR) $(PY) -m $$benchmark || exit 1; \
-	done
+	@status=0; servers=; for benchmark in $(BENCH_FIRST) $(BENCH_THEN); do \
+		case " $(BENCHMARKS_WITHOUT_SERVERS) " in *" $$benchmark "*) ;; *) \
+			[ -n "$$servers" ] || $(PY) -m stack up --servers-only || { status=1; break; }; servers=up;; \
+		esac; \
+		command="$${benchmark//,/ }"; echo; echo "=== $$command ==="; \
+		PYTHONPATH=$(CURDIR) $(PY) -m $$command || { status=1; break; }; \
+	done; \
+	PYTHONPATH=$(CURDIR) $(PY) -m benchmarks.render || status=1; exit $$status
 
 # TOPOLOGY=single against cluster on this host, in one run: each brought up on ports of its own (free ones, or
 # BENCH_PORTS=first-last), the same rows through each (docs/scaling.md).
 bench-topology: setup
 	@env -u TOPOLOGY PYTHONPATH=$(CURDIR) $(PY) -m benchmarks.topology $(BENCH_ARGS)
+	@PYTHONPATH=$(CURDIR) $(PY) -m benchmarks.render
 
 # The cluster across hosts (TOPOLOGY=hosts, as root) with the devices' link to Mosquitto undelayed and then with a
 # round-trip delay (BENCH_ARGS="--round-trip-ms 100"), the same rows through each, in one run (docs/scaling.md).
 bench-links: setup
 	@env -u TOPOLOGY PYTHONPATH=$(CURDIR) $(PY) -m benchmarks.slow_links $(BENCH_ARGS)
+	@PYTHONPATH=$(CURDIR) $(PY) -m benchmarks.render
 
 # The Spark joiner as spark-submit takes it, in build/spark-joiner/: its entry script, the --py-files archive of
 # the packages its driver and executors import, and the Kafka connector jars for --jars

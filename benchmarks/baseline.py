@@ -6,6 +6,7 @@ before" is only measured side by side: the earlier commit's tree is exported fro
 folder and its own benchmark module runs there, as a subprocess, alternately with the current one
 (``--rounds``), and both print their figures. ``--baseline-module`` names the module in the earlier
 commit where it had another name (e.g. ``local_stream_buffer.bench`` before ``benchmarks.join_engine``).
+Neither run's figures are recorded over `make bench`'s results: both write theirs into the temporary folder.
 """
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from benchmarks.results import RESULTS_DIR_ENV
 
 REPOSITORY = Path(__file__).resolve().parent.parent
 
@@ -58,9 +60,10 @@ def import_path(tree: Path) -> str:
     return os.pathsep.join([str(tree), *(str(tree / root) for root in roots)])
 
 
-def run_module(tree: Path, module: str, *args: str, timeout_s: float = 1800) -> str:
-    """Run ``python -m module args`` on ``tree``'s code; its standard output (its log goes to ours)."""
-    environment = {**os.environ, "PYTHONPATH": import_path(tree)}
+def run_module(tree: Path, module: str, *args: str, results_dir: Path, timeout_s: float = 1800) -> str:
+    """Run ``python -m module args`` on ``tree``'s code, its results (where it records any) into ``results_dir``;
+    its standard output (its log goes to ours)."""
+    environment = {**os.environ, "PYTHONPATH": import_path(tree), RESULTS_DIR_ENV: str(results_dir)}
     done = subprocess.run([sys.executable, "-m", module, *args], cwd=tree, env=environment, stdout=subprocess.PIPE,
                           text=True, timeout=timeout_s)
     if done.returncode:
@@ -84,7 +87,7 @@ def main(argv: list[str] | None = None) -> int:
                                              options.baseline_module or options.module),
                                             ("current code", REPOSITORY, options.module)):
                     print(f"=== round {round_}, {label}: python -m {module} {' '.join(options.args)}", flush=True)
-                    print(run_module(code, module, *options.args), flush=True)
+                    print(run_module(code, module, *options.args, results_dir=tree.parent / "results"), flush=True)
     except BaselineUnavailable as error:
         raise SystemExit(str(error)) from None
     return 0

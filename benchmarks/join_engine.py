@@ -26,9 +26,13 @@ from local_stream_buffer.record import Record
 from local_stream_buffer.stream_buffer import StreamBuffer
 from local_stream_buffer.workloads import Series, alternating_runs, as_records, random_walks, replay
 
+from benchmarks.results import Results, Target, at_least, cpu_ticks, steal_share
+
 # A streaming user takes the results as they come; the seed's tests kept all of them until the end, which
 # makes the run pay for growing the process by every result dict (page faults, ~0.3-0.5 µs per record).
 STREAMED_FETCH_EVERY = 1_000
+# Records/s of CPU time: the per-record API several times the seed's ~50-70k, the batch path what Spark needs.
+TARGETS: dict[str, Target] = {"per-record, streamed": at_least(300_000), "batch path, 100 batches": at_least(5_000_000)}
 
 
 @dataclass
@@ -52,19 +56,6 @@ HEADER = (f"  {'path':<24} {'records':>10} {'joins':>10} {'wall s':>7} {'cpu s':
           f"  {'':<24} {'':>10} {'':>10} {'':>7} {'':>7} {'(cpu)':>12} {'(cpu)':>12} {'(wall)':>12} {'held':>6} {'steal':>6}")
 
 
-def cpu_ticks() -> tuple[int, int] | None:
-    """(steal, total) CPU ticks of the machine so far, from /proc/stat (None where there is none).
-
-    On a virtual machine the host may run other guests on our cores ("steal"); the guest still counts that
-    time to whatever it was running, so a busy host slows every figure here, the CPU ones included."""
-    try:
-        with open("/proc/stat") as stat:
-            ticks = [int(field) for field in stat.readline().split()[1:]]
-    except (OSError, ValueError):
-        return None
-    return (ticks[7] if len(ticks) > 7 else 0), sum(ticks[:8])
-
-
 def timed(run: Callable[[], tuple[int, int]]) -> tuple[float, float, int, int, float | None]:
     """(wall s, cpu s, joins, peak held, host steal share) of one run."""
     gc.collect()
@@ -72,11 +63,7 @@ def timed(run: Callable[[], tuple[int, int]]) -> tuple[float, float, int, int, f
     wall, cpu = time.perf_counter(), time.process_time()
     joins, peak = run()
     wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
-    after = cpu_ticks()
-    steal = None
-    if ticks is not None and after is not None and after[1] > ticks[1]:
-        steal = (after[0] - ticks[0]) / (after[1] - ticks[1])
-    return wall, cpu, joins, peak, steal
+    return wall, cpu, joins, peak, steal_share(ticks, cpu_ticks())
 
 
 def best_of(repeats: int, path: str, records: int, run: Callable[[], tuple[int, int]]) -> Measurement:
@@ -125,36 +112,40 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--five-five-records", type=int, default=100_000,
                         help="records of the five_five_many workload")
     options = parser.parse_args(argv)
+    results = Results("join_engine", argv)
 
     print(f"Join engine benchmark: Python {platform.python_version()}, numpy {np.__version__}, {os.cpu_count()} CPUs, "
           f"load average {os.getloadavg()[0]:.2f}")
-    # (name, inputs, runs per figure): the best of several runs, so that one busy moment of the shared machine
-    # does not make the figure; short runs are repeated more, such a moment skews them most.
+    # (name, its name in the results, inputs, runs per figure): the best of several runs, so that one busy moment of
+    # the shared machine does not make the figure; short runs are repeated more, such a moment skews them most.
     workloads = [
         (f"five_five_many: {options.five_five_records:,} records in time order, runs of 5",
-         alternating_runs(options.five_five_records, 5), 5),
-        (f"random walks: {options.records:,} records, shuffled arrival",
+         "five_five_many", alternating_runs(options.five_five_records, 5), 5),
+        (f"random walks: {options.records:,} records, shuffled arrival", "random walks",
          random_walks(options.records // 2, options.records - options.records // 2), 3),
     ]
-    for name, (left, right, order), repeats in workloads:
+    for name, short_name, (left, right, order), repeats in workloads:
         print(f"\n{name} (best of {repeats} runs)\n{HEADER}")
         records = len(order)
         left_records, right_records = as_records(left, "r"), as_records(right, "s")
-        results = [
+        measurements = [
             best_of(repeats, "per-record, streamed", records,
                     per_record(left_records, right_records, order, STREAMED_FETCH_EVERY)),
             best_of(repeats, "per-record, kept to end", records, per_record(left_records, right_records, order, None)),
             best_of(repeats, "batch path, 1 batch", records, batched(left, right, 1)),
             best_of(repeats, "batch path, 100 batches", records, batched(left, right, 100)),
         ]
-        for result in results:
-            print(result.row())
-        if len({result.joins for result in results}) != 1:
+        for measured in measurements:
+            print(measured.row())
+            results.add(f"{short_name}, {measured.path}", measured.records / measured.cpu, "records/s of CPU time",
+                        TARGETS.get(measured.path))
+        if len({measured.joins for measured in measurements}) != 1:
             raise SystemExit(f"{name}: the paths disagree on the number of joins")
     print(f"\nper-record: StreamBuffer with the seed's default result dicts, fetched every {STREAMED_FETCH_EVERY:,} records "
           "(streamed)\nor all at the end as the seed's tests did (kept to end: the process grows by every result)\n"
           "peak held: most records one side held at once (per-record) or after a batch (batch path); host steal:\n"
           "share of the machine's CPU time the virtual machine's host took during the best run (it slows every figure)")
+    results.write()
 
 
 if __name__ == "__main__":

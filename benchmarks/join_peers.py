@@ -86,6 +86,7 @@ from benchmarks.peers.pairs import (PairComparison, PairKey, asof_pairs, compare
                                     neighbour_pairs, output_difference, same_output, series_of, written_pairs)
 from benchmarks.peers.spark_interval import start_interval_join
 from benchmarks.peers.subprocess_peer import RunInput, SubprocessPeer, end_offsets_of
+from benchmarks.results import Results
 from benchmarks.spark_joiner import (Topics, cpu_seconds_by_kind, delete_topics, make_topics, settings_for,
                                      stop_between_batches)
 
@@ -468,6 +469,24 @@ def print_table(results: dict[str, dict[str, RunResult]], interleaving: str, arg
           f"the end: {os.getloadavg()[0]:.1f}")
 
 
+def record_figures(recorded: Results, results: dict[str, dict[str, RunResult]], interleaving: str,
+                   references: dict[str, int]) -> None:
+    """What `print_table` shows, recorded: per peer its speed, CPU and latency, and its output against the
+    engine's join on each input (pairs missing, extra and twice: counts, 0 where the peer is exact)."""
+    recorded.add("reference: pairs of the engine's join", references["neighbour"], "pairs")
+    for name, runs in results.items():
+        backlog = runs["time order"]
+        recorded.add(f"{name}: backlog in time order, median of the rounds",
+                     float(np.median(backlog.rounds or [backlog.records_per_s])), "records/s")
+        recorded.add(f"{name}: CPU per record", backlog.cpu_us_per_record, "µs")
+        recorded.add(f"{name}: live, p50", runs["live"].p50_ms, "ms")
+        recorded.add(f"{name}: live, p99", runs["live"].p99_ms, "ms")
+        for label in ("time order", interleaving, DISORDERED):
+            check = runs[label].comparison
+            for outcome in ("missing", "extra", "duplicates"):
+                recorded.add(f"{name}: {label}, pairs {outcome}", getattr(check, outcome), "pairs", count=True)
+
+
 PEERS = ("a", "b", "c", "d", "e", "f")
 
 
@@ -518,6 +537,7 @@ def main(argv: list[str] | None = None) -> int:
     configure_logging()
     logging.getLogger("py4j").setLevel(logging.WARNING)
     bootstrap = args.kafka_bootstrap_servers
+    recorded = Results("join_peers", argv)
 
     resolver = SpecResolver()
     records = workload.fleet(workload.joined_records(DEFAULT_EVENTS_FILE, resolver), args.copies)
@@ -624,7 +644,11 @@ def main(argv: list[str] | None = None) -> int:
     print_table(results, args.interleaving, args, references)
     for name, failure in failures.items():
         print(f"{name}: FAILED, {failure}")
-    return 1 if failures else 0
+    if failures:  # a table without a peer would read as the whole comparison
+        return 1
+    record_figures(recorded, results, args.interleaving, references)
+    recorded.write()
+    return 0
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -52,11 +52,14 @@ from kafka_joiner.settings import KafkaJoinerSettings
 from benchmarks.ceiling import RUN_HEADER, STANDALONE_TARGET, Run, cost_lines, ratio, ratio_line, run_line
 from benchmarks.joiner_costs import phase_costs
 from benchmarks.passthrough import PassThrough
+from benchmarks.results import Results, at_least, at_most
 
 log = logging.getLogger("benchmarks.kafka_joiner")
 
 START_MS = 1_700_000_000_000
 TICK_MS = 10  # speed at every tick, torque half a tick later: each record completes about one pair
+JOINS_PER_S_TARGET = 50_000  # with two processes, input partitioned by thing, as `make up` runs
+LATENCY_P99_TARGET_MS = 250.0  # at a steady --rate
 
 
 def synthetic_records(count: int, machines: int, axes: int) -> Iterator[tuple[str, bytes, str]]:
@@ -247,8 +250,9 @@ def run_instances(settings: list[KafkaJoinerSettings], joins: int, max_s: float,
     return list(results.values())
 
 
-def throughput_row(connection: KafkaSettings, args: argparse.Namespace, by_thing: bool, instances: int) -> str:
-    """Pre-load fresh topics and run `instances` joiner processes on them: one row of the table."""
+def throughput_row(connection: KafkaSettings, args: argparse.Namespace, by_thing: bool, instances: int,
+                   recorded: Results) -> str:
+    """Pre-load fresh topics and run `instances` joiner processes on them: one row of the table, and its figures."""
     bootstrap = connection.kafka_bootstrap_servers
     topics = fresh_topics(bootstrap, append_time=False)
     try:
@@ -267,6 +271,10 @@ def throughput_row(connection: KafkaSettings, args: argparse.Namespace, by_thing
     joined_in = sum(r.joined_in for r in results)
     cpu_per_record = sum(r.cpu_s for r in results) / max(sum(r.records_in for r in results), 1) * 1e6
     label = "by thing, joined where it lies" if by_thing else "by key, repartitioned first"
+    name = f"input {label}, {instances} process{'es' if instances > 1 else ''}"
+    recorded.add(name, joins_out / elapsed, "joins/s",
+                 at_least(JOINS_PER_S_TARGET) if by_thing and instances == 2 else None)
+    recorded.add(f"{name}: CPU per record", cpu_per_record, "µs")
     row = (f"  {label:<32} {instances:>9} {joins_out:>10,} {elapsed:>8.1f} {joins_out / elapsed:>10,.0f} "
            f"{joined_in / elapsed:>10,.0f} {sum(r.transactions for r in results):>7,} {cpu_per_record:>13.0f}")
     if joins_out < joins:
@@ -277,13 +285,13 @@ def throughput_row(connection: KafkaSettings, args: argparse.Namespace, by_thing
     return row
 
 
-def throughput(connection: KafkaSettings, args: argparse.Namespace) -> None:
+def throughput(connection: KafkaSettings, args: argparse.Namespace, recorded: Results) -> None:
     print(f"throughput at exactly-once: {args.records:,} records pre-loaded ({args.machines} machines x "
           f"{args.axes} axes, one join per record), from the first record consumed to the last output committed")
     print(f"  {'input partitioned':<32} {'processes':>9} {'joins':>10} {'seconds':>8} {'joins/s':>10} "
           f"{'records/s':>10} {'commits':>7} {'CPU µs/record':>13}")
     for by_thing, instances in ((True, 1), (True, 2), (False, 1)):
-        print(throughput_row(connection, args, by_thing, instances), flush=True)
+        print(throughput_row(connection, args, by_thing, instances, recorded), flush=True)
     print("  (by thing is how `make up` runs: the stream connector writes every quantity of a machine to one "
           "partition;\n   CPU is the joiners' own, all threads; the broker shares the same cores)")
 
@@ -315,7 +323,7 @@ def ceiling_settings(connection: KafkaSettings, topics: dict[str, str], commit_i
 
 
 def ceiling_workload(connection: KafkaSettings, args: argparse.Namespace, label: str,
-                     records: list[tuple[str, bytes, str]], joins: int) -> None:
+                     records: list[tuple[str, bytes, str]], joins: int, recorded: Results) -> None:
     """The joiner and its pass-through, one process each, on one pre-loaded input, in alternate rounds
     (pass-through first, then joiner first, ...); the ratio; and the joiner's time per phase."""
     bootstrap = connection.kafka_bootstrap_servers
@@ -342,28 +350,34 @@ def ceiling_workload(connection: KafkaSettings, args: argparse.Namespace, label:
                 print(run_line(f"{label}, {'pass-through' if pass_through else 'joiner'}", round_, run), flush=True)
         outcome = ratio(runs[False], runs[True])
         print("  " + ratio_line(label, outcome, STANDALONE_TARGET), flush=True)
+        recorded.add(f"{label}: joiner / pass-through, records/s", outcome.median, "x", at_least(STANDALONE_TARGET))
+        recorded.add(f"{label}: joiner / pass-through, by CPU per record", outcome.cpu_ratio, "x")
+        recorded.add(f"{label}: joiner, CPU per record", outcome.joiner_cpu_us, "µs")
+        recorded.add(f"{label}: pass-through, CPU per record", outcome.ceiling_cpu_us, "µs")
         costs = phase_costs(ceiling_settings(connection, topics, args.commit_interval_ms, "costs"), count,
                             consumed // max(transactions, 1))
         print(f"  the joiner's CPU per input record by phase, {label} ({count:,} records, {joins:,} joins, "
               f"{consumed // max(transactions, 1):,} records per transaction as the joiner's):")
         for line in cost_lines(costs, count, outcome.joiner_cpu_us):
             print("  " + line)
+        for phase, cpu_s in costs.items():
+            recorded.add(f"{label}, the joiner's phase {phase}: CPU per record", cpu_s / count * 1e6, "µs")
     finally:
         delete_topics(bootstrap, topics)
 
 
-def ceiling(connection: KafkaSettings, args: argparse.Namespace) -> None:
+def ceiling(connection: KafkaSettings, args: argparse.Namespace, recorded: Results) -> None:
     print(f"the ceiling: the joiner (one process, input partitioned by thing) against its pass-through, the same "
           f"consumer, producer and transactions with no join (each record produced unchanged), on the same "
           f"pre-loaded input, alternately; load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
     print(RUN_HEADER)
     records, joins = real_mix(args.ceiling_copies)
     real_share = joins / len(records)
-    ceiling_workload(connection, args, f"real mix x{args.ceiling_copies}", records, joins)
+    ceiling_workload(connection, args, f"real mix x{args.ceiling_copies}", records, joins, recorded)
     del records
     count = args.ceiling_records
     ceiling_workload(connection, args, "all-joinable", list(synthetic_records(count, args.machines, args.axes)),
-                     expected_joins(count, args.machines, args.axes))
+                     expected_joins(count, args.machines, args.axes), recorded)
     print(f"  (real mix: every record of the shipped events, of every quantity, {real_share:.0%} of them completing a "
           f"join; all-joinable: the synthetic input above, every record completing one; load average "
           f"{os.getloadavg()[0]:.1f} at the end)")
@@ -373,7 +387,7 @@ def _steady_producer(bootstrap: str, topic: str, count: int, machines: int, axes
     produce(bootstrap, topic, synthetic_records(count, machines, axes), True, rate=rate)
 
 
-def latency(connection: KafkaSettings, args: argparse.Namespace) -> None:
+def latency(connection: KafkaSettings, args: argparse.Namespace, recorded: Results) -> None:
     bootstrap = connection.kafka_bootstrap_servers
     topics = fresh_topics(bootstrap, append_time=True)
     count = int(args.rate * (args.warmup_s + args.latency_s))
@@ -410,6 +424,11 @@ def latency(connection: KafkaSettings, args: argparse.Namespace) -> None:
         print(f"latency at a steady {args.rate:,.0f} records/s for {args.latency_s:.0f} s "
               f"({stats.records_out - warmup_joins:,} joins, commit every {args.commit_interval_ms} ms): append to "
               f"commit p50 {p50:.0f} ms, p99 {p99:.0f} ms, p99.9 {p999:.0f} ms, max {max(stats.latencies_ms):.0f} ms")
+        at_rate = f"latency at {args.rate:,.0f} records/s, append to commit"
+        recorded.add(f"{at_rate}, p50", p50, "ms")
+        recorded.add(f"{at_rate}, p99", p99, "ms", at_most(LATENCY_P99_TARGET_MS))
+        recorded.add(f"{at_rate}, p99.9", p999, "ms")
+        recorded.add(f"{at_rate}, max", max(stats.latencies_ms), "ms")
         if warmup:
             print(f"  (the {args.warmup_s:.0f} s warm-up before it on the fresh topics, {warmup_joins:,} joins: "
                   f"p50 {warmup[len(warmup) // 2]:.0f} ms, p99 {warmup[int(0.99 * len(warmup))]:.0f} ms, "
@@ -449,12 +468,14 @@ def main(argv: list[str] | None = None) -> None:
     # A stop request unwinds normally, so the runs' topics are still deleted.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))
     connection = from_namespace(KafkaSettings, args)
+    recorded = Results("kafka_joiner", argv)
     if not args.skip_throughput:
-        throughput(connection, args)
+        throughput(connection, args, recorded)
     if not args.skip_ceiling:
-        ceiling(connection, args)
+        ceiling(connection, args, recorded)
     if not args.skip_latency:
-        latency(connection, args)
+        latency(connection, args, recorded)
+    recorded.write()
 
 
 if __name__ == "__main__":

@@ -8,8 +8,11 @@ kind of session (persistent, QoS 1) away, as during the connector's restart or a
 
 - loss: publish `--rows` rows at QoS 1 (every PUBACK back), SIGKILL the broker `--kill-after-s`
   later, start it again, and count what the session receives;
-- cost: with `--queue` rows already waiting for the session, publish `--rows` more as fast as the
-  acknowledgements allow and at `--rate`; rows/s, and the broker's CPU seconds per 1,000 rows.
+- cost: with `--queue` rows already waiting for the session, publish `--cost-rows` more as fast as the
+  acknowledgements allow and at `--rate`, each for at most `--cost-max-s`; rows/s, and the broker's CPU seconds per
+  1,000 rows.
+
+Its figures are recorded as ``mosquitto_persistence`` (``..._during_publication`` with `--kill-rate`).
 """
 from __future__ import annotations
 
@@ -17,6 +20,7 @@ import argparse
 import getpass
 import json
 import logging
+import math
 import os
 import shutil
 import signal
@@ -35,6 +39,8 @@ from pipeline_core.mqtt import new_client, pump, wait_connected
 from pipeline_core.settings import MqttSettings
 from simulator.publisher import Publisher
 from stack.processes import free_loopback_ports
+
+from benchmarks.results import Results
 
 TOPIC = "bench/persistence"
 SESSION_ID = "bench-persistent-session"
@@ -158,23 +164,29 @@ def receive_session(settings: MqttSettings, idle_s: float = 3.0) -> set[int]:
     return received
 
 
-def publish(settings: MqttSettings, first: int, rows: int, rate: float = 0.0) -> tuple[float, int]:
-    """Publish rows numbered first.. at QoS 1 (at `rate` rows/s, 0: as fast as acks allow); seconds
-    until the last PUBACK, and the failures."""
+def publish(settings: MqttSettings, first: int, rows: int, rate: float = 0.0,
+            max_s: float = math.inf, drain_s: float = 120.0) -> tuple[int, float, int]:
+    """Publish rows numbered first.. at QoS 1 (at `rate` rows/s, 0: as fast as acks allow), none begun after
+    `max_s`, and wait up to `drain_s` for their PUBACKs; the rows published, the seconds until the last PUBACK (or
+    the wait's end), and the rows not acknowledged."""
     publisher = Publisher(settings, f"bench-publisher-{uuid.uuid4().hex[:8]}")
     publisher.connect()
     started = time.perf_counter()
+    published = 0
     for index in range(rows):
+        if time.perf_counter() - started > max_s:
+            break
+        published += 1
         if rate:
             due = started + index / rate
             while (wait := due - time.perf_counter()) > 0:
                 publisher.pump(min(wait, 0.05))
         publisher.publish(TOPIC, json.dumps({**ROW, "Timestamp": 1_554_076_800_000 + first + index,
                                              "seq": first + index}))
-    missing = publisher.drain(120)
+    missing = publisher.drain(drain_s)
     seconds = time.perf_counter() - started
     publisher.close()
-    return seconds, missing
+    return published, seconds, missing
 
 
 def measure_loss(folder: Path, name: str, rows: int, kill_after_s: float, rate: float = 0.0) -> Measured:
@@ -195,10 +207,10 @@ def measure_loss(folder: Path, name: str, rows: int, kill_after_s: float, rate: 
         if rate:
             fault = threading.Timer(kill_after_s, kill_and_restart)
             fault.start()
-            _seconds, missing = publish(broker.settings, 0, rows, rate)
+            _published, _seconds, missing = publish(broker.settings, 0, rows, rate)
             fault.join()
         else:
-            _seconds, missing = publish(broker.settings, 0, rows)
+            _published, _seconds, missing = publish(broker.settings, 0, rows)
             time.sleep(kill_after_s)  # the fault's moment, not a synchronisation
             kill_and_restart()
         assert missing == 0, f"{missing} rows unacknowledged"
@@ -208,7 +220,8 @@ def measure_loss(folder: Path, name: str, rows: int, kill_after_s: float, rate: 
         broker.stop()
 
 
-def measure_cost(folder: Path, name: str, queue: int, rows: int, rate: float) -> str:
+def measure_cost(folder: Path, name: str, queue: int, rows: int, rate: float, max_s: float,
+                 recorded: Results) -> str:
     # The queue is filled under the rare time-based saves (filling it under a save per change would take
     # hours), then the broker is restarted gracefully (it saves) with the setting measured.
     broker = Broker(folder, SETTINGS["autosave_interval 10 (shipped before)"])
@@ -225,14 +238,20 @@ def measure_cost(folder: Path, name: str, queue: int, rows: int, rate: float) ->
         broker.save_now()
         save_s = time.perf_counter() - save_started
         lines = [f"{name}: queue {queue:,} rows, database {saved_mb:.1f} MB, one save {save_s:.2f} s"]
+        recorded.add(f"{name}, {queue:,} rows queued: the database", saved_mb, "MB")
+        recorded.add(f"{name}, {queue:,} rows queued: one save", save_s, "s")
         for label, pace in (("as fast as acks allow", 0.0), (f"at {rate:,.0f} rows/s", rate)):
             cpu, saves = broker.cpu_s(), broker.saves()
-            seconds, missing = publish(broker.settings, queue, rows, pace)
+            published, seconds, missing = publish(broker.settings, queue, rows, pace, max_s, max_s)
             cpu = broker.cpu_s() - cpu
-            lines.append(f"  {label}: {rows / seconds:,.0f} rows/s, broker CPU {1000 * cpu / rows:.3f} s "
-                         f"per 1,000 rows ({cpu / seconds:.0%} of a core), {broker.saves() - saves} saves, "
+            acknowledged = published - missing
+            lines.append(f"  {label}: {acknowledged / seconds:,.0f} rows/s, broker CPU {1000 * cpu / acknowledged:.3f} "
+                         f"s per 1,000 rows ({cpu / seconds:.0%} of a core), {broker.saves() - saves} saves, "
                          f"{missing} unacknowledged")
-            queue += rows
+            recorded.add(f"{name}, publishing {label}", acknowledged / seconds, "rows/s")
+            recorded.add(f"{name}, publishing {label}: the broker's CPU per 1,000 rows",
+                         1000 * cpu / acknowledged, "s")
+            queue += published
         return "\n".join(lines)
     finally:
         broker.stop()
@@ -249,11 +268,14 @@ def main() -> None:
                                                                     "(0: skip the cost)")
     parser.add_argument("--cost-rows", type=int, default=5000)
     parser.add_argument("--rate", type=float, default=1000.0)
+    parser.add_argument("--cost-max-s", type=float, default=60.0,
+                        help="seconds each cost publication may take at most (a save per change is that slow)")
     parser.add_argument("--repeat", type=int, default=1, help="loss trials per setting")
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
+    recorded = Results("mosquitto_persistence_during_publication" if args.kill_rate else "mosquitto_persistence")
     for name in args.settings:
-        for _ in range(args.repeat):
+        for trial_index in range(args.repeat):
             with tempfile.TemporaryDirectory(prefix="mosquitto-persistence-") as folder:
                 measured = measure_loss(Path(folder), name, args.rows, args.kill_after_s, args.kill_rate)
             moment = (f"{args.kill_after_s:g} s into {measured.published:,} rows at {args.kill_rate:,.0f} rows/s"
@@ -261,9 +283,14 @@ def main() -> None:
             print(f"{name}: SIGKILL {moment}: "
                   f"{measured.received:,} delivered after the restart, {measured.published - measured.received:,} "
                   f"lost ({measured.saves} saves before the kill)", flush=True)
+            trial = f" (trial {trial_index + 1})" if args.repeat > 1 else ""
+            recorded.add(f"{name}: rows lost of {measured.published:,}, SIGKILL {moment}{trial}",
+                         measured.published - measured.received, "rows", count=True)
         if args.queue:
             with tempfile.TemporaryDirectory(prefix="mosquitto-persistence-") as folder:
-                print(measure_cost(Path(folder), name, args.queue, args.cost_rows, args.rate), flush=True)
+                print(measure_cost(Path(folder), name, args.queue, args.cost_rows, args.rate, args.cost_max_s,
+                                   recorded), flush=True)
+    recorded.write()
 
 
 if __name__ == "__main__":

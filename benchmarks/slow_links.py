@@ -13,7 +13,9 @@ which must be the same in every run: the delay slows the pipeline, it must not c
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import statistics
 import shutil
 import subprocess
 import sys
@@ -29,6 +31,8 @@ from pipeline_core.kafka_clients import security_config
 from pipeline_core.settings import KafkaSettings, load_settings
 from simulator.settings import DEFAULT_EVENTS_FILE
 from stack import netns, toxiproxy
+
+from benchmarks.results import Results
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 API_PORT = 8474
@@ -91,6 +95,22 @@ def measure(events_file: Path, round_trips_ms: list[int], settled_s: float) -> l
     return results
 
 
+def record(recorded: Results, results: list[LinkResult]) -> None:
+    """Per added round-trip time, the median of its runs; the delayed runs against the undelayed ones."""
+    by_delay: dict[int, list[LinkResult]] = {}
+    for result in results:
+        by_delay.setdefault(result.round_trip_ms, []).append(result)
+    end_to_end = {}
+    for round_trip_ms, runs in sorted(by_delay.items()):
+        at = f"round trip +{round_trip_ms} ms"
+        recorded.add(f"{at}: publishing", statistics.median(run.rows / run.publish_s for run in runs), "rows/s")
+        end_to_end[round_trip_ms] = statistics.median(run.rows / run.end_to_end_s for run in runs)
+        recorded.add(f"{at}: end to end", end_to_end[round_trip_ms], "rows/s")
+    for round_trip_ms, rate in end_to_end.items():
+        if round_trip_ms and 0 in end_to_end:
+            recorded.add(f"round trip +{round_trip_ms} ms / undelayed, end to end", rate / end_to_end[0], "x")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.slow_links", description=__doc__.splitlines()[0])
     parser.add_argument("--round-trip-ms", type=int, default=50, help="the delayed run's added round-trip time")
@@ -100,9 +120,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--settled-s", type=float, default=20.0,
                         help="the first run's machine.out unchanged this long: all its joins are in")
     parser.add_argument("--on-operator", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--command-argv", help=argparse.SUPPRESS)  # the run's own flags, for its results
     args = parser.parse_args(argv)
     if args.on_operator:
-        measure(args.events_file.resolve(), [0, args.round_trip_ms] * args.rounds, args.settled_s)
+        recorded = Results("slow_links", json.loads(args.command_argv) if args.command_argv else None)
+        record(recorded, measure(args.events_file.resolve(), [0, args.round_trip_ms] * args.rounds, args.settled_s))
+        recorded.write()
         return 0
     netns.preflight()
     toxiproxy.ensure_installed()  # here: the hosts reach no module proxy
@@ -124,7 +147,8 @@ def main(argv: list[str] | None = None) -> int:
         code = stack("run", "--", sys.executable, "-m", "benchmarks.slow_links", "--on-operator",
                      "--round-trip-ms", str(args.round_trip_ms), "--rounds", str(args.rounds),
                      "--events-file", str(args.events_file.resolve()),
-                     "--settled-s", str(args.settled_s), quiet=False)
+                     "--settled-s", str(args.settled_s),
+                     "--command-argv", json.dumps(sys.argv[1:] if argv is None else argv), quiet=False)
     finally:
         stack("clean")
         shutil.rmtree(state_dir, ignore_errors=True)

@@ -59,6 +59,7 @@ from spark_joiner.settings import SparkJoinerSettings
 from spark_joiner.sink import TransactionalBatchSink
 
 from benchmarks.ceiling import SPARK_TARGET, Run, ratio, ratio_line, verdict
+from benchmarks.results import Results, at_least, at_most
 from benchmarks.spark_joiner_baseline import start_baseline_query
 
 log = logging.getLogger("benchmarks.spark_joiner")
@@ -133,6 +134,9 @@ CPU_KINDS = ("driver", "JVM", "Python workers")
 # The job's records/s after the first batch at the most machines, as a share of its rate at the fewest: a plant
 # of many machines, each sending a few records per batch, should cost about what a few busy machines cost.
 SCALING_TARGET = 0.6
+STEADY_RATE_TARGET = 100_000  # records/s after the first batch, at the fewest machines
+FIRST_BATCH_TARGET_S = 3.8  # a cold job's first batch: half of the 7.6 s it took before its start was worked on
+LATENCY_P99_TARGET_S = 1.0
 
 
 def cpu_seconds_by_kind(root: int | None = None) -> dict[str, float]:
@@ -505,6 +509,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.task:
         print(_FIGURES + json.dumps(run_task(json.loads(args.task))), flush=True)
         return 0
+    recorded = Results("spark_joiner", argv)  # a --task child above is one measurement of this run, never recorded
     bootstrap = args.kafka_bootstrap_servers
     workdir = Path(tempfile.mkdtemp(prefix="spark-joiner-bench-"))
     cleanup: list[str] = []
@@ -541,6 +546,8 @@ def main(argv: list[str] | None = None) -> int:
         delete_topics(bootstrap, sorted(set(cleanup)))
         shutil.rmtree(workdir, ignore_errors=True)
     print_figures(args, results, floors, floor_machines, latency)
+    record_figures(recorded, results, floors, latency)
+    recorded.write()
     return 0
 
 
@@ -573,6 +580,54 @@ def print_scaling(results: list[tuple[int, dict[str, dict], dict | None]]) -> No
         against = large["steady_records_per_s"] / standalone["records_per_s"]
         line += f", {against:.2f}x the standalone joiner's at {most:,} ({verdict(against, 1.0)})"
     print(line)
+
+
+def record_figures(recorded: Results, results: list[tuple[int, dict[str, dict], dict | None]],
+                   floors: list[tuple[str, dict]], latency: dict | None) -> None:
+    """The figures `print_figures` shows, recorded: per machine count the job's rates, first batch and CPU, against
+    its pass-through, the previous code and the standalone joiner; its cost in machines; the source alone; latency."""
+    fewest = min((machines for machines, _, _ in results), default=0)
+    for machines, runs, standalone in results:
+        at = f"{machines:,} machines"
+        for job, figures in runs.items():
+            recorded.add(f"{at}, {job}", figures["records_per_s"], "records/s")
+            recorded.add(f"{at}, {job}, after the first batch", figures["steady_records_per_s"], "records/s",
+                         at_least(STEADY_RATE_TARGET) if job == "job" and machines == fewest else None)
+            recorded.add(f"{at}, {job}, first batch from a cold start", figures["first_batch_s"], "s",
+                         at_most(FIRST_BATCH_TARGET_S) if job == "job" else None)
+            recorded.add(f"{at}, {job}, CPU per record after the first batch",
+                         sum(figures["steady_cpu_us_per_record"].values()), "µs")
+        job = runs.get("job")
+        if job and "pass-through" in runs:
+            through = runs["pass-through"]
+            recorded.add(f"{at}, job / pass-through, after the first batch",
+                         job["steady_records_per_s"] / through["steady_records_per_s"], "x")
+            recorded.add(f"{at}, job / pass-through, by CPU per record after the first batch",
+                         sum(through["steady_cpu_us_per_record"].values())
+                         / sum(job["steady_cpu_us_per_record"].values()), "x", at_least(SPARK_TARGET))
+        if job and "previous" in runs:
+            recorded.add(f"{at}, job / previous code, after the first batch",
+                         job["steady_records_per_s"] / runs["previous"]["steady_records_per_s"], "x")
+        if job:
+            recorded.add(f"{at}, checkpoint state on disk per machine", job["state_bytes"] / machines, "bytes")
+        if job and standalone:
+            recorded.add(f"{at}, standalone joiner on the same input", standalone["records_per_s"], "records/s")
+            recorded.add(f"{at}, job after the first batch / standalone joiner",
+                         job["steady_records_per_s"] / standalone["records_per_s"], "x",
+                         at_least(1.0) if machines != fewest else None)
+    jobs = [(machines, runs["job"]) for machines, runs, _ in results if "job" in runs]
+    if len(jobs) > 1:
+        (few, small), (most, large) = min(jobs, key=lambda run: run[0]), max(jobs, key=lambda run: run[0])
+        recorded.add(f"job after the first batch, {most:,} machines / {few:,}",
+                     large["steady_records_per_s"] / small["steady_records_per_s"], "x", at_least(SCALING_TARGET))
+    for label, figures in floors:
+        recorded.add(f"Spark's Kafka source alone: {label}, after the first batch", figures["steady_records_per_s"],
+                     "records/s")
+    if latency:
+        at_rate = f"latency at {latency['rate']:,} records/s, 100 machines"
+        recorded.add(f"{at_rate}, p50", latency["p50"], "s")
+        recorded.add(f"{at_rate}, p99", latency["p99"], "s", at_most(LATENCY_P99_TARGET_S))
+        recorded.add(f"{at_rate}, max", latency["max"], "s")
 
 
 def print_figures(args: argparse.Namespace, results: list[tuple[int, dict[str, dict], dict | None]],

@@ -30,6 +30,8 @@ from pipeline_core.topics import MACHINE_OUT
 from stack.choice import CLUSTER, SINGLE
 from stack.topology import CLUSTER_PORTS, SINGLE_PORTS, private_ports
 
+from benchmarks.results import Results
+
 REPO_ROOT = Path(__file__).resolve().parents[1]
 # machine.out stops growing for this long once every row is in: the join count of the run (--settled-s).
 SETTLED_S = 20.0
@@ -126,6 +128,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--ports", default=os.environ.get("BENCH_PORTS"),
                         help="first-last: the stacks' ports from this range (default: any free ones)")
     args = parser.parse_args(argv)
+    recorded = Results("topology", argv)
     with tempfile.TemporaryDirectory(prefix="bench-topology-") as work:
         rows_file = Path(work) / "rows.json"
         subprocess.run([sys.executable, "-m", "simulator", "--synthetic", "--machines", str(args.machines),
@@ -138,6 +141,12 @@ def main(argv: list[str] | None = None) -> int:
         cluster = run(CLUSTER, args.joiner, rows_file, args.rows, single.joins, args.ports)
         print(cluster.line())
     print(f"cluster / single end to end: {single.end_to_end_s / cluster.end_to_end_s:.2f}x")
+    for result in (single, cluster):
+        recorded.add(f"TOPOLOGY={result.topology}: make up", result.up_s, "s")
+        recorded.add(f"TOPOLOGY={result.topology}: publishing", result.rows / result.publish_s, "rows/s")
+        recorded.add(f"TOPOLOGY={result.topology}: end to end", result.rows / result.end_to_end_s, "rows/s")
+    recorded.add("cluster / single, end to end", single.end_to_end_s / cluster.end_to_end_s, "x")
+    recorded.write()
     return 0
 
 

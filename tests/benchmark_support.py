@@ -2,7 +2,9 @@
 session's server addresses in its environment: for the smoke runs of `make test` and the full runs of
 `make reliability`. A run passes when it ends (exit code 0), printed its table or figure line, printed no figure
 that is not a finite number (no nan, no inf), and, for each of its `Figure`s, printed that line at least as often as
-it must, every figure in it a positive finite number; no figure is ever compared with a target."""
+it must, every figure in it a positive finite number, and recorded the results it records (benchmarks/results.py),
+each figure a finite number and every measure positive; no figure is ever compared with a target. The results go to
+a temporary folder (BENCH_RESULTS_DIR), never over the committed ones."""
 from __future__ import annotations
 
 import math
@@ -15,6 +17,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from benchmarks.results import RESULTS_DIR_ENV, problems, read_results
 from pipeline_core.settings import ConnectionSettings
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -58,13 +61,16 @@ def environment(stack: ConnectionSettings, temp_dir: Path) -> dict[str, str]:
     """This process's environment with the session's servers' addresses, and the repository on the path as
     `make bench` puts it; its temporary files (the logs a run names, Spark's) in ``temp_dir``."""
     return {**os.environ, "PYTHONPATH": str(REPO_ROOT), "PYTHONUNBUFFERED": "1", "TMPDIR": str(temp_dir),
+            RESULTS_DIR_ENV: str(temp_dir / "results"),
             "MQTT_HOST": stack.mqtt_host, "MQTT_PORT": str(stack.mqtt_port),
             "KAFKA_BOOTSTRAP_SERVERS": stack.kafka_bootstrap_servers,
             "INFLUXDB_HOST": stack.influxdb_host, "INFLUXDB_PORT": str(stack.influxdb_port)}
 
 
 def assert_runs_to_its_end(stack: ConnectionSettings, module: str, flags: list[str], printed: str,
-                           figures: tuple[Figure, ...] = (), timeout_s: float = 840) -> None:
+                           figures: tuple[Figure, ...] = (), recorded: tuple[str, ...] = (),
+                           timeout_s: float = 840) -> None:
+    """``recorded``: the results files the run writes, by benchmark name (none for a --help)."""
     began = time.monotonic()
     # Removed after the run, passed or not: what a benchmark leaves for `make bench`'s user to read is no news here.
     # Directly under /tmp: the stacks some benchmarks start keep a unix socket, whose path must fit in 108 bytes.
@@ -72,6 +78,7 @@ def assert_runs_to_its_end(stack: ConnectionSettings, module: str, flags: list[s
     try:
         done = subprocess.run([sys.executable, "-m", f"benchmarks.{module}", *flags], cwd=REPO_ROOT,
                               env=environment(stack, temp_dir), capture_output=True, text=True, timeout=timeout_s)
+        results = read_results(temp_dir / "results") if (temp_dir / "results").is_dir() else {}
     finally:
         shutil.rmtree(temp_dir, ignore_errors=True)
     output = done.stdout + done.stderr
@@ -81,3 +88,6 @@ def assert_runs_to_its_end(stack: ConnectionSettings, module: str, flags: list[s
     assert printed in done.stdout, f"benchmarks.{module} did not print {printed!r}:\n{output[-6000:]}"
     wrong = printed_figures(done.stdout, figures)
     assert not wrong, f"benchmarks.{module}'s figures: " + "; ".join(wrong) + f"\n{done.stdout[-6000:]}"
+    assert sorted(results) == sorted(recorded), f"benchmarks.{module} recorded {sorted(results)}, not {sorted(recorded)}"
+    wrong = [problem for each in results.values() for problem in problems(each)]
+    assert not wrong, f"benchmarks.{module}'s recorded figures: {wrong}\n{done.stdout[-6000:]}"

@@ -1,7 +1,9 @@
 """Every benchmark runs once, tiny, against the session's servers: one that can no longer run fails here, not
 in the next `make bench` weeks later. No figure is held to its target here: a smoke run asserts that the benchmark
 ran to its end (exit code 0), printed the table or figure line it prints, and that each figure it printed is a
-positive finite number (`benchmark_support.printed_figures`): one that came out 0, nan or inf was not measured.
+positive finite number (`benchmark_support.printed_figures`), and that it recorded its results (into a temporary
+folder, never over benchmarks/results/), each figure a finite number and every measure positive: one that came out
+0, nan or inf was not measured.
 
 Each runs as `make bench` runs it, `python -m benchmarks.<name>` from the repository's root, with the session's
 server addresses in its environment. The helper modules run through the benchmarks that import them:
@@ -105,7 +107,25 @@ SMOKE_RUNS: list[Run] = [
 ]
 
 
-@pytest.mark.parametrize(("module", "flags", "printed", "figures"), SMOKE_RUNS, ids=run_ids(SMOKE_RUNS))
+# The results each run records, by the run's id: one file per benchmark, named as it records (benchmarks/results.py);
+# a baseline's runs record theirs in its own temporary folder, a --help none.
+RECORDED: dict[str, tuple[str, ...]] = {
+    "join_engine": ("join_engine",), "baseline": (), "mqtt_publish": ("mqtt_publish",),
+    "stream_connector-3": ("stream_connector",), "stream_connector-4": ("stream_connector_instances",),
+    "db_connector": ("db_connector",), "kafka_joiner": ("kafka_joiner",), "spark_joiner": ("spark_joiner",),
+    "join_peers": ("join_peers",), "mosquitto_persistence-9": ("mosquitto_persistence",),
+    "mosquitto_persistence-10": ("mosquitto_persistence_during_publication",), "topology": (), "slow_links": (),
+}
+IDS = run_ids(SMOKE_RUNS)
+
+
+def test_every_run_says_what_it_records() -> None:
+    assert set(RECORDED) == set(IDS)
+
+
+@pytest.mark.parametrize(("module", "flags", "printed", "figures", "recorded"),
+                         [(*run, RECORDED.get(run_id, ())) for run, run_id in zip(SMOKE_RUNS, IDS)], ids=IDS)
 def test_the_benchmark_runs_to_its_end_on_tiny_sizes(stack: ConnectionSettings, module: str, flags: list[str],
-                                                      printed: str, figures: tuple[Figure, ...]) -> None:
-    assert_runs_to_its_end(stack, module, flags, printed, figures)
+                                                      printed: str, figures: tuple[Figure, ...],
+                                                      recorded: tuple[str, ...]) -> None:
+    assert_runs_to_its_end(stack, module, flags, printed, figures, recorded)
