@@ -9,7 +9,8 @@ A page asks for a table with a marker line, and the table goes between it and th
 ``<!-- results: kafka_joiner: latency* ; by thing* -->`` takes only the figures whose names match one of the
 patterns (fnmatch, ``;`` between them), in the order recorded. Each table has one row per figure (its value, unit,
 target, the date of the run and its load average) and a line below saying what ran: the command, the commit and
-the machine. The pages are README.md, every folder's README.md and docs/*.md.
+the machine. A benchmark with no recorded run yet gets a line saying so and how to record it, never a figure. The
+pages are README.md, every folder's README.md and docs/*.md.
 
 ``--check`` writes nothing and exits 1 when a page's tables are not what the results give (tests/unit/
 test_benchmark_results.py runs the same check).
@@ -32,7 +33,7 @@ HEADER = "| figure | value | unit | target | date | load, start–end |\n|---|--
 
 
 class RenderError(ValueError):
-    """A marker that cannot be rendered: no results for its benchmark, or patterns that match no figure."""
+    """A marker that cannot be rendered: patterns that match no figure of its benchmark's results."""
 
 
 @dataclass(frozen=True)
@@ -100,13 +101,18 @@ def table(recorded: Recorded, request: Request) -> str:
     return f"{HEADER}{rows}\n{run_line(document)}\n"
 
 
+def not_recorded(benchmark: str) -> str:
+    """What a page shows where a benchmark has no recorded run: how to record one."""
+    return (f"*No recorded run of `{benchmark}` yet: `make bench` records it (the benchmark's module is named where "
+            f"it is described above).*\n")
+
+
 def render_text(text: str, results: dict[str, Recorded]) -> str:
     """``text`` with every marked table written from ``results``."""
     def replaced(match: re.Match) -> str:
         request = Request.parse(match["spec"])
         if request.benchmark not in results:
-            raise RenderError(f"no results of {request.benchmark}: `make bench BENCHMARKS=benchmarks."
-                              f"{request.benchmark}` records them")
+            return match["begin"] + not_recorded(request.benchmark) + match["end"]
         return match["begin"] + table(results[request.benchmark], request) + match["end"]
 
     return BLOCK.sub(replaced, text)

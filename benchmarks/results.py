@@ -36,8 +36,10 @@ from typing import Any
 REPO_ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_RESULTS_DIR = REPO_ROOT / "benchmarks" / "results"
 RESULTS_DIR_ENV = "BENCH_RESULTS_DIR"
-# Files a run of `make bench` itself changes: a tree that differs from its commit only there ran the commit's code.
-WRITTEN_BY_BENCH = ("benchmarks/results/", "docs/benchmarks.md")
+# Files a run of `make bench` itself changes, and pages (the tables it renders among them): a tree that differs from
+# its commit only there ran the commit's code.
+WRITTEN_BY_BENCH = ("benchmarks/results/",)
+PAGE_SUFFIX = ".md"
 BENCHMARK_NAME = re.compile(r"[a-z][a-z0-9_]*")
 
 
@@ -87,13 +89,14 @@ def _git(*args: str) -> str | None:
 
 
 def code_version() -> tuple[str, bool]:
-    """The commit the working tree is at, and whether its code differs from it (files `make bench` writes aside);
+    """The commit the working tree is at, and whether its code differs from it (results and pages aside);
     ("unknown", True) outside a git checkout."""
     commit = _git("rev-parse", "HEAD")
     if commit is None:
         return "unknown", True
     status = _git("status", "--porcelain", "--untracked-files=no") or ""
-    changed = [line[3:] for line in status.splitlines() if line[3:] and not line[3:].startswith(WRITTEN_BY_BENCH)]
+    changed = [path for path in (line[3:] for line in status.splitlines())
+               if path and not path.startswith(WRITTEN_BY_BENCH) and not path.endswith(PAGE_SUFFIX)]
     return commit.strip(), bool(changed)
 
 
