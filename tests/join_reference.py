@@ -1,7 +1,7 @@
 """The join as its contract defines it, computed offline from machine.data records: the oracle of the chaos,
 outage, cluster and disorder runs. It shares no code with either joiner (nothing of local_stream_buffer,
 kafka_joiner or spark_joiner is imported): it is written from the definitions in
-05_local_stream_buffer/README.md and the docstrings of local_stream_buffer's cases, output and reorder modules.
+docs/join.md and the docstrings of local_stream_buffer's cases, output and reorder modules.
 
 A join spec pairs, per thing and axis, the left quantity's stream (actSpeed_C<axis>) with the right one's
 (vaTorque_C<axis>) into an output quantity (vaPower_C<axis>).
