@@ -113,8 +113,10 @@ RECORDED: dict[str, tuple[str, ...]] = {
     "join_engine": ("join_engine",), "baseline": (), "mqtt_publish": ("mqtt_publish",),
     "stream_connector-3": ("stream_connector",), "stream_connector-4": ("stream_connector_instances",),
     "db_connector": ("db_connector",), "kafka_joiner": ("kafka_joiner",), "spark_joiner": ("spark_joiner",),
-    "join_peers": ("join_peers",), "mosquitto_persistence-9": ("mosquitto_persistence",),
-    "mosquitto_persistence-10": ("mosquitto_persistence_during_publication",), "topology": (), "slow_links": (),
+    "join_peers": ("join_peers",), "mosquitto_persistence-10": ("mosquitto_persistence",),
+    "mosquitto_persistence-11": ("mosquitto_persistence_during_publication",), "topology": (), "slow_links": (),
+    # Prints its figures and records none yet: its table in docs/benchmarks.md waits for it to record them.
+    "dashboards": (),
 }
 IDS = run_ids(SMOKE_RUNS)
 
