@@ -12,6 +12,10 @@
 4. **Dead-letter** a record outside its thing's partition (`misplaced`) where a joiner joins each partition as
    it lies (the standalone joiner told its input is partitioned by thing). A joiner that groups records by
    thing itself (the Spark joiner; the standalone joiner by default) takes any partitioning and skips this step.
+   Its thing's partition is the one of the partition count the record says it was placed with (its writer's
+   `pipeline_core.partitioning.PLACEMENT_HEADER`): a topic that grew holds records placed by the count before
+   and the count after, each where its writer put it. A record that says nothing is judged by every count the
+   joiner knows the topic to have had.
 5. Admit the rest; the join engine then accepts it, or dead-letters it as late.
 
 The standalone joiner applies the steps record by record; the Spark joiner column by column, with these
@@ -19,7 +23,7 @@ functions for each distinct key and for the rows a column check picked out, so t
 """
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from .partitioning import thing_partition
 from .record_keys import record_key, split_key
@@ -56,21 +60,27 @@ def wrong_key(key: bytes | None, record: MachineRecord) -> str | None:
     return f"key {key!r} does not match {expected!r}"
 
 
-def misplaced(thing: str, partition: int, partitions: int) -> str | None:
-    """Step 4: why a record of `thing` may not be joined in `partition` of a topic of `partitions` partitions
-    joined as it lies, or None when that is its thing's partition (`pipeline_core.partitioning`)."""
-    home = thing_partition(thing, partitions)
-    if home == partition:
+def misplaced(thing: str, partition: int, partitions: int | Sequence[int], placed_with: int | None = None
+              ) -> str | None:
+    """Step 4: why a record of `thing` may not be joined in `partition` of a topic joined as it lies, or None when
+    that is its thing's partition (`pipeline_core.partitioning`): by the count the record was `placed_with`, else by
+    any of `partitions` (the topic's partition count, or every count the joiner knows it to have had)."""
+    counts = (placed_with,) if placed_with is not None else (
+        (partitions,) if isinstance(partitions, int) else tuple(partitions))
+    if any(thing_partition(thing, count) == partition for count in counts):
         return None
-    return (f"misrouted: thing {thing!r} belongs in partition {home} of {partitions}, not {partition}; the input "
-            "is not partitioned by thing (see pipeline_core.partitioning), so run the joiner without "
-            "--input-partitioned-by-thing")
+    count = counts[-1]
+    return (f"misrouted: thing {thing!r} belongs in partition {thing_partition(thing, count)} of {count}, not "
+            f"{partition}; the input is not partitioned by thing (see pipeline_core.partitioning), so run the joiner "
+            "without --input-partitioned-by-thing")
 
 
-def refusal(key: bytes | None, record: MachineRecord, partition: int, partitions: int | None) -> str | None:
+def refusal(key: bytes | None, record: MachineRecord, partition: int, partitions: int | Sequence[int] | None,
+            placed_with: int | None = None) -> str | None:
     """Steps 3 and 4 for a decoded record: why it is dead-lettered, or None when it is admitted.
-    `partitions` is None where the joiner groups records by thing itself (step 4 does not apply)."""
+    `partitions` is None where the joiner groups records by thing itself (step 4 does not apply); `placed_with`
+    the partition count the record says it was placed by (None: it says none)."""
     reason = wrong_key(key, record)
     if reason is None and partitions is not None:
-        reason = misplaced(record["thing"], partition, partitions)
+        reason = misplaced(record["thing"], partition, partitions, placed_with)
     return reason

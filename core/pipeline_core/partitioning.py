@@ -47,3 +47,54 @@ def thing_partition(thing: str, partitions: int) -> int:
     """The partition of every record of `thing` in a topic of `partitions` partitions (cached: a
     pipeline sees few things, and this runs once per record)."""
     return (murmur2(thing.encode("utf-8")) & 0x7FFFFFFF) % partitions
+
+
+# -- growth --------------------------------------------------------------------------------------------------------
+# A topic grown from 5 to 8 partitions moves most things to another partition (`thing_partition`), while records of
+# theirs may still wait in the old one. So every record names, in this header, the partition counts its writer has
+# placed records with, oldest first (`b"5,8"`): the last is the count its own partition was chosen by. A reader can
+# tell where the thing's earlier records lie (the counts before), and whether the record lies where it was put
+# (`pipeline_core.admission`); a record without the header was placed by a writer that predates it.
+PLACEMENT_HEADER = "partitions"
+# Counts a history names at most: far beyond the growths of a topic's life, a bound on what a header can make a
+# reader hold.
+MAX_PLACEMENT_HISTORY = 64
+
+
+def placement_value(history: tuple[int, ...]) -> bytes:
+    """The header's value for a writer that has placed records with these partition counts, oldest first."""
+    return ",".join(str(count) for count in history).encode()
+
+
+@functools.lru_cache(maxsize=1024)
+def _parsed_history(value: bytes) -> tuple[int, ...] | None:
+    try:
+        counts = tuple(int(part) for part in value.split(b",", MAX_PLACEMENT_HISTORY))
+    except ValueError:
+        return None
+    if not counts or len(counts) > MAX_PLACEMENT_HISTORY or any(count < 1 for count in counts):
+        return None
+    return counts
+
+
+def placement_history(headers: list[tuple[str, bytes | None]] | None) -> tuple[int, ...] | None:
+    """The partition counts a record's header names (the last: the one its partition was chosen by); None when
+    it names none, or nothing readable (a record is judged by the reader's own count then)."""
+    if not headers:
+        return None
+    for name, value in headers:
+        if name == PLACEMENT_HEADER:
+            return _parsed_history(value) if isinstance(value, bytes) else None
+    return None
+
+
+def earlier_homes(thing: str, history: tuple[int, ...]) -> list[int]:
+    """Where `thing`'s records placed by the counts before the last of `history` lie, latest first, each once,
+    without the partition its latest records lie in."""
+    home = thing_partition(thing, history[-1])
+    homes: list[int] = []
+    for count in reversed(history[:-1]):
+        partition = thing_partition(thing, count)
+        if partition != home and partition not in homes:
+            homes.append(partition)
+    return homes

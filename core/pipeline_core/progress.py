@@ -89,6 +89,8 @@ class Observation:
     waiting_for: str | None = None
     # Per machine (its name), counters since the stage started: written as machine_health points, not logged.
     machines: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
+    # What an operator should know of the stage beyond its figures (`make status` shows it below the table).
+    note: str | None = None
 
     @property
     def work_waiting(self) -> bool:
@@ -253,7 +255,7 @@ class ProgressReporter:
             self._waiting_since = wall_now
         heartbeat = Heartbeat(self.stage, os.getpid(), self.interval_s, self._started_at, wall_now,
                               self._last_progress_at, observation.work_waiting, observation.lag, observation.pending,
-                              self._waiting_since, observation.waiting_for)
+                              self._waiting_since, observation.waiting_for, observation.note)
         try:
             write_heartbeat(self._heartbeat_file, heartbeat)
         except OSError as error:  # the stage's work goes on; its healthcheck says it is not healthy

@@ -51,6 +51,7 @@ class Heartbeat:
     # is not stuck at once.
     waiting_since: float | None = None
     waiting_for: str | None = None  # a server it keeps failing to use
+    note: str | None = None  # what an operator should know beyond the figures (`make status` shows it)
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), sort_keys=True)
@@ -69,6 +70,7 @@ class StageHealth:
     detail: str  # one line: why
     lag: int | None = None
     progress_age_s: float | None = None  # seconds since its work last moved; None: not since it started
+    note: str | None = None  # the stage's own word to the operator (`Heartbeat.note`)
 
     @property
     def healthy(self) -> bool:
@@ -91,15 +93,16 @@ def assess(heartbeat: Heartbeat | None, now: float) -> StageHealth:
     age_s = now - heartbeat.reported_at
     if age_s > stale_after_s(heartbeat.interval_s):
         return StageHealth("stale", f"no report for {format_age(age_s)} (every {heartbeat.interval_s:g} s expected): "
-                                    "the stage is dead or wedged", lag, progress_age_s)
+                                    "the stage is dead or wedged", lag, progress_age_s, heartbeat.note)
     waiting = describe_waiting(heartbeat)
     quiet_s = heartbeat.reported_at - since
     if heartbeat.work_waiting and quiet_s > STUCK_AFTER_INTERVALS * heartbeat.interval_s:
-        return StageHealth("stuck", f"{waiting}, no progress for {format_age(now - since)}", lag, progress_age_s)
+        return StageHealth("stuck", f"{waiting}, no progress for {format_age(now - since)}", lag, progress_age_s,
+                           heartbeat.note)
     if heartbeat.work_waiting or heartbeat.last_progress_at == heartbeat.reported_at:
         return StageHealth("progressing", waiting if heartbeat.work_waiting else "work moved at the last report",
-                           lag, progress_age_s)
-    return StageHealth("idle", "nothing waiting", lag, progress_age_s)
+                           lag, progress_age_s, heartbeat.note)
+    return StageHealth("idle", "nothing waiting", lag, progress_age_s, heartbeat.note)
 
 
 def describe_waiting(heartbeat: Heartbeat) -> str:
