@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
 from paho.mqtt.enums import MQTTErrorCode, MQTTProtocolVersion
 
+from pipeline_core.broker_offsets import BrokerOffsets
 from pipeline_core.kafka_clients import (ACCESS_ERRORS, KafkaStartupError, admin_client, produce, producer_config,
                                          refused_for_itself, retry_transient, security_config)
 from pipeline_core.lifecycle import StopSignal
@@ -44,6 +45,7 @@ from pipeline_core.settings import MACHINE_STATES_TOPIC
 from pipeline_core.topics import MACHINE_DATA, MACHINE_DLQ, ensure_topics, partition_count
 
 from .filters import covers, parse_filters
+from .partition_switch import PartitionSwitch, SwitchSettings
 from .redelivery import (WrittenRecords, dead_letter_key, fence_transactional_id, read_tail, rejected_row_key,
                          settle_unseen_writes)
 from .rows import kafka_messages, split_row
@@ -61,6 +63,8 @@ MAX_KAFKA_RETRY_DELAY_S = 30.0
 # unacknowledged rows (max_inflight_messages) times a row's quantities can put there, so the loop
 # never blocks on a full queue while Kafka is away (and keeps answering the broker's keepalive).
 PRODUCER_QUEUE_MESSAGES = 1_000_000
+# How long a look at the data topic's partition count may take (partition_switch): the loop waits for it.
+PARTITION_COUNT_TIMEOUT_S = 2.0
 
 
 class PendingRow:
@@ -113,8 +117,10 @@ class Connector:
         self.kafka_trouble: str | None = None
         self.kafka_retries = Retries(Backoff(0.5, MAX_KAFKA_RETRY_DELAY_S))
         # Records go to the partition of their thing (see pipeline_core.partitioning): a joiner finds a machine's
-        # joined quantities together. Read from the topic on start.
+        # joined quantities together. By which partition count: `switch` (set up on start, with the topic's count).
         self.data_partitions = MACHINE_DATA.partitions
+        self.switch: PartitionSwitch | None = None
+        self._admin = None  # for the data topic's partition count, once running
         # Record values Kafka confirmed lately: filled from machine.data's tail on start.
         self.written = WrittenRecords(settings.redelivery_window_records)
         self.dead_lettered = WrittenRecords(settings.redelivery_window_records)  # rows, by rejected_row_key
@@ -177,6 +183,9 @@ class Connector:
         self.subscribed = True
 
     def _on_message(self, client, userdata, message) -> None:
+        if self.switch.holding:  # unacknowledged until placed: see partition_switch
+            self.switch.hold(message)
+            return
         self.counters.records_in += 1
         pending = PendingRow(message.mid, message.qos, message.topic)
         self.unacked.append(pending)
@@ -186,7 +195,7 @@ class Connector:
             try:
                 split = split_row(message.payload, settings.max_payload_bytes, settings.max_quantities)
                 # Every record encoded before the first is produced: a row goes out whole or not at all.
-                records = kafka_messages(split.records, self.data_partitions)
+                records = kafka_messages(split.records, self.switch.partitions)
                 # Not only rows flagged DUP: a publisher whose acknowledgement got lost in a broker restart
                 # sends its row again as a new message (QoS 1 is at least once).
                 records = self._not_yet_written(records, pending)
@@ -196,8 +205,10 @@ class Connector:
                 self._dead_letter(pending, delivered, f"the connector could not process the row: {error!r}"[:1000],
                                   message.payload, message.topic)
                 return
+            header = self.switch.header
             for value, key, partition in records:
-                if self._produce(settings.data_topic, value, key, pending, delivered, partition=partition):
+                if self._produce(settings.data_topic, value, key, pending, delivered, partition=partition,
+                                 headers=header):
                     self.in_flight[value] = []
             self.counters.records_out += len(records)
             if split.rejections:
@@ -248,6 +259,7 @@ class Connector:
                 value = message.value()
                 if error is None:
                     self.written.add(value)
+                    self.switch.delivered(message.partition(), message.offset())
                 for waiting in self.in_flight.pop(value, ()):
                     self._settle_waiting(waiting, error)
             if pending.abandoned:
@@ -306,7 +318,7 @@ class Connector:
             self.kafka_trouble = error.str()
 
     def _produce(self, topic: str, value: bytes, key: bytes | None, pending: PendingRow, delivered,
-                 **options: int) -> bool:
+                 **options: object) -> bool:
         """Hand a record of `pending` to the producer; False if the client refused it at once for itself,
         which is then dealt with as a refusal on delivery (dead-lettered)."""
         pending.remaining += 1
@@ -400,6 +412,7 @@ class Connector:
                 self.written = read_tail(self.settings.kafka_bootstrap_servers, self.settings.data_topic,
                                          self.data_partitions, self.settings.redelivery_window_records,
                                          security=security)
+                self._start_switch(admin, security, deadline_s)
                 self.dead_lettered = read_tail(self.settings.kafka_bootstrap_servers, self.settings.dlq_topic,
                                                dlq_partitions, self.settings.redelivery_window_records,
                                                functools.partial(dead_letter_key, STAGE), security=security)
@@ -412,6 +425,63 @@ class Connector:
                 if time.monotonic() >= warn_at:
                     log.warning("%s; still waiting for Kafka", error)
                     warn_at = time.monotonic() + self.settings.kafka_startup_deadline_s
+
+    def _start_switch(self, admin, security: dict[str, str], deadline_s: float) -> None:
+        """Which partition count records are placed by (partition_switch): the one this connector placed them by
+        before, and where the topic ends now (what earlier runs placed lies below)."""
+        topic = self.settings.data_topic
+        offsets = BrokerOffsets(self.settings.kafka_bootstrap_servers, min(30.0, deadline_s), security=security)
+        ends = retry_transient(
+            lambda: offsets.latest([(topic, partition) for partition in range(self.data_partitions)])
+            or _no_answer(topic), what=f"reading where {topic} ends", deadline_s=deadline_s)
+        if self.switch is not None:
+            self.switch.close()
+        groups = tuple(group.strip() for group in self.settings.joiner_groups.split(",") if group.strip())
+        self.switch = retry_transient(lambda: PartitionSwitch.started(
+            SwitchSettings(topic, groups, self.settings.partition_check_interval_s, self.settings.switch_max_pause_s,
+                           self.settings.switch_retry_s),
+            self.settings.kafka_bootstrap_servers, self.settings.mqtt_client_id, self.data_partitions,
+            {partition: end for (_, partition), end in ends.items()}, security),
+            what="reading the partition counts this connector placed records by", deadline_s=deadline_s)
+        self._admin = admin
+        if self.switch.partitions != self.data_partitions:
+            log.info("%s has %d partitions; records are placed by %d until the joiners have read every record "
+                     "placed so", topic, self.data_partitions, self.switch.partitions)
+
+    def _switch_step(self) -> None:
+        """The partition switch's turn in the loop: look at the topic's partition count when due, hold rows while
+        the joiners catch up, and place the held rows once it is decided by which count."""
+        switch = self.switch
+        if switch.check_due():
+            switch.observed(self._data_partitions_now() or switch.topic_partitions)
+        if not switch.holding:
+            switch.should_hold()
+            return
+        if switch.step(bool(self.unacked or self.in_flight or self.letters_in_flight), self._producer_knows):
+            for message in switch.release():
+                self._on_message(self.client, None, message)
+
+    def _producer_knows(self, partitions: int) -> bool:
+        """Whether the producer's metadata holds `partitions` partitions of the data topic (the request refreshes it:
+        a producer learns of new partitions only at its next refresh, and refuses a record for one it does not
+        know)."""
+        try:
+            metadata = self.producer.list_topics(self.settings.data_topic, timeout=PARTITION_COUNT_TIMEOUT_S)
+        except KafkaException:
+            return False
+        topic = metadata.topics.get(self.settings.data_topic)
+        return topic is not None and topic.error is None and len(topic.partitions) >= partitions
+
+    def _data_partitions_now(self) -> int | None:
+        """The data topic's partition count as Kafka says now; None when it does not answer in time."""
+        try:
+            metadata = self._admin.list_topics(self.settings.data_topic,
+                                               timeout=PARTITION_COUNT_TIMEOUT_S).topics.get(self.settings.data_topic)
+        except KafkaException:
+            return None
+        if metadata is None or metadata.error is not None or not metadata.partitions:
+            return None
+        return len(metadata.partitions)
 
     def _pause(self, seconds: float) -> None:
         """Wait, serving Kafka's callbacks, until `seconds` passed or a stop was requested."""
@@ -442,6 +512,8 @@ class Connector:
             self._ack_delivered()
             if self.kafka_trouble is not None and self.failure is None:
                 self._restart_kafka_side()
+            elif self.failure is None:
+                self._switch_step()
             if not ready and self.subscribed:
                 ready = True
                 announce_ready(log, f"stream connector {self.settings.topic_filters!r} -> "
@@ -464,6 +536,8 @@ class Connector:
         for pending in self.unacked:
             pending.abandoned = True
         self.unacked.clear()
+        if self.switch is not None:
+            self.switch.abandon()
 
     def _restart_kafka_side(self) -> None:
         """A fresh producer, and a new MQTT connection on which the broker sends every unacknowledged
@@ -490,12 +564,17 @@ class Connector:
     def _observe(self) -> Observation:
         # The lag: rows read from MQTT whose records Kafka has not all confirmed, so not acknowledged yet.
         # Work waiting as well: rows let go by a restart of the Kafka side, until the broker sends them again.
-        return Observation(lag=len(self.unacked), values={"kafka_queue": len(self.producer)},
-                           pending=self.rows_to_redeliver, waiting_for="Kafka" if self.rows_to_redeliver else None)
+        switch = self.switch
+        return Observation(lag=len(self.unacked) + len(switch.held), pending=self.rows_to_redeliver,
+                           values={"kafka_queue": len(self.producer), "partitions_placed_by": switch.partitions,
+                                   "data_partitions": switch.topic_partitions, "partition_switches": switch.switches},
+                           waiting_for="Kafka" if self.rows_to_redeliver else None, note=switch.note)
 
     def _shutdown(self) -> int:
         """Flush Kafka, ack what it confirmed, then leave the broker; unread rows stay in the session."""
         left = self.producer.flush(self.settings.shutdown_timeout_s)
+        if self.switch is not None:
+            self.switch.close()  # held rows stay unacknowledged: the broker sends them again
         if self.failure is None:
             self._ack_delivered()
         self._send_queued_packets(deadline_s=5.0)
@@ -522,3 +601,7 @@ class Connector:
             select.select([], [sock], [], 0.05)
             if self.client.loop_write() != MQTTErrorCode.MQTT_ERR_SUCCESS:
                 return
+
+
+def _no_answer(topic: str) -> dict:
+    raise KafkaException(KafkaError(KafkaError._TIMED_OUT, f"no end offsets of {topic}"))

@@ -44,6 +44,19 @@ class ConnectorSettings(MqttSettings, KafkaSettings, ProgressSettings):
         "a row's quantities", formerly=(None, "CONNECTOR_REDELIVERY_WINDOW_RECORDS"))
     linger_ms: int = setting(5, "STREAM_CONNECTOR_LINGER_MS", "Kafka producer linger (batching delay)",
                              formerly=(None, "CONNECTOR_LINGER_MS"))
+    joiner_groups: str = setting(
+        "kafka-joiner", "STREAM_CONNECTOR_JOINER_GROUPS",
+        "consumer groups of the joiners, comma-separated: after the data topic grew, records are placed by its new "
+        "partition count once each of these that has a position in the topic has read every record placed by the "
+        "old one (README, \"Partitions added\")")
+    partition_check_interval_s: float = setting(10.0, "STREAM_CONNECTOR_PARTITION_CHECK_INTERVAL_S",
+                                                "how often the data topic's partition count is read")
+    switch_max_pause_s: float = setting(
+        10.0, "STREAM_CONNECTOR_SWITCH_MAX_PAUSE_S",
+        "how long new rows are held (unacknowledged) while the joiners read what was placed by the old partition "
+        "count; past it they are placed by the old count, and the switch is tried again later")
+    switch_retry_s: float = setting(30.0, "STREAM_CONNECTOR_SWITCH_RETRY_S",
+                                    "the pause before a switch to a grown topic's partition count is tried again")
     shutdown_timeout_s: float = setting(30.0, "STREAM_CONNECTOR_SHUTDOWN_TIMEOUT_S",
                                         "how long SIGTERM waits for Kafka to confirm what is in flight",
                                         formerly=(None, "CONNECTOR_SHUTDOWN_TIMEOUT_S"))
