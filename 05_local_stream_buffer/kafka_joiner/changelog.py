@@ -27,6 +27,10 @@ goes back where it was, never judged by the rule a second time.
 Each commit also writes, per partition, the position its held records cover (`COVERAGE_KEY`): the
 committed offset itself. A changelog that covers less than the committed offset (the state topic deleted
 or recreated empty) has lost the state; the partition then rebuilds it from its input (`partition_join`).
+
+After the input grew, a thing's records may move to another partition (`handover`): the records its join held in
+the old one are written to the new one's changelog as adopted records (`adopted_key`: the place of the thing's
+first record there, and their order), which a restore re-ingests just before that record.
 """
 from __future__ import annotations
 
@@ -64,6 +68,40 @@ COVERAGE_KEY = b"covered"
 RELEASE_PREFIX = b"released:"
 # Keys of clock records start with this (likewise never eight bytes long).
 CLOCK_PREFIX = b"clock:"
+# Keys of adopted records: this, the position of the thing's first record in the partition (8 bytes), the record's
+# place among the adopted ones (4 bytes), and when it fed only some of the join specs where it came from (they
+# started after it there: `cohorts`), ":" and their fingerprints.
+ADOPTED_PREFIX = b"adopted:"
+_ADOPTED_PLACE_END = len(ADOPTED_PREFIX) + 12
+
+
+def adopted_key(at: int, index: int, feeds: frozenset[str] | None = None) -> bytes:
+    """The key of the `index`th record a partition adopts for a thing whose first record there lies at `at`; `feeds`
+    the specs it fed where it came from (None: every spec)."""
+    key = ADOPTED_PREFIX + at.to_bytes(8, "big") + index.to_bytes(4, "big")
+    return key if feeds is None else key + b":" + ",".join(sorted(feeds)).encode()
+
+
+def _adopted_place(key: bytes | None) -> tuple[int, int] | None:
+    """(at, index) of an adopted record's key; None when the key is no such key."""
+    if key is None or len(key) < _ADOPTED_PLACE_END or not key.startswith(ADOPTED_PREFIX) or (
+            len(key) > _ADOPTED_PLACE_END and key[_ADOPTED_PLACE_END:_ADOPTED_PLACE_END + 1] != b":"):
+        return None
+    return (int.from_bytes(key[len(ADOPTED_PREFIX):_ADOPTED_PLACE_END - 4], "big"),
+            int.from_bytes(key[_ADOPTED_PLACE_END - 4:_ADOPTED_PLACE_END], "big"))
+
+
+def adopted_position(at: int, index: int) -> int:
+    """The place an adopted record takes in its partition's join (negative, before every place of the partition's own
+    records): the same at every restore, so a clock record can name it (`handover.moved_clock`)."""
+    return -(at * _FRAME_SLOTS + index + 1)
+
+
+def adopted_feeds(key: bytes) -> frozenset[str] | None:
+    """The specs an adopted record fed where it came from (None: every spec)."""
+    if len(key) <= _ADOPTED_PLACE_END:
+        return None
+    return frozenset(key[_ADOPTED_PLACE_END + 1:].decode(errors="replace").split(","))
 
 
 def release_key(thing: str, spec_name: str, axis: str, side: int) -> bytes:
@@ -138,7 +176,8 @@ def _key(position: int) -> bytes:
 
 class StateRecord(NamedTuple):
     """A held record as the changelog has it. Only the joiner writes the changelog, but it is a plain topic:
-    a record whose key is no place (`position` None) or whose value is no record is dead-lettered on restore."""
+    a record whose key is no place (`position` None) or whose value is no record is dead-lettered on restore.
+    An adopted record's position is negative, one of its own per restore (its key says where it goes)."""
 
     position: int | None  # its place in the co-partitioned partition, from its key
     key: bytes | None
@@ -153,7 +192,7 @@ def _position(key: bytes | None) -> int | None:
 class StateChanges:
     """What changed in one partition's held records since its last commit."""
 
-    __slots__ = ("puts", "deletes", "releases", "clocks")
+    __slots__ = ("puts", "deletes", "releases", "clocks", "adopted")
 
     def __init__(self) -> None:
         self.puts: dict[int, bytes | None] = {}  # record position -> input value, held since the last commit
@@ -161,11 +200,14 @@ class StateChanges:
         self.clocks: dict[bytes, bytes | None] = {}  # clock records (key -> snapshot; None: a tombstone) since then
         # Positions of records let go that the changelog holds; a key that is no position: a record dropped on restore.
         self.deletes: list[int | bytes] = []
+        self.adopted: dict[int, bytes] = {}  # an adopted record's (negative) position -> its key
 
     def released(self, position: int) -> None:
         """The join let go of a record (its `on_release` hook)."""
         if position in self.puts:
             del self.puts[position]  # held and let go within one transaction: the changelog never knew it
+        elif position < 0:
+            self.deletes.append(self.adopted.pop(position))
         else:
             self.deletes.append(position)
 
@@ -218,7 +260,8 @@ class Restorer:
         started = warned = time.monotonic()
         try:
             while unfinished:
-                for message in consumer.consume(_RESTORE_BATCH, 1.0):
+                # A short wait per call: consume() waits for a full batch or its timeout, and the end comes sooner.
+                for message in consumer.consume(_RESTORE_BATCH, 0.1):
                     error = message.error()
                     if error is not None:
                         if error.code() == KafkaError._PARTITION_EOF:
@@ -247,16 +290,31 @@ class Restorer:
                                 self._topic, sorted(unfinished), warned - started)
         finally:
             consumer.unassign()
-        held = {partition: sorted((StateRecord(_position(key), key, offset, value)
-                                   for key, (offset, value) in values.items()),
-                                  key=lambda record: -1 if record.position is None else record.position)
-                for partition, values in latest.items()}
+        held = {partition: _in_order(values) for partition, values in latest.items()}
         self.releases = {partition: [StateRecord(None, key, offset, value) for key, (offset, value) in values.items()]
                          for partition, values in releases.items() if values}
         return held, read
 
     def close(self) -> None:
         self._consumer.close()
+
+
+def _in_order(values: Mapping[bytes | None, tuple[int, bytes]]) -> list[StateRecord]:
+    """A partition's held records in their original order: those whose key is no position first, then by place, an
+    adopted record just before the first record of its thing that the partition holds itself."""
+    placed: list[tuple[tuple[int, int, int], StateRecord]] = []
+    for key, (offset, value) in values.items():
+        position = _position(key)
+        if position is not None:
+            placed.append(((position, 1, 0), StateRecord(position, key, offset, value)))
+            continue
+        place = _adopted_place(key)
+        if place is None:
+            placed.append(((-1, 0, 0), StateRecord(None, key, offset, value)))
+            continue
+        placed.append(((place[0], 0, place[1]), StateRecord(adopted_position(*place), key, offset, value)))
+    placed.sort(key=lambda item: item[0])
+    return [record for _, record in placed]
 
 
 def coverage_value(offset: int) -> bytes:

@@ -15,11 +15,12 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 from confluent_kafka import KafkaException, Message, TopicPartition
 
 from pipeline_core.admission import refusal
+from pipeline_core.partitioning import earlier_homes
 from pipeline_core.kafka_clients import produce
 from pipeline_core.records import (DEAD_LETTER_MAX_BYTES, InvalidRecord, dead_letter, decode_record, encode_record,
                                    payload_omitted, record_key)
@@ -30,8 +31,12 @@ from local_stream_buffer.keyed import KeyedJoiner
 from local_stream_buffer.output import is_finite_result
 from local_stream_buffer.rejections import Rejection
 from local_stream_buffer.status import IngestStatus
-from .changelog import (CLOCK_PREFIX, StateChanges, StateRecord, clock_key, decode_clock, decode_release,
-                        record_position, release_key)
+from local_stream_buffer.specs import JoinSpec
+from pipeline_core.spec_starts import read_starts, starts_now, with_starts, without_starts
+from .changelog import (CLOCK_PREFIX, StateChanges, StateRecord, adopted_feeds, clock_key, decode_clock,
+                        decode_release, record_position, release_key)
+from .cohorts import CohortJoiner, plan
+from .handover import Awaited
 from .progress import JoinerStats
 from .repartition import FramedRecord
 from .transaction import Transaction
@@ -53,18 +58,20 @@ _LATE = IngestStatus.LATE
 class PartitionJoin:
     """The keyed join of one co-partitioned partition, restored from the changelog on assignment.
 
-    :param new_joiner: an empty keyed join that calls the given hooks when it lets go of a record, when it
-        evicts a key (see `local_stream_buffer.eviction`), and when its clock rule gives up a record it held (see
-        `local_stream_buffer.clock`).
+    :param new_joiner: an empty keyed join (of the given specs: all when None) that calls the given hooks when it
+        lets go of a record, when it evicts a key (see `local_stream_buffer.eviction`), and when its clock rule gives up
+        a record it held (see `local_stream_buffer.clock`).
     :param committed: the committed offset, where processing resumes (None: nothing committed yet).
-    :param metadata: the committed offset's metadata.
+    :param metadata: the committed offset's metadata: where each spec started (`pipeline_core.spec_starts`).
+    :param specs: the join specs run now, by fingerprint (`local_stream_buffer.spec_changes`).
     """
 
     __slots__ = ("topic", "partition", "joiner", "changes", "committed", "position", "replay_below", "rebuilding",
-                 "covered", "evicted", "dropped", "dead_letters")
+                 "covered", "evicted", "dropped", "dead_letters", "_new_joiner", "known", "awaiting", "stopped_at",
+                 "adopting", "specs", "starts")
 
     def __init__(self, topic: str, partition: int, new_joiner: Callable[..., KeyedJoiner],
-                 committed: int | None, metadata: str | None) -> None:
+                 committed: int | None, metadata: str | None, specs: Mapping[str, JoinSpec] | None = None) -> None:
         self.topic = topic
         self.partition = partition
         self.changes = StateChanges()
@@ -73,8 +80,11 @@ class PartitionJoin:
         # Records held before and given up by the clock rule (outliers; set aside, then turned away): dead-lettered
         # in the transaction of the record that settled them (their changelog tombstones go with it).
         self.dropped: list[tuple[dict, str]] = []
-        self.joiner = new_joiner(self.changes.released, lambda records, reason: self.evicted.append((records, reason)),
-                                 lambda record, _position, reason: self.dropped.append((record, reason)))
+        self._new_joiner = new_joiner
+        # Where each spec started here: a spec added since the last commit starts at the committed offset.
+        self.specs = dict(specs or {})
+        self.starts = starts_now(read_starts(metadata), list(self.specs), committed)
+        self.joiner = self._fresh_joiner()
         self.committed = committed
         self.position: int | None = None  # next offset to ingest, once a frame arrived
         # After an upgrade from the earlier format, frames up to its processed position rebuild the state
@@ -86,6 +96,41 @@ class PartitionJoin:
         # Of changelog records that are no held record: dead letters for the next transaction, which also
         # writes their tombstones (in `changes`), so each is dead-lettered once.
         self.dead_letters: list[bytes] = []
+        # After the input grew (`handover`): things whose state this join holds, or that it found to have none
+        # elsewhere; those it waits for, stopped before the offset `stopped_at` (None: not stopped).
+        self.known: set[str] = set()
+        self.awaiting: dict[str, Awaited] = {}
+        self.stopped_at: int | None = None
+        self.adopting = False  # a thing it waited for was handed over: restored from the changelog before it goes on
+
+    def _fresh_joiner(self, held: list[StateRecord] | None = None) -> KeyedJoiner | CohortJoiner:
+        """An empty join of the specs run now: one keyed join, or one per cohort of specs that started at different
+        places (`cohorts`), judged by the records it is to restore (`held`; None: it is to read the partition
+        from its beginning)."""
+        evict = lambda records, reason: self.evicted.append((records, reason))  # noqa: E731
+        drop = lambda record, _position, reason: self.dropped.append((record, reason))  # noqa: E731
+        feeds = [] if held is None else [adopted_feeds(record.key) for record in held
+                                         if record.position is not None and record.position < 0]
+        cohorts = plan(self.starts, [] if held is None else [record.position for record in held
+                                                            if record.position is not None and record.position >= 0],
+                       [fed for fed in feeds if fed is not None], rebuilding=held is None)
+        if len(cohorts) <= 1:
+            return self._new_joiner(self.changes.released, evict, drop)
+        return CohortJoiner(cohorts, self.specs, lambda release, specs: self._new_joiner(release, evict, drop, specs),
+                            self.changes.released)
+
+    def replace_state(self, held: list[StateRecord], state_topic: str, releases: list[StateRecord] = ()) -> int:
+        """The join afresh from the changelog's records of this partition (after handing a thing over, or adopting
+        one: `handover`), at the position it is at; returns how many held records it restored."""
+        return self.restore(held, state_topic, releases)
+
+    def feeds(self, record: StateRecord) -> frozenset[str] | None:
+        """The specs a held record feeds here (None: all): those started at or before it."""
+        if record.position is not None and record.position < 0:
+            return adopted_feeds(record.key)
+        fed = frozenset(fingerprint for fingerprint, start in self.starts.items()
+                        if record.position is None or start <= record.position)
+        return None if fed == frozenset(self.starts) else fed
 
     def state_lost(self, covered: int | None, held: list[StateRecord]) -> bool:
         """Whether the changelog misses state the committed offset counts on: it covers less than the committed
@@ -112,6 +157,8 @@ class PartitionJoin:
         records; returns how many held records. A changelog record that is none (a key that is no position, a
         value that is no record or release) is dropped with a dead letter and a tombstone, never stopping the
         assignment."""
+        self.changes.adopted.clear()
+        self.joiner = self._fresh_joiner(held)
         clocks = [record for record in releases if record.key is not None and record.key.startswith(CLOCK_PREFIX)]
         releases = [record for record in releases if record not in clocks]
         for record in clocks:
@@ -133,6 +180,13 @@ class PartitionJoin:
             except InvalidRecord as error:
                 self._reject(str(error), record, state_topic)
                 continue
+            if record.position < 0:  # adopted from another partition (`handover`): known by its key
+                self.changes.adopted[record.position] = record.key
+                fed = adopted_feeds(record.key)
+                if fed is not None and isinstance(self.joiner, CohortJoiner):
+                    self.joiner.feeds[record.position] = fed
+            if isinstance(decoded.get("thing"), str):
+                self.known.add(decoded["thing"])
             # What it lets go of again gets its tombstone at the next commit; so does a record it no longer takes
             # (a put whose tombstone compaction dropped, judged late behind a reorder buffer's watermark now).
             if ingest(decoded, record.position) is not _ACCEPTED:
@@ -172,7 +226,7 @@ class PartitionJoin:
         self.dead_letters.append(dead_letter(
             f"state record dropped: {reason}", record.value, STAGE, topic=state_topic, partition=self.partition,
             offset=record.offset, key=describe(record.key, limit=200) if record.key is not None else None))
-        if record.position is not None:
+        if record.position is not None and record.position >= 0:
             self.changes.deletes.append(record.position)
         elif record.key is not None:
             self.changes.deletes.append(record.key)
@@ -190,19 +244,53 @@ class PartitionJoin:
         return self.position
 
     def commit_position(self) -> TopicPartition | None:
-        """The processed position to commit, if anything was processed."""
+        """The processed position to commit, if anything was processed, with where each spec started."""
         if self.position is None:
             return None
         if self.replaying:
             if self.rebuilding:  # no coverage is written meanwhile: a restart rebuilds from the beginning again
-                return TopicPartition(self.topic, self.partition, self.committed)
+                return self._committing(self.committed)
             # Mid-replay after an upgrade: a restart must replay the same frames, so the commit stays as it was.
-            return TopicPartition(self.topic, self.partition, self.committed,
-                                  metadata=f"{_EARLIER_FORMAT}{self.replay_below}")
-        return TopicPartition(self.topic, self.partition, self.position)
+            return self._committing(self.committed, f"{_EARLIER_FORMAT}{self.replay_below}")
+        return self._committing(self.position)
+
+    def _committing(self, offset: int, metadata: str | None = None) -> TopicPartition:
+        """`offset` to commit, its metadata naming where each spec started (`pipeline_core.spec_starts`)."""
+        if self.starts:
+            metadata = with_starts(metadata, self.starts)
+        if metadata is None:
+            return TopicPartition(self.topic, self.partition, offset)
+        return TopicPartition(self.topic, self.partition, offset, metadata=metadata)
+
+
+def _moved(join: PartitionJoin, thing: str, placement: tuple[int, ...], position: int) -> bool:
+    """Whether `thing`'s state may lie in another partition (it was placed by other counts before, which put it
+    elsewhere): it is then awaited (`handover`). Otherwise the join knows the thing from now on."""
+    homes = earlier_homes(thing, placement)
+    if not homes:
+        join.known.add(thing)
+        return False
+    join.awaiting[thing] = Awaited(position, placement[:-1], homes)
+    return True
+
+
+def _await_moved(join: PartitionJoin, frame: list[FramedRecord], frame_offset: int) -> None:
+    """A frame of a stopped partition: the things among its records whose state may lie elsewhere are asked for
+    too, so that one handover brings the things of many records."""
+    for slot, framed in enumerate(frame):
+        placement = framed.placement
+        if placement is None or len(placement) < 2:
+            continue
+        try:
+            thing = decode_record(framed.value)["thing"]
+        except InvalidRecord:
+            continue
+        if thing not in join.known and thing not in join.awaiting:
+            _moved(join, thing, placement, record_position(frame_offset, slot))
 
 
 def _earlier_processed(metadata: str | None) -> int | None:
+    metadata = without_starts(metadata)
     if not metadata or not metadata.startswith(_EARLIER_FORMAT):
         return None
     try:
@@ -217,7 +305,8 @@ class FrameJoiner:
 
     :param frame_of: the records of a message of the co-partitioned topic (a frame, or one input record). Read
         as the join reaches the message: a batch the transaction interrupts is handed over again from there.
-    :param partitions: partitions of the co-partitioned topic (a record lies in its thing's partition).
+    :param partitions: partitions of the co-partitioned topic (a record lies in its thing's partition); `counts`
+        holds every count it is known to have had, which a record that names none of its own is judged by.
     :param dead_letter_max_bytes: the largest dead letter the DLQ topic takes (`topics.dead_letter_limit`).
     """
 
@@ -230,7 +319,7 @@ class FrameJoiner:
         self._output_topic = output_topic
         self._dlq_topic = dlq_topic
         self._frame_of = frame_of
-        self._partitions = partitions
+        self.counts: tuple[int, ...] = (partitions,)
         self._dead_letter_max_bytes = dead_letter_max_bytes
 
     def join(self, messages: list[Message], joins: dict[int, PartitionJoin]) -> int:
@@ -247,7 +336,7 @@ class FrameJoiner:
         producer = transaction.producer
         produce_output = producer.produce
         output_topic = self._output_topic
-        partitions = self._partitions
+        counts = self.counts
         joined = rebuilt = records_since_check = 0
         join: PartitionJoin | None = None
         current = -1  # the partition `join` belongs to
@@ -265,14 +354,19 @@ class FrameJoiner:
             if join is None:
                 continue  # not ours (any more): whoever owns the partition reads it
             frame_offset = message.offset()
+            if join.stopped_at is not None:
+                _await_moved(join, frame, frame_offset)  # read again once the things it waits for are there
+                continue
             replay = frame_offset < replay_below
             first_position = record_position(frame_offset, 0)
             for slot, framed in enumerate(frame):
                 records_since_check += 1
                 # The admission rule (`pipeline_core.admission`): what its key skips never reaches this point.
+                placement = framed.placement
                 try:
                     record = decode_record(framed.value)
-                    refused = refusal(framed.key, record, partition, partitions)
+                    refused = refusal(framed.key, record, partition, counts,
+                                      placement[-1] if placement is not None else None)
                 except InvalidRecord as error:
                     refused = str(error)
                 if refused is not None:
@@ -280,6 +374,10 @@ class FrameJoiner:
                         self._dead_letter(refused, framed)
                     continue
                 position = first_position + slot
+                if placement is not None and len(placement) > 1 and record["thing"] not in join.known \
+                        and _moved(join, record["thing"], placement, position):
+                    join.stopped_at = frame_offset  # its state lies elsewhere: this frame waits for it
+                    break
                 status, outputs, reason = ingest(record, position)
                 if status is _ACCEPTED:
                     held_since_commit[position] = framed.value
@@ -308,6 +406,8 @@ class FrameJoiner:
                         if refused is not None:  # an output record is a few kB: never expected
                             raise KafkaException(refused) from None
                     append_times.append(framed.append_time)
+            if join.stopped_at is not None:
+                continue
             # Past the frame as soon as it is joined: whenever the transaction commits, its offsets cover
             # exactly the frames whose outputs and state changes it holds.
             join.position = frame_offset + 1

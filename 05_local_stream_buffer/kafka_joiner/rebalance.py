@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
 
@@ -19,6 +19,7 @@ from pipeline_core.data_loss import OffsetWatch
 
 from local_stream_buffer.clock import ClockCounters
 from local_stream_buffer.keyed import KeyedJoiner
+from local_stream_buffer.specs import JoinSpec
 from .alignment import InputAlignment
 from .changelog import COVERAGE_KEY, Restorer, StateRecord, coverage_value
 from .partition_join import PartitionJoin
@@ -44,9 +45,10 @@ class OwnedPartitions:
     def __init__(self, consumer: Consumer, join_topic: str, new_joiner: Callable[..., KeyedJoiner],
                  restorer: Restorer, stats: JoinerStats, forwarder: Forwarder | None = None,
                  alignment: InputAlignment | None = None, watch: OffsetWatch | None = None, *,
-                 broker_offsets: BrokerOffsets) -> None:
+                 broker_offsets: BrokerOffsets, specs: Mapping[str, JoinSpec] | None = None) -> None:
         self._consumer = consumer
         self._broker_offsets = broker_offsets
+        self._specs = dict(specs or {})  # the join specs run, by fingerprint: where each started is in the commits
         self._watch = watch
         self._join_topic = join_topic
         self._new_joiner = new_joiner
@@ -60,6 +62,7 @@ class OwnedPartitions:
         # Per machine, what the clock rule did in joins this process no longer has (revoked, or reloaded).
         self._clock_faults_before: dict[str, ClockCounters] = {}
         self.changes = 0  # assignments and revocations so far
+        self.stopped: set[int] = set()  # co-partitioned partitions paused while their joins wait (`handover`)
 
     def assign(self, partitions: list[TopicPartition]) -> None:
         """The group gave us `partitions`: fresh state from their commits, and the consumer reads on from there."""
@@ -67,6 +70,10 @@ class OwnedPartitions:
         started = time.monotonic()
         restored, read = self._stats.rebuilt, self._stats.state_records_read
         self._consumer.assign(self.load(partitions))
+        # librdkafka keeps a partition's pause through its revocation: one stopped for a handover before is read again.
+        joined = [TopicPartition(p.topic, p.partition) for p in partitions if p.topic == self._join_topic]
+        if joined:
+            self._consumer.resume(joined)
         if self._alignment is not None:
             self._alignment.assigned(partitions)
         log.info("assigned %d partitions (%d co-partitioned): restored %d held records from %d changelog records, "
@@ -98,7 +105,7 @@ class OwnedPartitions:
             if position.topic == self._join_topic:
                 self._let_go(position.partition)
                 self.joins[position.partition] = PartitionJoin(
-                    position.topic, position.partition, self._new_joiner, offset, position.metadata)
+                    position.topic, position.partition, self._new_joiner, offset, position.metadata, self._specs)
         # After the commits: reading them waits for a transaction still open on them, which also settles
         # the changelog records written with them.
         held, read = self._restorer.restore([p.partition for p in partitions if p.topic == self._join_topic])
@@ -139,6 +146,7 @@ class OwnedPartitions:
             self.started_at.pop((position.topic, position.partition), None)
             if position.topic == self._join_topic:
                 self._let_go(position.partition)
+                self.stopped.discard(position.partition)
             else:
                 if self._forwarder is not None:
                     self._forwarder.drop(position.partition)
@@ -152,8 +160,30 @@ class OwnedPartitions:
         committed offset, exactly as after an assignment."""
         if self._alignment is not None:
             self._alignment.resume_all()
+        self._resume_stopped()
         self.load(list(self.owned))
         self.reposition()
+
+    def stop(self, partition: int) -> None:
+        """Pause a co-partitioned partition whose join waits for a thing's state (`handover`)."""
+        if partition not in self.stopped:
+            self.stopped.add(partition)
+            self._consumer.pause([TopicPartition(self._join_topic, partition)])
+
+    def go_on(self, partition: int) -> None:
+        """Read a stopped partition on from its join's position."""
+        owned = TopicPartition(self._join_topic, partition)
+        if partition in self.stopped:
+            self.stopped.discard(partition)
+            self._consumer.resume([owned])
+        offset = self.position(owned)
+        self._seek(TopicPartition(self._join_topic, partition,
+                                  offset if offset is not None else self.started_at[(self._join_topic, partition)]))
+
+    def _resume_stopped(self) -> None:
+        if self.stopped:
+            self._consumer.resume([TopicPartition(self._join_topic, partition) for partition in self.stopped])
+            self.stopped.clear()
 
     def reposition(self) -> None:
         """Move every owned partition back to the next offset its state expects."""
@@ -197,7 +227,11 @@ class OwnedPartitions:
         delivered nothing of since their assignment from the broker's (`pipeline_core.consumer_lag`: the cached
         end of a partition the consumer does not fetch stops moving)."""
         starts = self.starts()
-        delivered = {(p.topic, p.partition) for p in self._consumer.position(self.owned) if p.offset >= 0}
+        # The consumer's position is past what it was handed, and past the transaction markers and aborted records it
+        # skipped, which no join ever processes (the stream connector's start-up fence, say): where a partition's
+        # join is not stopped for a handover, those do not wait for it.
+        fetched = {(p.topic, p.partition): p.offset for p in self._consumer.position(self.owned) if p.offset >= 0}
+        delivered = set(fetched)
         undelivered = [TopicPartition(owned.topic, owned.partition, start) for owned, start in starts
                        if (owned.topic, owned.partition) not in delivered]
         from_broker = unfetched_lag(self._consumer, undelivered, self._broker_offsets) if undelivered else None
@@ -212,6 +246,8 @@ class OwnedPartitions:
             position = self.position(owned)
             if position is None:
                 position = start
+            if owned.topic != self._join_topic or owned.partition not in self.stopped:
+                position = max(position, fetched.get((owned.topic, owned.partition), position))
             if high >= 0 and position >= 0:
                 lag += max(high - position, 0)
         return lag

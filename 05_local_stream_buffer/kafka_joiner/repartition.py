@@ -18,7 +18,7 @@ from typing import NamedTuple
 from confluent_kafka import Message
 
 from pipeline_core.admission import key_text
-from pipeline_core.partitioning import thing_partition
+from pipeline_core.partitioning import placement_history, thing_partition
 
 from local_stream_buffer.specs import SpecResolver
 from .progress import JoinerStats
@@ -39,6 +39,9 @@ class FramedRecord(NamedTuple):
     append_time: int  # ms, 0 when the broker gave none
     key: bytes | None
     value: bytes | None
+    # The partition counts its writer placed records by (`pipeline_core.partitioning.PLACEMENT_HEADER`), read
+    # where the join reads the input itself; None when it names none, and in frames of the repartition topic.
+    placement: tuple[int, ...] | None = None
 
 
 # The named tuple's own constructor is Python code; one record per input record skips it.
@@ -92,7 +95,7 @@ class InputFrames:
         stats.joinable += 1
         append_time = message.timestamp()[1]
         return [_framed(FramedRecord, (message.partition(), message.offset(), append_time if append_time > 0 else 0,
-                                       key, message.value()))]
+                                       key, message.value(), placement_history(message.headers())))]
 
 
 # A framed record: source partition, source offset, append time (ms), key length, value length (-1: None).
@@ -119,7 +122,7 @@ def encode_frame(records: list[FramedRecord]) -> bytes:
     """Many input records as one message (see `frame_parts`)."""
     parts: list[bytes] = []
     for record in records:
-        frame_parts(parts, *record)
+        frame_parts(parts, *record[:5])  # a frame names no placement: the joiner routed it by its own count
     return b"".join(parts)
 
 
@@ -152,7 +155,7 @@ def decode_frame(frame: bytes | None) -> list[FramedRecord]:
         if value_length >= 0:
             value = frame[position:position + value_length]
             position += value_length
-        records.append(_framed(FramedRecord, (partition, offset, append_time, key, value)))
+        records.append(_framed(FramedRecord, (partition, offset, append_time, key, value, None)))
     return records
 
 

@@ -238,7 +238,7 @@ def test_whatever_the_connector_writes_every_later_stage_reads(payload: bytes) -
 
 FRAMED_RECORDS = st.lists(st.builds(
     FramedRecord, st.integers(0, 2**31 - 1), st.integers(0, 2**63 - 1), st.integers(0, 2**63 - 1),
-    st.none() | st.binary(max_size=40), st.none() | st.binary(max_size=200)), max_size=20)
+    st.none() | st.binary(max_size=40), st.none() | st.binary(max_size=200), placement=st.none()), max_size=20)
 
 
 @EXAMPLES
