@@ -26,6 +26,7 @@ from local_stream_buffer.clocked_batch import due_sides, held_records, is_clocke
 from local_stream_buffer.eviction import eviction_reason, evicted_payload, evicted_records, keys_to_evict
 from local_stream_buffer.keyed_batch import JoinKey, KeyedPairs, KeyedRows, KeyStates, StateKey, join_keyed_batch
 from local_stream_buffer.reorder import is_reordered
+from local_stream_buffer.spec_changes import fingerprint
 from local_stream_buffer.specs import SpecBinding, SpecResolver
 from pipeline_core.records import dead_letter, record_key
 
@@ -64,7 +65,8 @@ class BucketJoin:
     variables, and the join specs it reads from ``join_specs``."""
 
     def __init__(self, handle: Any, chunks: Any, key_count: Any, join_specs: Path | None, input_topic: str,
-                 max_pending_per_side: int, committed: Mapping[int, int], max_join_keys: int | None) -> None:
+                 max_pending_per_side: int, committed: Mapping[int, int], max_join_keys: int | None,
+                 spec_starts: Mapping[int, Mapping[str, int]] | None = None) -> None:
         self.handle = handle
         self.chunks = chunks
         self.key_count = key_count
@@ -73,13 +75,14 @@ class BucketJoin:
         self.committed = committed
         self.max_join_keys = max_join_keys
         self.resolver: SpecResolver = worker_resolver(join_specs)
+        self.spec_starts = spec_starts or {}
         idle = [spec.idle_release_s for spec in self.resolver.specs if spec.idle_release_s is not None]
         self.first_release_ms = round(min(idle) * 1000) if idle else None  # a new timer: the soonest release
         self._bindings: dict[tuple[str, str], SpecBinding | None] = {}
 
     def input_rows(self, rows: Iterator[pd.DataFrame], now_ms: int) -> Iterator[pd.DataFrame]:
         """Join a micro-batch's rows of the bucket (``now_ms``: its processing time); its one output row, if any."""
-        data = unpack(blob for frame in rows for blob in frame["rows"])
+        data = started_rows(self.resolver, unpack(blob for frame in rows for blob in frame["rows"]), self.spec_starts)
         states = ChunkedStates(self.chunks)  # reads nothing until the join asks
         committed = committed_rows(data, self.committed)
         if committed is not None:
@@ -350,6 +353,29 @@ def evicted_dead_letters(resolver: SpecResolver, stored: StateKey, state: bytes,
             for record in evicted_records(thing, binding, held)]
 
 
+def started_rows(resolver: SpecResolver, data: pa.Table, spec_starts: Mapping[int, Mapping[str, int]]) -> pa.Table:
+    """The routed rows of specs that had started where their record lies: a spec added on a running stack joins the
+    records from its start in each partition on (`pipeline_core.spec_starts`); rows the router rejected stay."""
+    later = {partition: starts for partition, starts in spec_starts.items() if any(starts.values())}
+    if not later or not data.num_rows:
+        return data
+    quantities, codes = np.unique(data.column("quantity").fill_null("").to_numpy(zero_copy_only=False),
+                                  return_inverse=True)
+    route = data.column("route").to_numpy()
+    width = int(route.max()) + 2
+    pairs, pair_codes = np.unique(codes * width + route + 1, return_inverse=True)
+    known = {spec.name: fingerprint(spec) for spec in resolver.specs}
+    fingerprint_of = [known[resolver.routes(quantities[pair // width])[pair % width - 1].binding.spec.name]
+                      if pair % width else None for pair in pairs.tolist()]
+    partitions = data.column("partition").to_numpy().astype(np.int64)
+    # Per (spec route, partition): where that spec started there; a row joins from its start on.
+    table = np.zeros((len(pairs), max(int(partitions.max()), max(later)) + 1), dtype=np.int64)
+    for partition, starts in later.items():
+        table[:, partition] = [starts.get(found, 0) if found else 0 for found in fingerprint_of]
+    keep = data.column("offset").to_numpy() >= table[pair_codes, partitions]
+    return data if keep.all() else data.filter(pa.array(keep))
+
+
 def committed_rows(data: pa.Table, committed: Mapping[int, int]) -> np.ndarray | None:
     """Which rows lie before their partition's committed offset (a boolean mask); None when none does."""
     if not committed or not data.num_rows:
@@ -380,9 +406,21 @@ def keyed_rows(resolver: SpecResolver, data: pa.Table) -> KeyedRows:
     binding_of_route = np.array([bindings.index(binding) for binding in route_bindings], dtype=np.int64)
     codes, key = np.unique(thing_codes * len(bindings) + binding_of_route[route_codes], return_inverse=True)
     keys = [(things[code // len(bindings)], bindings[code % len(bindings)]) for code in codes.tolist()]
-    return KeyedRows(keys, key.astype(np.int64), data.column("side").to_numpy(), data.column("partition").to_numpy(),
+    return KeyedRows(keys, key.astype(np.int64), data.column("side").to_numpy(), stream_order(data),
                      data.column("offset").to_numpy(), data.column("time").to_numpy(),
                      data.column("result").to_numpy())
+
+
+# Above every partition number Kafka gives a topic: a row's place in its stream ranks its placement count first.
+_PARTITIONS_BELOW = 1 << 31
+
+
+def stream_order(data: pa.Table) -> np.ndarray:
+    """Per routed row, what orders its stream before its offset: the partition count it was placed by, then its
+    partition (`parse`: after the input grew, a thing's records placed by the new count, in another partition,
+    follow those placed by the old one)."""
+    return (data.column("placement").to_numpy().astype(np.int64) * _PARTITIONS_BELOW
+            + data.column("partition").to_numpy().astype(np.int64))
 
 
 Encoder = Callable[[Sequence[JoinKey], KeyedPairs, str], EncodedOutputs]
@@ -411,8 +449,9 @@ def join_bucket(resolver: SpecResolver, data: pa.Table, states: KeyStates, input
     joined = join_keyed_batch(states, rows, max_pending_per_side, arrived_ms)
     payloads = data.column("payload")
     things, quantities = data.column("thing"), data.column("quantity")
+    partitions = data.column("partition")
     for row, reason in zip(joined.rejected.tolist(), joined.reasons):
-        emitted.dead_letter(reason, payloads[row].as_py(), input_topic, rows.partition[row], rows.offset[row],
+        emitted.dead_letter(reason, payloads[row].as_py(), input_topic, partitions[row].as_py(), rows.offset[row],
                             record_key(things[row].as_py(), quantities[row].as_py()))
     for dropped in joined.dropped:
         # Held from an earlier batch and given up by the clock rule: as its reading, as the standalone joiner writes it.

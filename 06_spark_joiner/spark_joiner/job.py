@@ -4,6 +4,7 @@ from __future__ import annotations
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
+from local_stream_buffer.spec_changes import fingerprints
 from local_stream_buffer.specs import load_join_specs
 from pipeline_core.kafka_clients import REQUEST_TIMEOUT_MS, java_security_options
 
@@ -30,14 +31,16 @@ FILE_SYSTEM_CHECKPOINTS = "org.apache.spark.sql.execution.streaming.checkpointin
 def start_query(spark: SparkSession, settings: SparkJoinerSettings, sink: TransactionalBatchSink) -> StreamingQuery:
     """Start the join query; it resumes from ``settings.checkpoint_dir`` when that holds a checkpoint, and
     rebuilds its state from the input's beginning when not (see `sink`)."""
-    committed = sink.resume(settings.input_topic, str(settings.checkpoint_dir))
+    specs = load_join_specs(settings.join_specs)
+    committed = sink.resume(settings.input_topic, str(settings.checkpoint_dir), list(fingerprints(specs)))
     if is_local_path(str(settings.checkpoint_dir)):
         spark.conf.set(CHECKPOINT_FILE_MANAGER, FILE_SYSTEM_CHECKPOINTS)
     routed = kafka_source(spark, settings).mapInArrow(RecordRouter(settings.join_specs, settings.buckets), PACKED_SCHEMA)
     joined = routed.groupBy("bucket").transformWithStateInPandas(
         statefulProcessor=BucketJoinProcessor(settings.join_specs, settings.input_topic,
                                               settings.max_pending_per_side, committed=committed,
-                                              max_join_keys=settings.max_join_keys or None),
+                                              max_join_keys=settings.max_join_keys or None,
+                                              spec_starts=sink.spec_starts),
         outputStructType=OUTPUT_SCHEMA,
         outputMode="Append",
         # Timers for the idle release. Spark then runs a micro-batch at every trigger, input or not: only then.
@@ -89,6 +92,8 @@ def kafka_source(spark: SparkSession, settings: SparkJoinerSettings) -> DataFram
         .option("kafka.bootstrap.servers", settings.kafka_bootstrap_servers)
         .options(**java_security_options(settings))  # holds the password: never logged
         .option("subscribe", settings.input_topic)
+        # The partition count each record was placed by (pipeline_core.partitioning.PLACEMENT_HEADER), see parse.
+        .option("includeHeaders", "true")
         .option("groupIdPrefix", SOURCE_GROUP_PREFIX)
         .option("startingOffsets", "earliest")
         # Only committed input; the connector writes without transactions, so this changes nothing there.

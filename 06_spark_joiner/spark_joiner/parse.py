@@ -7,7 +7,10 @@ Runs inside Spark (``mapInArrow``) on the executors, applying the admission rule
 record under its own key becomes one routed row per (thing, spec binding) it feeds, tagged with its thing's
 bucket; any other record becomes one row in the reject bucket with the reason, so the stateful step can
 dead-letter it in the same exactly-once transaction as the join results. The job groups records by thing
-itself, so it takes any partitioning of the input (the rule's partition step does not apply).
+itself, so it takes any partitioning of the input (the rule's partition step does not apply). Each routed row
+carries the partition count its record was placed by (the writer's `PLACEMENT_HEADER`; 0 when it names none):
+after the input grew, a thing's records placed by the new count follow those placed by the old one, in another
+partition, and the join puts a stream in the order (placement, partition, offset).
 
 The routed rows of one bucket leave the router as one Spark row: the bucket and its rows as an Arrow IPC
 record batch. ``transformWithStateInPandas`` turns every input row into a Python tuple and back into a
@@ -27,11 +30,11 @@ from pyspark.sql.types import BinaryType, IntegerType, StructField, StructType
 
 from local_stream_buffer.specs import SpecResolver, load_join_specs
 from pipeline_core.admission import skips, wrong_key
-from pipeline_core.partitioning import thing_partition
+from pipeline_core.partitioning import PLACEMENT_HEADER, placement_history, thing_partition
 from pipeline_core.record_columns import RecordColumns, decode_record_columns, key_column
 
-# Columns the job selects from Spark's Kafka source.
-KAFKA_COLUMNS = ("key", "value", "partition", "offset")
+# Columns the job selects from Spark's Kafka source (`headers` with its option includeHeaders).
+KAFKA_COLUMNS = ("key", "value", "partition", "offset", "headers")
 
 # One routed row: a record (or a rejected payload) on its way to one join key.
 ROUTED_ARROW_SCHEMA = pa.schema([
@@ -44,6 +47,7 @@ ROUTED_ARROW_SCHEMA = pa.schema([
     pa.field("result", pa.float64(), nullable=False),
     pa.field("partition", pa.int32(), nullable=False),
     pa.field("offset", pa.int64(), nullable=False),
+    pa.field("placement", pa.int32(), nullable=False),  # the partition count it was placed by (0: not named)
     pa.field("payload", pa.binary()),  # the original record, for a dead letter
     pa.field("reason", pa.string()),  # set for records rejected here
     pa.field("key", pa.binary()),  # the record's Kafka key, set for records rejected here (the others' is their own)
@@ -176,12 +180,35 @@ def routed_rows(batch: pa.RecordBatch, reject_bucket: int, bucket: np.ndarray, t
         pa.array(np.concatenate([result, nan])),
         batch.column("partition").take(taken).cast(pa.int32()),
         batch.column("offset").take(taken).cast(pa.int64()),
+        placements(batch).take(taken),
         batch.column("value").take(taken).cast(pa.binary()),
         pa.concat_arrays([pa.nulls(len(rows), pa.string()), pa.array(reasons, pa.string())]),
         pa.concat_arrays([pa.nulls(len(rows), pa.binary()),
                           batch.column("key").take(pa.array(np.asarray(rejected, np.int64))).cast(pa.binary())]),
     ]
     return pa.RecordBatch.from_arrays(columns, schema=ROUTED_ARROW_SCHEMA)
+
+
+def placements(batch: pa.RecordBatch) -> pa.Array:
+    """Per row of a Kafka batch, the partition count its record was placed by (the last count its writer's
+    `PLACEMENT_HEADER` names); 0 where it names none (or the batch has no headers). Column by column: the few
+    distinct header values are parsed once each."""
+    if "headers" not in batch.schema.names:
+        return pa.array(np.zeros(batch.num_rows, np.int32))
+    headers = batch.column("headers")
+    if isinstance(headers, pa.ChunkedArray):
+        headers = headers.combine_chunks()
+    rows = pc.list_parent_indices(headers).to_numpy(zero_copy_only=False) if len(headers) else np.empty(0, np.int64)
+    entries = pc.list_flatten(headers)
+    placed = np.zeros(batch.num_rows, np.int32)
+    if len(entries):
+        named = pc.fill_null(pc.equal(entries.field("key"), PLACEMENT_HEADER), False).to_numpy(zero_copy_only=False)
+        values = entries.field("value").filter(pa.array(named)).dictionary_encode()
+        counts = np.array([(placement_history([(PLACEMENT_HEADER, value)]) or (0,))[-1]
+                           for value in values.dictionary.to_pylist()] + [0], np.int32)
+        codes = values.indices.fill_null(len(values.dictionary)).to_numpy(zero_copy_only=False)
+        placed[rows[named]] = counts[codes]
+    return pa.array(placed)
 
 
 def _codes(column: pa.Array) -> tuple[np.ndarray, list[str]]:

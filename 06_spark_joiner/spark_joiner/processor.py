@@ -67,13 +67,17 @@ class BucketJoinProcessor(StatefulProcessor):
 
     def __init__(self, join_specs: Path | None, input_topic: str, max_pending_per_side: int,
                  committed: Mapping[int, int] | None = None,
-                 max_join_keys: int | None = DEFAULT_MAX_JOIN_KEYS_PER_BUCKET) -> None:
+                 max_join_keys: int | None = DEFAULT_MAX_JOIN_KEYS_PER_BUCKET,
+                 spec_starts: Mapping[int, Mapping[str, int]] | None = None) -> None:
         self.join_specs = join_specs
         self.input_topic = input_topic
         self.max_pending_per_side = max_pending_per_side
         # Per input partition, the offset below which the outputs are committed (the sink's, at query start).
         self.committed = dict(committed or {})
         self.max_join_keys = max_join_keys
+        # Per input partition, where each join spec started (by fingerprint): a spec added on a running stack joins
+        # the records from there on only (pipeline_core.spec_starts).
+        self.spec_starts = {partition: dict(starts) for partition, starts in (spec_starts or {}).items()}
 
     def init(self, handle: StatefulProcessorHandle) -> None:
         self.handle = handle
@@ -87,7 +91,7 @@ class BucketJoinProcessor(StatefulProcessor):
         if self._bucket is None:
             from .bucket_join import BucketJoin  # not at module level: see the module doc
             self._bucket = BucketJoin(self.handle, self.chunks, self.key_count, self.join_specs, self.input_topic,
-                                      self.max_pending_per_side, self.committed, self.max_join_keys)
+                                      self.max_pending_per_side, self.committed, self.max_join_keys, self.spec_starts)
         return self._bucket
 
     def handleInputRows(self, key: Any, rows: Iterator[pd.DataFrame], timerValues: Any) -> Iterator[pd.DataFrame]:

@@ -42,6 +42,7 @@ from pipeline_core.kafka_clients import (DEFAULT_STARTUP_DEADLINE_S, TRANSACTION
                                          admin_client, consumer_config, produce, raise_partition_errors,
                                          retry_transient, transactional_producer_config)
 from pipeline_core.records import payload_omitted
+from pipeline_core.spec_starts import read_starts, starts_now, with_starts, without_starts
 from pipeline_core.topics import dead_letter_limit
 from pipeline_core.transactional import TransactionalProducer
 
@@ -116,6 +117,10 @@ class TransactionalBatchSink:
         self.input_topic = ""
         self.offset_log = ""  # the checkpoint's offset log: where each batch's input ends
         self.committed: dict[int, int] = {}  # input partition -> offset up to which the outputs are in Kafka
+        # The join specs run (by fingerprint), and where each started per input partition (pipeline_core.spec_starts):
+        # read at resume(), named in every commit's metadata.
+        self.fingerprints: list[str] = []
+        self.spec_starts: dict[int, dict[str, int]] = {}
         self.checkpoint_dir = ""
         self.query_id: str | None = None  # the checkpoint's query, once it has run
         self.last_batch_committed = -1  # of this checkpoint's query: the last batch whose transaction committed
@@ -147,12 +152,16 @@ class TransactionalBatchSink:
         if self.while_waiting is not None:
             self.while_waiting()
 
-    def resume(self, input_topic: str, checkpoint_dir: str) -> dict[int, int]:
+    def resume(self, input_topic: str, checkpoint_dir: str, fingerprints: list[str] | None = None) -> dict[int, int]:
         """Before a query starts on ``checkpoint_dir``: read the committed input position of every partition
-        of ``input_topic`` (partition -> offset; absent where nothing is committed) and return it. After a
+        of ``input_topic`` (partition -> offset; absent where nothing is committed) and return it, and where each
+        of the join specs run (`fingerprints`) started in each (`spec_starts`: a spec added since starts at the
+        committed offset). After a
         transaction that failed for good it first makes a new producer, which fences the old one and aborts what
         that left open. Either waits for Kafka up to the start-up deadline, then raises `KafkaStartupError`."""
         self.input_topic = input_topic
+        self.fingerprints = list(fingerprints or [])
+        self.spec_starts = {}
         self.offset_log = f"{checkpoint_dir.rstrip('/')}/offsets"
         self.checkpoint_dir = checkpoint_dir
         self.query_id = checkpoint_query_id(checkpoint_dir)
@@ -179,7 +188,7 @@ class TransactionalBatchSink:
         for position in committed:
             if position.offset < 0:
                 continue
-            named = _BATCH_METADATA.fullmatch(position.metadata or "")
+            named = _BATCH_METADATA.fullmatch(without_starts(position.metadata))
             if named is not None and named.group(2) == self.query_id:
                 self.last_batch_committed = max(self.last_batch_committed, int(named.group(1)))
             _low, high = self._group.get_watermark_offsets(position, timeout=self._request_timeout)
@@ -190,6 +199,8 @@ class TransactionalBatchSink:
                             position.offset)
                 continue
             positions[position.partition] = position.offset
+            self.spec_starts[position.partition] = starts_now(read_starts(position.metadata), self.fingerprints,
+                                                              position.offset)
         return positions
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
@@ -230,7 +241,8 @@ class TransactionalBatchSink:
             dead_letters = self._produce(producer, rows)
             # Every partition of the batch, advanced or not: the metadata names the batch (see the module doc).
             named = f"spark batch {batch_id} of query {self.query_id}" if self.query_id else f"spark batch {batch_id}"
-            positions = [TopicPartition(self.input_topic, partition, max(end, self.committed.get(partition, end)), named)
+            positions = [TopicPartition(self.input_topic, partition, max(end, self.committed.get(partition, end)),
+                                        self._with_starts(named, partition))
                          for partition, end in sorted(ends.items())]
             # Each call asked again while Kafka answers a retriable error, for at most the transaction timeout in all.
             deadline = time.monotonic() + self._transaction_timeout_s
@@ -277,6 +289,14 @@ class TransactionalBatchSink:
         log.warning("batch %d: letting go of the transactional producer; the query restarts and a new producer "
                     "aborts the open transaction (%s)", batch_id, failure)
         self._kafka.let_go()
+
+    def _with_starts(self, metadata: str, partition: int) -> str:
+        """A commit's metadata with where each spec started in `partition` (all at its beginning where nothing was
+        committed before this run)."""
+        if not self.fingerprints:
+            return metadata
+        return with_starts(metadata, self.spec_starts.get(partition) or {fingerprint: 0
+                                                                        for fingerprint in self.fingerprints})
 
     def _batch_ends(self, spark: SparkSession, batch_id: int) -> dict[int, int]:
         """Where batch ``batch_id``'s input ends in each partition: its entry in the checkpoint's offset log
