@@ -60,7 +60,7 @@ BENCHMARKS ?= benchmarks.join_engine benchmarks.mosquitto_persistence benchmarks
 # before the servers start, so that no booting JVM shares their cores.
 BENCHMARKS_WITHOUT_SERVERS = benchmarks.join_engine benchmarks.mosquitto_persistence
 
-.PHONY: setup up down clean status logs restart data report dashboards test explore bench bench-topology bench-links reliability chaos spark-package
+.PHONY: setup up down clean status logs restart grow specs data report dashboards test explore bench bench-topology bench-links reliability chaos spark-package
 
 setup: $(INSTALLED)
 	@$(PY) -m stack.provision
@@ -125,6 +125,17 @@ ifeq ($(STACK),docker)
 else
 	@$(PY) -m stack restart $(SERVICE)
 endif
+
+# TOPIC=<name> PARTITIONS=<count>: partitions added to a topic of the running stack (never taken away), then the
+# pipeline followed until it runs on them (docs/operations.md, "Partitions added").
+grow: $(SETUP)
+	@$(PY) -m stack grow $(TOPIC) $(PARTITIONS)
+
+# SPECS=<file>: another join-spec file applied to the running stack: checked first (refused with its error before
+# anything stops), then the joiners restarted with it; a spec added joins from their position on
+# (docs/operations.md, "Join specs changed").
+specs: $(SETUP)
+	@$(PY) -m stack specs $(SPECS)
 
 # Replays events into the running stack: RATE=rows/s (0 = as fast as lossless delivery allows),
 # N=rows (default: the whole file), DATA_ARGS for any other simulator flag (see --help).

@@ -8,6 +8,7 @@ import signal
 import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 from pipeline_core import credentials
 from pipeline_core.health import influxdb_ready
@@ -18,8 +19,8 @@ from pipeline_core.logs import configure_logging
 from pipeline_core.settings import ConnectionSettings, load_settings
 from pipeline_core.stage_health import StageHealth, format_age
 from pipeline_core.topics import configured_topics, ensure_topics
-from . import (clocks, configuration, disk, joiners, kafka_cluster, losses, manager, placement, security, supervision,
-               topology)
+from . import (clocks, configuration, disk, growth, joiners, kafka_cluster, losses, manager, placement, security,
+               spec_change, supervision, topology)
 from .kafka_acls import ensure_kafka_principals, kafka_users
 from .processes import StackError, follow, tail
 from .services import Kafka
@@ -46,6 +47,14 @@ def main(argv: list[str] | None = None) -> int:
                                                   "was not running)")
     restart.add_argument("service", nargs="?")
     commands.add_parser("clean", help="stop everything and delete all state")
+    grow_topic = commands.add_parser("grow", help="add partitions to a topic of the running stack (Kafka cannot take "
+                                                  "any away), then follow the pipeline until it runs on them")
+    grow_topic.add_argument("topic")
+    grow_topic.add_argument("partitions", type=int)
+    specs = commands.add_parser("specs", help="apply another join-spec file to the running stack: checked first (a file "
+                                              "with an error is refused before anything stops), then the joiners "
+                                              "restarted with it; specs added join from their position on")
+    specs.add_argument("file", type=Path)
     commands.add_parser("topics", help="create the pipeline's topics on KAFKA_BOOTSTRAP_SERVERS and, when "
                                        "secure, its Kafka users and ACLs (idempotent; `up` does it for the "
                                        "native stack)")
@@ -76,7 +85,7 @@ def main(argv: list[str] | None = None) -> int:
             hopped = from_operator(args, sys.argv[1:] if argv is None else argv)
             if hopped is not None:
                 return hopped
-        if args.command in ("status", "logs", "restart", "down", "clean", "rotate-credential"):
+        if args.command in ("status", "logs", "restart", "down", "clean", "rotate-credential", "grow", "specs"):
             ignored = configuration.take_noted()
             if ignored:
                 print(f"{args.command}: the running stack's settings, not this shell's: " + "; ".join(ignored),
@@ -140,6 +149,19 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{args.principal}: new Kafka password set and written to {credentials.credentials_file()}")
             restarted = manager.restart_running(restart)
             print("restarted: " + (", ".join(restarted) if restarted else "nothing (not running)"))
+        elif args.command == "grow":
+            if supervision.daemon_pid() is None:
+                raise StackError("the stack is not running: `make up` starts it (on a stopped stack, add partitions "
+                                 "with Kafka's own tools; the stages follow when they start)")
+            settings = load_settings(ConnectionSettings, [], environ={
+                "KAFKA_BOOTSTRAP_SERVERS": Kafka().bootstrap_servers, **credentials.environ_for("admin")})
+            growth.grow(args.topic, args.partitions, settings.kafka_bootstrap_servers, security_config(settings),
+                        topology.is_cluster())
+        elif args.command == "specs":
+            settings = load_settings(ConnectionSettings, [], environ={
+                "KAFKA_BOOTSTRAP_SERVERS": Kafka().bootstrap_servers, **credentials.environ_for("admin")})
+            spec_change.apply(args.file.resolve(), settings.kafka_bootstrap_servers, security_config(settings),
+                             topology.is_cluster())
         elif args.command == "influxdb":
             settings = load_settings(RetentionSettings, [], environ=credentials.environ_for("admin"))
             changes = provision(settings)
@@ -200,6 +222,9 @@ def print_status(services: list) -> None:
     for entry in entries:
         if entry.stage is not None and not entry.stage.healthy:
             print(f"{entry.stage.state}: {entry.name}: {entry.stage.detail}; log: {entry.log_file}")
+    for entry in entries:
+        if entry.stage is not None and entry.stage.note:
+            print(f"note: {entry.name}: {entry.stage.note}")
     for entry in entries:
         if entry.trouble:
             print(f"\n{entry.name} keeps failing: {entry.trouble}")
@@ -263,6 +288,7 @@ def status_document(services: list) -> dict:
             "ports": entry.ports, "log_file": str(entry.log_file),
             "stage_state": entry.stage.state if entry.stage is not None else None,
             "stage_detail": entry.stage.detail if entry.stage is not None else None,
+            "stage_note": entry.stage.note if entry.stage is not None else None,
             "trouble": entry.trouble,
             "log_tail": tail(entry.log_file, TROUBLE_LOG_LINES).splitlines() if entry.trouble else None,
         } for entry in entries],

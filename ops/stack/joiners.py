@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from pipeline_core import paths
+from pipeline_core.spec_starts import SPECS_PART
 from pipeline_core.topics import stage_topics
 from .processes import StackError
 
@@ -108,6 +109,14 @@ def position_of(joiner: str, cluster: bool) -> JoinerPosition:
     raise StackError(f"JOINER={joiner!r}: choose one of {', '.join(JOINER_NAMES)}")
 
 
+def connector_environment(cluster: bool) -> dict[str, str]:
+    """What the stream connector is told of the joiners: both joiners' groups, whose positions it waits for before it
+    places records by a grown machine.data's new partition count (one runs; the other's group holds no position,
+    as a switch hands it over and deletes it)."""
+    return {"STREAM_CONNECTOR_JOINER_GROUPS": ",".join(position_of(joiner, cluster).group_id
+                                                       for joiner in JOINER_NAMES)}
+
+
 def hand_over(previous: str, joiner: str, bootstrap_servers: str, security: dict[str, str], cluster: bool) -> str:
     """Give `joiner` the input position `previous` committed (both stopped): its group's committed offsets become
     the previous joiner's, and its state is dropped, to be rebuilt from the input. Returns what was done, in a line."""
@@ -117,13 +126,19 @@ def hand_over(previous: str, joiner: str, bootstrap_servers: str, security: dict
         raise StackError(f"the {previous} joiner reads {old.input_topic}, the {joiner} joiner {new.input_topic}: "
                          "a switch hands over a position in one topic; give both the same input topic")
     offsets = committed_offsets(bootstrap_servers, security, old.group_id, old.input_topic)
+    # Where each join spec started per partition goes with the offsets (pipeline_core.spec_starts): the new joiner's
+    # rebuild keeps a spec added on the running stack from the records before its start.
+    starts = spec_starts(bootstrap_servers, security, old.group_id, old.input_topic)
     admin = admin_client(bootstrap_servers, **security)
     stale = committed_offsets(bootstrap_servers, security, new.group_id, new.input_topic)
     if set(stale) - set(offsets):  # positions the handover would not replace (the previous group was deleted)
         _delete_group(admin, new.group_id)
     new.drop_state(admin)
     if offsets:
-        _commit(bootstrap_servers, security, new.group_id, new.input_topic, offsets)
+        _commit(bootstrap_servers, security, new.group_id, new.input_topic, offsets, starts)
+        # Its position lives on in the new joiner's group: left behind, it would stand still, and the stream connector
+        # would wait for it to read on before placing by a grown topic's new count.
+        _delete_group(admin, old.group_id)
     where = (", ".join(f"{partition}: {offset:,}" for partition, offset in sorted(offsets.items()))
              if offsets else "nothing joined yet")
     summary = (f"{previous} joiner -> {joiner} joiner: {old.input_topic} handed over at the offsets the {previous} "
@@ -152,6 +167,24 @@ def _group_client(bootstrap_servers: str, security: dict[str, str], group_id: st
 def committed_offsets(bootstrap_servers: str, security: dict[str, str], group_id: str, topic: str) -> dict[int, int]:
     """Partition -> the offset `group_id` committed in `topic` (partitions without a commit left out; none while
     the topic does not exist)."""
+    return {partition: offset for partition, (offset, _) in _committed(bootstrap_servers, security, group_id,
+                                                                       topic).items()}
+
+
+def spec_starts(bootstrap_servers: str, security: dict[str, str], group_id: str, topic: str) -> dict[int, str]:
+    """Partition -> the part of `group_id`'s commit metadata that names where each join spec started there
+    (`pipeline_core.spec_starts`), where it names that."""
+    found = {}
+    for partition, (_, metadata) in _committed(bootstrap_servers, security, group_id, topic).items():
+        part = next((part for part in (metadata or "").split(";") if part.strip().startswith(SPECS_PART)), None)
+        if part is not None:
+            found[partition] = part.strip()
+    return found
+
+
+def _committed(bootstrap_servers: str, security: dict[str, str], group_id: str,
+               topic: str) -> dict[int, tuple[int, str | None]]:
+    """Partition -> (offset, metadata) `group_id` committed in `topic`."""
     from confluent_kafka import TopicPartition
     from pipeline_core.kafka_clients import raise_partition_errors, retry_transient
     client = _group_client(bootstrap_servers, security, group_id)
@@ -163,18 +196,22 @@ def committed_offsets(bootstrap_servers: str, security: dict[str, str], group_id
         committed = retry_transient(lambda: raise_partition_errors(client.committed(partitions,
                                                                                     timeout=REQUEST_TIMEOUT_S)),
                                     what=f"reading the committed offsets of group {group_id}")
-        return {position.partition: position.offset for position in committed if position.offset >= 0}
+        return {position.partition: (position.offset, position.metadata) for position in committed
+                if position.offset >= 0}
     finally:
         client.close()
 
 
 def _commit(bootstrap_servers: str, security: dict[str, str], group_id: str, topic: str,
-            offsets: dict[int, int]) -> None:
-    """Commit `offsets` as `group_id`'s, once the group has no member left (a stopped joiner's static membership
-    lasts its session timeout, and Kafka refuses a commit from outside a group with members)."""
+            offsets: dict[int, int], metadata: dict[int, str] | None = None) -> None:
+    """Commit `offsets` (with `metadata` where given) as `group_id`'s, once the group has no member left (a stopped
+    joiner's static membership lasts its session timeout, and Kafka refuses a commit from outside a group with
+    members)."""
     from confluent_kafka import KafkaException, TopicPartition
     from pipeline_core.kafka_clients import raise_partition_errors
-    positions = [TopicPartition(topic, partition, offset) for partition, offset in sorted(offsets.items())]
+    metadata = metadata or {}
+    positions = [TopicPartition(topic, partition, offset, metadata[partition]) if partition in metadata else
+                 TopicPartition(topic, partition, offset) for partition, offset in sorted(offsets.items())]
     client = _group_client(bootstrap_servers, security, group_id)
     end = time.monotonic() + GROUP_EMPTY_DEADLINE_S
     try:

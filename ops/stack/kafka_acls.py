@@ -28,6 +28,9 @@ LSB_JOINER_NAME = "kafka-joiner"  # group, transactional-id prefix and internal-
 SPARK_JOINER_NAME = "spark-joiner"  # sink transactional ids and groups, Spark source groups (spark_joiner)
 DB_CONNECTOR_GROUP = "db-connector"
 STREAM_CONNECTOR_TAIL_GROUP = "stream-connector-tail"  # its start-up read of the topics' tails (no commits)
+# Its instances' groups that keep the partition counts each placed records by (stream_connector.partition_switch):
+# `<MQTT client id>.partitioning`, the client ids starting with this.
+STREAM_CONNECTOR_PLACEMENT_PREFIX = "stream-connector"
 # Its start-up fence, an aborted transaction (stream_connector.redelivery.FENCE_TRANSACTIONAL_ID_PREFIX).
 STREAM_CONNECTOR_FENCE_PREFIX = "stream-connector-fence."
 
@@ -36,6 +39,7 @@ WRITE = AclOperation.WRITE
 DESCRIBE = AclOperation.DESCRIBE
 DESCRIBE_CONFIGS = AclOperation.DESCRIBE_CONFIGS
 CREATE = AclOperation.CREATE
+ALTER = AclOperation.ALTER
 IDEMPOTENT_WRITE = AclOperation.IDEMPOTENT_WRITE
 LITERAL = ResourcePatternType.LITERAL
 PREFIXED = ResourcePatternType.PREFIXED
@@ -77,6 +81,10 @@ def kafka_grants(environ: Mapping[str, str] | None = None) -> dict[str, tuple[Gr
             _topic(connector["data"], WRITE, READ, DESCRIBE),
             _topic(connector["dlq"], WRITE, READ, DESCRIBE, DESCRIBE_CONFIGS),
             Grant(GROUP, STREAM_CONNECTOR_TAIL_GROUP, (READ, DESCRIBE)),
+            Grant(GROUP, STREAM_CONNECTOR_PLACEMENT_PREFIX, (READ, DESCRIBE), PREFIXED),
+            # After machine.data grew: whether the joiners read what it placed by the old count (their positions).
+            Grant(GROUP, LSB_JOINER_NAME, (DESCRIBE,), PREFIXED),
+            Grant(GROUP, SPARK_JOINER_NAME, (DESCRIBE,), PREFIXED),
             Grant(TRANSACTIONAL_ID, STREAM_CONNECTOR_FENCE_PREFIX, (WRITE, DESCRIBE), PREFIXED),
             _IDEMPOTENT,
         ),
@@ -84,8 +92,9 @@ def kafka_grants(environ: Mapping[str, str] | None = None) -> dict[str, tuple[Gr
             _topic(lsb["data"], READ, DESCRIBE),
             _topic(lsb["out"], WRITE, DESCRIBE),
             _topic(lsb["dlq"], WRITE, DESCRIBE, DESCRIBE_CONFIGS),
-            # Its internal topics (the input co-partitioned by thing, the state changelog): it creates them at start.
-            _topic(f"{LSB_JOINER_NAME}.", CREATE, READ, WRITE, DESCRIBE, DESCRIBE_CONFIGS, pattern=PREFIXED),
+            # Its internal topics (the input co-partitioned by thing, the state changelog, the handover topic): it
+            # creates them at start, and adds partitions to them when its input grew.
+            _topic(f"{LSB_JOINER_NAME}.", CREATE, ALTER, READ, WRITE, DESCRIBE, DESCRIBE_CONFIGS, pattern=PREFIXED),
             Grant(GROUP, LSB_JOINER_NAME, (READ, DESCRIBE), PREFIXED),  # its group and its changelog reader's
             Grant(TRANSACTIONAL_ID, f"{LSB_JOINER_NAME}.", (WRITE, DESCRIBE), PREFIXED),
             _IDEMPOTENT,

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from pipeline_core import paths
 from pipeline_core.stage_health import StageHealth
-from . import configuration, joiners, kafka_cluster, placement, security, supervision, topology, unsupervised
+from . import configuration, join_specs, joiners, kafka_cluster, placement, security, supervision, topology, unsupervised
 from .processes import StackError, port_holder, port_is_free, tail
 from .restarts import Restarts, read_restarts
 from .services import START_MARKER, InfluxDB, Kafka, Mosquitto, PipelineProcess, Service
@@ -32,7 +32,8 @@ def servers() -> list[Service]:
 
 def stream_connector() -> Service:
     # On SIGTERM it waits up to 30 s for Kafka to confirm what it already took from MQTT.
-    return PipelineProcess("stream-connector", "stream_connector", stop_grace_s=35.0)
+    return PipelineProcess("stream-connector", "stream_connector", stop_grace_s=35.0,
+                           env=joiners.connector_environment(cluster=False))
 
 
 def db_connector() -> Service:
@@ -47,10 +48,11 @@ DEFAULT_JOINER = joiners.DEFAULT_JOINER
 JOINERS = {
     # The stream connector writes each thing to one partition: the joiner joins where records lie.
     "lsb": lambda: PipelineProcess("lsb-joiner", "kafka_joiner",
-                                   "--instance-id", "lsb-joiner", "--input-partitioned-by-thing"),
+                                   "--instance-id", "lsb-joiner", "--input-partitioned-by-thing",
+                                   env=join_specs.environment()),
     # JVM start, Spark session and the first stateful batch take a while on two cores.
     "spark": lambda: PipelineProcess("spark-joiner", "spark_joiner", start_deadline_s=240.0,
-                                     startsecs=30.0),
+                                     startsecs=30.0, env=join_specs.environment()),
 }
 
 
@@ -235,6 +237,8 @@ def up(services: Iterable[Service], notify: Callable[[str], None] = log.info,
         if daemon_runs and same_settings:
             configuration.check(settings)
         topology.record(chosen)
+        if any(service.name in {s.name for s in joiner_services(_joiner())} for service in services):
+            join_specs.ensure_live_file(_joiner())  # the spec file the joiners read (`join_specs`)
         switch = _joiner_switch(services, notify)
         known = {service.name for service in every_service()}
         supervision.ensure_daemon(every_service() + [s for s in services if s.name not in known])

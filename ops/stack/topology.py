@@ -14,7 +14,7 @@ from pathlib import Path
 from pipeline_core import credentials
 from pipeline_core.logs import READY_MARKER
 from pipeline_core.stage_health import StageHealth, assess, read_heartbeat
-from . import kafka_cluster, placement, spark_cluster
+from . import join_specs, joiners, kafka_cluster, placement, spark_cluster
 from .choice import current, is_cluster, is_hosts, record, recorded  # noqa: F401 (asked of the topology by its callers)
 from .processes import StackError, free_loopback_ports, parent_pid, port_is_free
 from .services import START_MARKER, InfluxDB, Mosquitto, PipelineProcess, Service
@@ -45,7 +45,7 @@ def stream_connector() -> Service:
     # On hosts it reaches Mosquitto across the network: its TLS listener.
     mqtt = placement.mqtt_client_environment() if is_hosts() else {}
     return PipelineProcess("stream-connector", "stream_connector", stop_grace_s=35.0,
-                           env={**_stage_environment(), **mqtt})
+                           env={**_stage_environment(), **mqtt, **joiners.connector_environment(cluster=True)})
 
 
 def db_connectors() -> list[Service]:
@@ -58,7 +58,8 @@ def lsb_joiners() -> list[Service]:
     """Two standalone joiners in one group: the instance id names each one's static membership and its
     transactional id (kafka-joiner.<instance id>), so each fences only its own predecessor."""
     return [PipelineProcess(f"lsb-joiner-{n}", "kafka_joiner", "--instance-id", f"lsb-joiner-{n}",
-                            "--input-partitioned-by-thing", env=_stage_environment()) for n in INSTANCES]
+                            "--input-partitioned-by-thing", env={**_stage_environment(), **join_specs.environment()})
+            for n in INSTANCES]
 
 
 def spark_joiner() -> Service:
@@ -76,7 +77,7 @@ class SparkSubmittedJoiner(PipelineProcess):
 
     def __init__(self) -> None:
         super().__init__("spark-joiner", "spark_joiner", start_deadline_s=300.0, startsecs=30.0,
-                         env={**_stage_environment(),
+                         env={**_stage_environment(), **join_specs.environment(),
                               "SPARK_CONF_DIR": str(spark_cluster.joiner_conf_dir()),
                               # Its driver runs from the package, away from the checkout: where its identity is.
                               credentials.CREDENTIALS_FILE_ENV: str(credentials.credentials_file())})
