@@ -20,6 +20,7 @@ import json
 import math
 import os
 import random
+import re
 import shutil
 import signal
 import socket
@@ -30,10 +31,12 @@ import threading
 import time
 import urllib.request
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from confluent_kafka.admin import NewPartitions
 from influxdb import InfluxDBClient
 
 from connector_support import expected_records, read_rows
@@ -41,7 +44,7 @@ from db_connector_support import JSON_ANSWERS, expected_joined_points, expected_
 from fault_support import group_gone
 from join_reference import reference_join
 from pipeline_core import credentials
-from pipeline_core.kafka_clients import security_config
+from pipeline_core.kafka_clients import admin_client, security_config
 from pipeline_core.mqtt import DEVICE_CLIENT_ID
 from pipeline_core.settings import MACHINE_STATES_TOPIC, KafkaSettings, MqttSettings, load_settings
 from pipeline_core.topics import MACHINE_DATA, MACHINE_DLQ, MACHINE_OUT
@@ -229,6 +232,13 @@ class PrivateStack:
         self.broker_kills: list[BrokerKill] = []
         self.verdicts: list[StatusVerdict] = []  # what `make status` said at the await-stuck checks
         self.confirmed: list[str] = []
+        self.grown: list[tuple[str, int, float]] = []  # topics grown: (topic, partitions, Unix time)
+        self.growth_watch = None  # after machine.data grew: its recovery (growth_support.GrowthWatch)
+        # Spec files applied: (file, partition -> offset from which the specs added join, Unix time)
+        self.spec_changes: list[tuple[Path, dict[int, int], float]] = []
+        # What machine.out must hold for machine.data's records; the shipped spec's offline join unless a test says
+        # otherwise (its specs changed: spec_change_support).
+        self.expected_joins: Callable[[list[Message]], Counter[str]] = offline_join
 
     def stack(self, *args: str, timeout_s: float = 600, check: bool = True) -> str:
         done = subprocess.run([sys.executable, "-m", "stack", *args], env=self.env, cwd=REPO_ROOT,
@@ -292,8 +302,60 @@ class PrivateStack:
             self.start(fault.target)
         elif fault.action == "restart":
             self.restart(fault.target)
+        elif fault.action in ("grow", "make-grow"):
+            self.grow(fault)
+        elif fault.action == "specs":
+            self.change_specs(fault)
+        elif fault.action == "specs-refused":
+            self.refuse_specs(fault)
         else:
             raise AssertionError(f"no such fault: {fault.action}")
+
+    def change_specs(self, fault: Fault) -> None:
+        """Another join-spec file applied by `python -m stack specs` (what `make specs` runs), confirmed by its
+        output: the specs it changed, and the offsets from which the specs added join (each partition it names;
+        the others from their beginning)."""
+        said = self.stack("specs", fault.target, timeout_s=900)
+        offsets = re.search(r"from its committed offsets \(([^)]*)\)", said)
+        assert offsets is not None or "from its beginning" in said, said
+        starts = {int(partition): int(offset.replace(",", "")) for partition, offset in
+                  (entry.split(": ") for entry in (offsets.group(1).split(", ") if offsets else []))}
+        assert "running again with" in said and "healthy" in said, said
+        self.spec_changes.append((Path(fault.target), starts, time.time()))
+        self.confirmed.append(f"specs {Path(fault.target).name}: " + " / ".join(said.strip().splitlines()))
+
+    def refuse_specs(self, fault: Fault) -> None:
+        """A spec file with an error given to `python -m stack specs`: refused, naming the error, with nothing
+        stopped (every joiner process keeps its PID)."""
+        services = json.loads(self.stack("status", "--json", timeout_s=300))["services"]
+        joiners = [service["name"] for service in services if "joiner" in service["name"]]
+        before = {name: self.running_pid(name) for name in joiners}
+        done = subprocess.run([sys.executable, "-m", "stack", "specs", fault.target], env=self.env, cwd=REPO_ROOT,
+                              capture_output=True, text=True, timeout=300)
+        assert done.returncode != 0 and "refused, nothing was stopped" in done.stderr, done.stdout + done.stderr
+        assert {name: self.running_pid(name) for name in joiners} == before
+        self.confirmed.append(f"specs-refused {Path(fault.target).name}: {done.stderr.strip()}")
+
+    def grow(self, fault: Fault) -> None:
+        """Partitions added to a topic (target `topic=count`): by the admin API as any operator tool does it (grow),
+        or by `python -m stack grow` (make-grow); confirmed by the count Kafka gives back."""
+        topic, count = fault.target.split("=")
+        admin = admin_client(self.bootstrap, **self.kafka_security)
+        before = len(admin.list_topics(topic, timeout=30).topics[topic].partitions)
+        self.grown.append((topic, int(count), time.time()))
+        if fault.action == "grow":
+            (future,) = admin.create_partitions([NewPartitions(topic, int(count))], request_timeout=30).values()
+            future.result(30)
+            said = "admin API"
+        else:
+            said = self.stack("grow", topic, count, timeout_s=900).strip().replace("\n", " / ")
+        after = wait_for(lambda: (n := len(admin.list_topics(topic, timeout=30).topics[topic].partitions))
+                         == int(count) and n, 60, f"{topic} to show {count} partitions")
+        self.confirmed.append(f"{fault.action} {topic}: {before} -> {after} partitions ({said})")
+        if topic == MACHINE_DATA.name:
+            from growth_support import GrowthWatch
+            self.growth_watch = GrowthWatch(self.state_dir, self.grown[-1][2], int(count))
+            self.growth_watch.start()
 
     def stop(self, *names: str) -> None:
         """Stops each program gracefully; confirmed by supervisorctl, its process group gone, its ports closed."""
@@ -609,8 +671,11 @@ def canonical(value: bytes | dict[str, Any]) -> str:
 
 def offline_join(messages: list[Message]) -> Counter[str]:
     """The join's outputs by its definition (join_reference, no code of either joiner) over machine.data as it
-    lies in Kafka: each stream in partition order."""
-    records = [json.loads(message.value) for message in sorted(messages, key=lambda m: (m.partition, m.offset))]
+    lies in Kafka: each stream in partition order, and after the topic grew, a thing's records placed by the earlier
+    partition count (in its old partition) before those placed by the later one (its writer switched once the
+    joiners had read the old ones)."""
+    records = [json.loads(message.value)
+               for message in sorted(messages, key=lambda m: (m.placed_by, m.partition, m.offset))]
     return Counter(canonical(output) for output in reference_join(records))
 
 
@@ -755,7 +820,7 @@ def check_outcome(stack: PrivateStack, report: ChaosReport, rows: dict[bytes, se
     assert not twice, f"{len(twice)} records in machine.data more than once, e.g. {twice[:3]}"
     report.records = len(arrived)
 
-    expected_joins = offline_join(data)
+    expected_joins = stack.expected_joins(data)
 
     def joins_complete() -> Counter[str] | None:
         joins = Counter(canonical(m.value) for m in read_topic(bootstrap, MACHINE_OUT.name, idle_s=0.5,

@@ -22,6 +22,8 @@ from pathlib import Path
 from chaos_support import (MOSQUITTO_SAVE_WINDOW_S, NOTHING_PUBLISHED, REPO_ROOT, BrokerKill, ChaosPlan, Fault,
                            PrivateStack, Published, chaos_workdir, run_chaos)
 from cluster_support import cluster_fault_schedule
+from growth_support import StatusBeforeDown
+from spec_change_support import INITIAL, LiveChanges, check_live_changes, live_change_faults, live_change_figures, spec_file
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
 from influxdb import InfluxDBClient
@@ -398,18 +400,21 @@ def _stack(env: dict[str, str], *args: str, timeout_s: float = 900) -> subproces
                           text=True, timeout=timeout_s)
 
 
-def storm_across_hosts(joiner: str, rows: int, rate: float, severe: bool = False, kills: bool = False) -> dict:
+def storm_across_hosts(joiner: str, rows: int, rate: float, severe: bool = False, kills: bool = False,
+                       live_changes: bool = False) -> dict:
     """`storms_across_hosts` with one joiner: its report."""
-    return storms_across_hosts((joiner,), rows, rate, severe, kills)[0]
+    return storms_across_hosts((joiner,), rows, rate, severe, kills, live_changes)[0]
 
 
 def storms_across_hosts(joiners: tuple[str, ...], rows: int, rate: float, severe: bool = False,
-                        kills: bool = False) -> list[dict]:
+                        kills: bool = False, live_changes: bool = False) -> list[dict]:
     """TOPOLOGY=hosts from nothing with the first of `joiners`, every program checked to run healthy in its host's
     network namespace; then for each joiner in turn (`up` switching to it, the others' checked again) the seeded storm
     (`run_storm`, on the operator host) of `rows` rows at `rate` rows/s (`severe`, `kills`: with its severe faults,
-    with the cluster's SIGKILLs), each on the rows and joins of the storms before it too; then `down`, after which
-    nothing of the hosts may be left. Each storm's report, with the folder of the logs (one bring-up for them all)."""
+    with the cluster's SIGKILLs; `live_changes`: instead of network faults, join specs changed and partitions added,
+    spec_change_support.live_change_faults), each on the rows and joins of the storms before it too; then `down`, after
+    which nothing of the hosts may be left. Each storm's report, with the folder of the logs (one bring-up for them
+    all)."""
     netns.preflight()  # root and `ip netns`, or a clear failure
     swept = netns.sweep_orphans()  # what a test killed before its `down` left
     if swept:
@@ -422,6 +427,9 @@ def storms_across_hosts(joiners: tuple[str, ...], rows: int, rate: float, severe
     env = {**{name: value for name, value in os.environ.items() if name not in (*SINGLE_PORTS, *CLUSTER_PORTS)},
            "TOPOLOGY": "hosts", "STACK_STATE_DIR": str(state_dir), "STACK_HOSTS_PREFIX": prefix,
            placement.GUARDIAN_PID_ENV: str(os.getpid())}
+    if live_changes:  # started with the run's initial join specs
+        initial = spec_file(workdir, INITIAL, "initial_specs.toml")
+        env.update(KAFKA_JOINER_JOIN_SPECS=str(initial), SPARK_JOINER_JOIN_SPECS=str(initial))
     network = netns.Network(prefix, placement.inventory().subnet)
     reports = []
     try:
@@ -434,7 +442,8 @@ def storms_across_hosts(joiners: tuple[str, ...], rows: int, rate: float, severe
             storm = _stack({**env, "JOINER": joiner}, "run", "--", sys.executable, str(Path(__file__).resolve()),
                            "--joiner", joiner, "--state-dir", str(state_dir), "--prefix", prefix, "--rows", str(rows),
                            "--rate", str(rate), "--run", str(run), *(["--severe"] if severe else []),
-                           *(["--kills"] if kills else []), *(["--keep-running"] if run < len(joiners) - 1 else []),
+                           *(["--kills"] if kills else []), *(["--live-changes"] if live_changes else []),
+                           *(["--keep-running"] if run < len(joiners) - 1 else []),
                            *(["--earlier", str(published)] if run else []), timeout_s=3000)
             assert storm.returncode == 0, f"the storm with the {joiner} joiner: " \
                                           f"{storm.stdout[-5000:]}{storm.stderr[-20000:]}"
@@ -485,6 +494,9 @@ def run_storm(argv: list[str] | None = None) -> int:
     parser.add_argument("--run", type=int, default=0, help="how many storms ran on the stack before this one")
     parser.add_argument("--earlier", type=Path, help="what they published (chaos_support.Published, as JSON)")
     parser.add_argument("--keep-running", action="store_true", help="leave the stack up for a next storm")
+    parser.add_argument("--live-changes", action="store_true",
+                        help="instead of network faults, join specs changed and partitions added "
+                             "(spec_change_support.live_change_faults)")
     args = parser.parse_args(argv)
     plan = ChaosPlan(joiner=args.joiner, rows=args.rows, machines=20, rate=args.rate, seed=args.seed, bad_rows=8,
                      kills_per_stage=1, faults_in_replay=True, run=args.run)
@@ -492,13 +504,16 @@ def run_storm(argv: list[str] | None = None) -> int:
     workdir = args.state_dir.parent
     replay_s = plan.rows / plan.rate
     schedule_s = max(0.5 * replay_s, replay_s - LATE_FAULTS_S)
-    faults = hosts_fault_schedule(plan, schedule_s, args.severe)
+    faults = (live_change_faults(replay_s, workdir) if args.live_changes
+              else hosts_fault_schedule(plan, schedule_s, args.severe))
     if args.kills:
         faults = sorted(faults + cluster_fault_schedule(plan, schedule_s), key=lambda fault: fault.at_s)
     stacks: list[PrivateHostsStack] = []
 
     def hosts_stack(state_dir: Path, joiner: str) -> PrivateHostsStack:
-        stacks.append(PrivateHostsStack(args.state_dir, joiner, args.prefix))
+        stacks.append(LiveChangesHostsStack(args.state_dir, joiner, args.prefix))
+        if args.live_changes:
+            stacks[-1].start_with_specs(workdir / "initial_specs.toml")
         return stacks[-1]
 
     # `storm_across_hosts` brought the stack up and checked every program in its host.
@@ -510,8 +525,20 @@ def run_storm(argv: list[str] | None = None) -> int:
                       "dead_letters": report.dead_letters, "replay_s": report.replay_s, "settle_s": report.settle_s,
                       "recovered_s": stacks[0].recoveries(), "went_on_s": stacks[0].went_on(),
                       "rows_at_risk": report.at_risk_in_broker_kills,
-                      "rows_lost": len(report.lost_to_broker_kills)}))
+                      "rows_lost": len(report.lost_to_broker_kills),
+                      **(live_change_results(report, stacks[0]) if args.live_changes else {})}))
     return 0
+
+
+class LiveChangesHostsStack(LiveChanges, StatusBeforeDown, PrivateHostsStack):
+    """The hosts' stack, started with the run's initial join specs when it changes them, read by `status --json`
+    before its `down` (spec_change_support)."""
+
+
+def live_change_results(report, stack: PrivateHostsStack) -> dict:
+    """What a run of live changes must show beyond run_chaos's checks, and what it measured."""
+    failing = check_live_changes(report, stack)
+    return {"failing": failing, "figures": "" if failing else live_change_figures(report, stack)}
 
 
 if __name__ == "__main__":  # run as a script, with tests/ first on its path

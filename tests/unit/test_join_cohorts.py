@@ -1,0 +1,73 @@
+"""A partition's join when a spec was added while it held records (specs changed on a running stack): the spec
+joins the records from its start on only, the records held from before it never reach it, the others join on as
+they were. Through the standalone joiner's partition join (`kafka_joiner.partition_join`, cohorts), restored from
+what its changelog held at the change, against the oracle (tests/join_reference.py, no code of either joiner)."""
+from __future__ import annotations
+
+import json
+from collections import Counter
+
+from growth_support import machine_rows
+from join_reference import POWER, Spec, reference_join
+from kafka_joiner.changelog import StateRecord
+from kafka_joiner.partition_join import PartitionJoin
+from local_stream_buffer.keyed import KeyedJoiner
+from local_stream_buffer.spec_changes import fingerprints
+from local_stream_buffer.specs import JoinSpec, SpecResolver, load_join_specs
+from local_stream_buffer.status import IngestStatus
+from pipeline_core.records import encode_record
+from pipeline_core.spec_starts import read_starts, with_starts
+
+TORQUE_SPEED = JoinSpec("torque_speed", "vaTorque_C{axis}", "actSpeed_C{axis}", "vaTorqueSpeed_C{axis}", "product", 1.0)
+TORQUE_SPEED_REFERENCE = Spec("vaTorque_C", "actSpeed_C", "vaTorqueSpeed_C", lambda l, r: l * r, 1000.0)
+
+
+def new_partition(specs, committed, metadata):
+    def new_joiner(on_release, on_evict, chosen=None):
+        return KeyedJoiner(SpecResolver(chosen if chosen is not None else list(specs.values())),
+                           on_release=on_release, on_evict=on_evict)
+    return PartitionJoin("machine.data", 0, new_joiner, committed, metadata, specs)
+
+
+def canonical(outputs) -> Counter[str]:
+    return Counter(json.dumps(output, sort_keys=True) for output in outputs)
+
+
+def test_a_spec_added_joins_from_its_start_and_the_held_records_stay_with_the_specs_before() -> None:
+    before, after = machine_rows(["m1", "m2"], 0, 30), machine_rows(["m1", "m2"], 30, 30)
+    power = {fingerprint: spec for fingerprint, spec in fingerprints(load_join_specs()).items()}
+    # The joiner with the shipped spec joins `before`; what it holds is its changelog at the change.
+    held = {}
+    first = KeyedJoiner(SpecResolver(list(power.values())), on_release=lambda position: held.pop(position))
+    outputs = []
+    for position, record in enumerate(before):
+        status, joined, _ = first.ingest(record, position)
+        outputs.extend(joined)
+        if status is IngestStatus.ACCEPTED:
+            held[position] = encode_record(record)
+    assert held, "the join holds records at the change"
+    start = len(before)
+    metadata = with_starts(None, {fingerprint: 0 for fingerprint in power})
+    # Restarted at the change with a spec added (its start: the committed offset), restored from the changelog.
+    both = {**power, **fingerprints([TORQUE_SPEED])}
+    second = new_partition(both, start, metadata)
+    assert read_starts(second._committing(start).metadata) == {**{f: 0 for f in power}, **{f: start for f in
+                                                                                           fingerprints([TORQUE_SPEED])}}
+    second.restore([StateRecord(position, position.to_bytes(8, "big"), index, value)
+                    for index, (position, value) in enumerate(sorted(held.items()))], "state")
+    for position, record in enumerate(after, start=start):
+        outputs.extend(second.joiner.ingest(record, position).outputs)
+    expected = canonical(reference_join(before + after, POWER)) + canonical(reference_join(after, TORQUE_SPEED_REFERENCE))
+    assert canonical(outputs) == expected
+    assert sum(1 for key in expected if "vaTorqueSpeed" in key) > 50
+
+
+def test_once_nothing_held_lies_before_a_start_one_keyed_join_takes_every_spec() -> None:
+    specs = {**fingerprints(load_join_specs()), **fingerprints([TORQUE_SPEED])}
+    starts = with_starts(None, {fingerprint: (0 if spec.name == "power" else 40) for fingerprint, spec in specs.items()})
+    record = encode_record(machine_rows(["m1"], 50, 1)[0])
+    join = new_partition(specs, 100, starts)
+    join.restore([StateRecord(80, (80).to_bytes(8, "big"), 0, record)], "state")
+    assert isinstance(join.joiner, KeyedJoiner)
+    join.restore([StateRecord(20, (20).to_bytes(8, "big"), 0, record)], "state")
+    assert not isinstance(join.joiner, KeyedJoiner)  # a record from before the start: the specs apart
