@@ -23,9 +23,9 @@ TORQUE_SPEED_REFERENCE = Spec("vaTorque_C", "actSpeed_C", "vaTorqueSpeed_C", lam
 
 
 def new_partition(specs, committed, metadata):
-    def new_joiner(on_release, on_evict, chosen=None):
+    def new_joiner(on_release, on_evict, on_dead_letter, chosen=None):
         return KeyedJoiner(SpecResolver(chosen if chosen is not None else list(specs.values())),
-                           on_release=on_release, on_evict=on_evict)
+                           on_release=on_release, on_evict=on_evict, on_dead_letter=on_dead_letter)
     return PartitionJoin("machine.data", 0, new_joiner, committed, metadata, specs)
 
 

@@ -1,12 +1,15 @@
 """The rules of partitions added to machine.data, alone: the placement header every record carries (the partition
 counts its writer placed by), where a thing's earlier records lie, the admission rule's partition step by the count
-a record names, and the adopted records' keys in a changelog."""
+a record names, the adopted records' keys in a changelog, and a clock record handed over with its thing."""
 from __future__ import annotations
+
+import json
 
 from hypothesis import given
 from hypothesis import strategies as st
 
-from kafka_joiner.changelog import _in_order, adopted_feeds, adopted_key
+from kafka_joiner.changelog import _in_order, adopted_feeds, adopted_key, adopted_position, clock_key
+from kafka_joiner.handover import moved_clock
 from pipeline_core.admission import misplaced
 from pipeline_core.partitioning import (PLACEMENT_HEADER, earlier_homes, placement_history, placement_value,
                                         thing_partition)
@@ -61,3 +64,17 @@ def test_adopted_records_restore_just_before_their_things_first_record() -> None
     assert order == [b"j", b"r100", b"a0", b"a1", b"r300"]
     assert adopted_feeds(adopted_key(300, 0, frozenset({"f1", "f2"}))) == {"f1", "f2"}
     assert adopted_feeds(adopted_key(300, 0)) is None
+
+
+def test_a_clock_record_handed_over_names_its_records_by_their_places_where_they_are_adopted() -> None:
+    snapshot = {"line": [0, 1], "votes": [3, 0], "aside": [[120], []],
+                "left_lines": [{"0": [100, 110]}, {}]}
+    key = clock_key("m1", "power", "11")
+    places = {100: adopted_position(900, 0), 110: adopted_position(900, 1), 120: adopted_position(900, 2)}
+    moved = json.loads(moved_clock(key, json.dumps(snapshot).encode(), places))
+    assert moved["aside"] == [[adopted_position(900, 2)], []]
+    assert moved["left_lines"] == [{"0": [adopted_position(900, 0), adopted_position(900, 1)]}, {}]
+    assert moved["line"] == snapshot["line"] and moved["votes"] == snapshot["votes"]
+    # The places are the ones a restore gives the adopted records (their keys name them).
+    values = {adopted_key(900, index): (index, b"r") for index in range(3)}
+    assert [record.position for record in _in_order(values)] == [adopted_position(900, i) for i in range(3)]
