@@ -16,9 +16,10 @@ the join of the new partition knows where the thing's state lay. It hands the st
    holds of the thing into the new partition's changelog as adopted records (`changelog.adopted_key`: they are
    re-ingested before the thing's first record there), deletes them from its own changelog and its join, and
    writes `done` (found or not) to the new partition's handover partition.
-3. **adopt**: the owner of the new partition reads `done`. Found: it restores its join from its changelog, now
-   with the adopted records. Not found: the thing is new there (or its state lies under a count before; the
-   request goes there next). It reads on from the stopped record.
+3. **adopt**: the owner of the new partition reads `done`, and restores its join from its changelog, now with the
+   adopted records: found or not, since an answer to an earlier request (one the partition's owner before a
+   rebalance asked) may have put them there after this owner restored the partition. Not found, and the thing's
+   state may lie under a count before: the request goes there next. It reads on from the stopped record.
 
 A request is answered once the thing's records before its first record in the new partition are all read, and a
 partition stops only at a record written after those, so two partitions never wait on each other. A request read

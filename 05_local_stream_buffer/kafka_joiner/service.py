@@ -448,14 +448,14 @@ class KafkaJoiner:
         awaited = join.awaiting.get(done.thing)
         if awaited is None or not awaited.requested:
             return  # an answer to a request asked again (after a restart): already settled
-        if done.found:
-            join.adopting = True
-            del join.awaiting[done.thing]
-        elif awaited.homes:
+        if not done.found and awaited.homes:
             awaited.requested = False  # asked next where it lay under a count before
-        else:
-            join.known.add(done.thing)
-            del join.awaiting[done.thing]
+            return
+        # Restored from the changelog before the partition goes on, found or not: an answer to an earlier request
+        # (before this instance's restore of the partition, say) may have written the thing's records there.
+        join.adopting = True
+        join.known.add(done.thing)
+        del join.awaiting[done.thing]
 
     def _hand_over(self, join, due: list) -> None:
         """Give the things of `due` requests to the partitions that asked: their held records go to those
