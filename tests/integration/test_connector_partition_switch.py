@@ -5,7 +5,7 @@ The test is the joiner: it commits the group's offsets itself. While it reads no
 its pause, places the held rows by the old count, says so, and tries again later; once the group has read
 everything, it switches. Then every record is in machine.data once, every record placed by 8 was written after every
 record placed by 5, each stream in time order across the switch, and each record names the counts it was placed
-by."""
+by. Two instances with disjoint filters each switch for the machines they serve."""
 from __future__ import annotations
 
 import json
@@ -13,7 +13,9 @@ import json
 from confluent_kafka import Consumer, TopicPartition
 
 from conftest import EVENTS_FILE
-from connector_support import connector, expected_records, start_simulator  # noqa: F401 (fixture)
+from connector_support import (ConnectorProcess, connector, expected_records, read_rows,  # noqa: F401 (fixture)
+                               start_simulator)
+from pipeline_core.mqtt import drop_session
 from pipeline_core.settings import load_settings
 from simulator.replay import selected_rows
 from simulator.settings import SimulatorSettings
@@ -72,3 +74,51 @@ def test_a_grown_topic_is_placed_by_once_the_joiners_read_what_was_placed_before
     log = bridge.log()
     assert "holding new rows" in log and f"group {group} has not read partition" in log, log[-3000:]
     assert bridge.terminate() == 0
+
+
+def test_two_instances_each_switch_for_the_machines_they_serve(stack, new_topics, bootstrap, tmp_path):
+    """Two connectors with disjoint filters (instance 0 the first machine, instance 1 the two others): each holds,
+    drains and switches on its own, and each machine's records placed by 8 follow all of its records placed by 5."""
+    topics = new_topics()
+    base = f"test/{unique('switch').replace('.', '-')}/states"
+    things = sorted({row["Thing"] for row in read_rows(EVENTS_FILE)})
+    group = unique("test-joiner-group")
+    options = ["--joiner-groups", group, "--partition-check-interval-s", "0.5", "--switch-max-pause-s", "5",
+               "--switch-retry-s", "1"]
+    instances = [ConnectorProcess(mqtt_topic=",".join(filters), client_id=f"{base.replace('/', '-')}-{index}",
+                                  data_topic=topics.data, dlq_topic=topics.dlq,
+                                  log_path=tmp_path / f"connector-{index}.log", extra=options)
+                 for index, filters in enumerate([[f"{base}/{things[0]}"], [f"{base}/{t}" for t in things[1:]]])]
+    simulator = None
+    try:
+        for instance in instances:
+            instance.start()
+        simulator = start_simulator(base + "/{thing}", "--events-file", str(EVENTS_FILE), "--limit", str(ROWS),
+                                    "--rate", "100")
+        wait_for(lambda: len(read_topic(bootstrap, topics.data, partial_ok=True, deadline_s=5)) > 500, 60,
+                 "the first records")
+        assert grow(bootstrap, topics.data, 8) == 8
+        wait_for(lambda: commit_ends(bootstrap, group, topics.data)
+                 or all("placing records by 8" in instance.log() for instance in instances), 60,
+                 "both instances to switch while the group reads everything", interval_s=0.2)
+        output, _ = simulator.communicate(timeout=120)
+        assert simulator.returncode == 0, output
+        rows, _ = selected_rows(load_settings(SimulatorSettings, ["--events-file", str(EVENTS_FILE),
+                                                                   "--limit", str(ROWS)]))
+        expected = sorted(json.dumps(r, sort_keys=True) for r in expected_records([dict(row) for row in rows]))
+        read_topic(bootstrap, topics.data, expected=len(expected), deadline_s=60)
+        messages = read_topic(bootstrap, topics.data, idle_s=1.0, deadline_s=60)
+        assert [instance.terminate() for instance in instances] == [0, 0]
+    finally:
+        if simulator is not None:
+            simulator.kill()
+        for instance in instances:
+            instance.kill()
+            drop_session(stack, instance.client_id)
+    assert sorted(json.dumps(json.loads(m.value), sort_keys=True) for m in messages) == expected
+    for thing in things:
+        own = [m for m in messages if json.loads(m.value)["thing"] == thing]
+        before, after = [m for m in own if m.placed_by == 5], [m for m in own if m.placed_by == 8]
+        if before and after:
+            assert max(m.timestamp_ms for m in before) <= min(m.timestamp_ms for m in after), thing
+    assert any(m.placed_by == 8 for m in messages)
