@@ -22,13 +22,14 @@ from local_stream_buffer.status import IngestStatus
 _ACCEPTED = IngestStatus.ACCEPTED
 _UNROUTED = IngestStatus.UNROUTED
 
-# A cohort: where its specs started in the partition, and their fingerprints.
+# A cohort: the record position where its specs started in the partition, and their fingerprints.
 Cohort = tuple[int, frozenset[str]]
 
 
 def plan(starts: Mapping[str, int], held: Iterable[int], feeds: Iterable[frozenset[str]] = (),
          rebuilding: bool = False) -> list[Cohort]:
-    """The cohorts of a partition's specs (`starts`: fingerprint -> where it started): specs that receive the same
+    """The cohorts of a partition's specs (`starts`: fingerprint -> the record position where it
+    started, as `held` and the records' sources are: `changelog.record_position`): specs that receive the same
     records share one. A start at or before every held position counts as the beginning (unless `rebuilding`: the
     partition is read again from its beginning); each set of specs adopted records fed elsewhere (`feeds`) splits
     the cohorts it cuts through."""

@@ -111,9 +111,9 @@ class PartitionJoin:
         drop = lambda record, _position, reason: self.dropped.append((record, reason))  # noqa: E731
         feeds = [] if held is None else [adopted_feeds(record.key) for record in held
                                          if record.position is not None and record.position < 0]
-        cohorts = plan(self.starts, [] if held is None else [record.position for record in held
-                                                            if record.position is not None and record.position >= 0],
-                       [fed for fed in feeds if fed is not None], rebuilding=held is None)
+        own = [] if held is None else [record.position for record in held
+                                       if record.position is not None and record.position >= 0]
+        cohorts = plan(self._start_positions(), own, [fed for fed in feeds if fed is not None], rebuilding=held is None)
         if len(cohorts) <= 1:
             return self._new_joiner(self.changes.released, evict, drop)
         return CohortJoiner(cohorts, self.specs, lambda release, specs: self._new_joiner(release, evict, drop, specs),
@@ -128,9 +128,14 @@ class PartitionJoin:
         """The specs a held record feeds here (None: all): those started at or before it."""
         if record.position is not None and record.position < 0:
             return adopted_feeds(record.key)
-        fed = frozenset(fingerprint for fingerprint, start in self.starts.items()
+        fed = frozenset(fingerprint for fingerprint, start in self._start_positions().items()
                         if record.position is None or start <= record.position)
         return None if fed == frozenset(self.starts) else fed
+
+    def _start_positions(self) -> dict[str, int]:
+        """Where each spec started as a record's place (`changelog.record_position`), which the join knows records
+        by: the starts are committed offsets, a spec started at the first record of that offset's frame."""
+        return {fingerprint: record_position(start, 0) for fingerprint, start in self.starts.items()}
 
     def state_lost(self, covered: int | None, held: list[StateRecord]) -> bool:
         """Whether the changelog misses state the committed offset counts on: it covers less than the committed

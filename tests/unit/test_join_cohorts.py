@@ -9,7 +9,7 @@ from collections import Counter
 
 from growth_support import machine_rows
 from join_reference import POWER, Spec, reference_join
-from kafka_joiner.changelog import StateRecord
+from kafka_joiner.changelog import StateRecord, record_position
 from kafka_joiner.partition_join import PartitionJoin
 from local_stream_buffer.keyed import KeyedJoiner
 from local_stream_buffer.spec_changes import fingerprints
@@ -37,16 +37,19 @@ def test_a_spec_added_joins_from_its_start_and_the_held_records_stay_with_the_sp
     before, after = machine_rows(["m1", "m2"], 0, 30), machine_rows(["m1", "m2"], 30, 30)
     power = {fingerprint: spec for fingerprint, spec in fingerprints(load_join_specs()).items()}
     # The joiner with the shipped spec joins `before`; what it holds is its changelog at the change.
+    # The joiner knows a record by its place (offset and slot of its frame: `record_position`); two a frame here.
     held = {}
     first = KeyedJoiner(SpecResolver(list(power.values())), on_release=lambda position: held.pop(position))
     outputs = []
-    for position, record in enumerate(before):
+    for index, record in enumerate(before):
+        position = record_position(index // 2, index % 2)
         status, joined, _ = first.ingest(record, position)
         outputs.extend(joined)
         if status is IngestStatus.ACCEPTED:
             held[position] = encode_record(record)
     assert held, "the join holds records at the change"
-    start = len(before)
+    assert len(before) % 2 == 0
+    start = len(before) // 2  # the committed offset: the next frame
     metadata = with_starts(None, {fingerprint: 0 for fingerprint in power})
     # Restarted at the change with a spec added (its start: the committed offset), restored from the changelog.
     both = {**power, **fingerprints([TORQUE_SPEED])}
@@ -55,8 +58,8 @@ def test_a_spec_added_joins_from_its_start_and_the_held_records_stay_with_the_sp
                                                                                            fingerprints([TORQUE_SPEED])}}
     second.restore([StateRecord(position, position.to_bytes(8, "big"), index, value)
                     for index, (position, value) in enumerate(sorted(held.items()))], "state")
-    for position, record in enumerate(after, start=start):
-        outputs.extend(second.joiner.ingest(record, position).outputs)
+    for index, record in enumerate(after, start=len(before)):
+        outputs.extend(second.joiner.ingest(record, record_position(index // 2, index % 2)).outputs)
     expected = canonical(reference_join(before + after, POWER)) + canonical(reference_join(after, TORQUE_SPEED_REFERENCE))
     assert canonical(outputs) == expected
     assert sum(1 for key in expected if "vaTorqueSpeed" in key) > 50
@@ -67,7 +70,8 @@ def test_once_nothing_held_lies_before_a_start_one_keyed_join_takes_every_spec()
     starts = with_starts(None, {fingerprint: (0 if spec.name == "power" else 40) for fingerprint, spec in specs.items()})
     record = encode_record(machine_rows(["m1"], 50, 1)[0])
     join = new_partition(specs, 100, starts)
-    join.restore([StateRecord(80, (80).to_bytes(8, "big"), 0, record)], "state")
+    after_start, before_start = record_position(80, 1), record_position(39, 1)
+    join.restore([StateRecord(after_start, after_start.to_bytes(8, "big"), 0, record)], "state")
     assert isinstance(join.joiner, KeyedJoiner)
-    join.restore([StateRecord(20, (20).to_bytes(8, "big"), 0, record)], "state")
+    join.restore([StateRecord(before_start, before_start.to_bytes(8, "big"), 0, record)], "state")
     assert not isinstance(join.joiner, KeyedJoiner)  # a record from before the start: the specs apart
