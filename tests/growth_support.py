@@ -18,7 +18,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import NewPartitions
 
 from join_reference import reference_join
-from pipeline_core.kafka_clients import admin_client, consumer_config, produce, producer_config
+from pipeline_core.kafka_clients import admin_client, consumer_config, produce, producer_config, retry_transient
 from pipeline_core.partitioning import thing_partition
 from pipeline_core.records import encode_record, record_key
 from pipeline_core.stage_health import assess, read_heartbeat
@@ -118,8 +118,10 @@ def ends_of(bootstrap: str, topic: str) -> dict[int, int]:
     consumer = Consumer(consumer_config(bootstrap, "growth-test-reader"))
     try:
         count = len(consumer.list_topics(topic, timeout=10).topics[topic].partitions)
-        return {partition: consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=10)[1]
-                for partition in range(count)}
+        # A partition just added may have no leader the client knows of yet: asked again until it answers.
+        return {partition: retry_transient(
+            lambda partition=partition: consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=10)[1],
+            what=f"the end of {topic} [{partition}]", deadline_s=30) for partition in range(count)}
     finally:
         consumer.close()
 

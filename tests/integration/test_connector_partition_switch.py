@@ -20,7 +20,7 @@ from pipeline_core.settings import load_settings
 from simulator.replay import selected_rows
 from simulator.settings import SimulatorSettings
 from growth_support import grow
-from pipeline_core.kafka_clients import consumer_config
+from pipeline_core.kafka_clients import consumer_config, retry_transient
 from support import read_topic, unique, wait_for
 
 ROWS = 1_500
@@ -31,8 +31,10 @@ def commit_ends(bootstrap: str, group: str, topic: str) -> None:
     client = Consumer(consumer_config(bootstrap, group))
     try:
         count = len(client.list_topics(topic, timeout=10).topics[topic].partitions)
-        ends = [TopicPartition(topic, partition, client.get_watermark_offsets(TopicPartition(topic, partition),
-                                                                              timeout=10)[1])
+        # A partition just added may have no leader the client knows of yet: asked again until it answers.
+        ends = [TopicPartition(topic, partition, retry_transient(
+            lambda partition=partition: client.get_watermark_offsets(TopicPartition(topic, partition), timeout=10)[1],
+            what=f"the end of {topic} [{partition}]", deadline_s=30))
                 for partition in range(count)]
         client.commit(offsets=ends, asynchronous=False)
     finally:
