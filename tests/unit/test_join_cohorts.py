@@ -75,3 +75,16 @@ def test_once_nothing_held_lies_before_a_start_one_keyed_join_takes_every_spec()
     assert isinstance(join.joiner, KeyedJoiner)
     join.restore([StateRecord(before_start, before_start.to_bytes(8, "big"), 0, record)], "state")
     assert not isinstance(join.joiner, KeyedJoiner)  # a record from before the start: the specs apart
+
+
+def test_a_record_handed_over_feeds_the_specs_started_at_or_before_its_frame() -> None:
+    """What a moved record's handover names as the specs it fed (`PartitionJoin.feeds`): a spec added at offset 40
+    is fed by the first record of frame 40 on, not by the last one of frame 39."""
+    specs = {**fingerprints(load_join_specs()), **fingerprints([TORQUE_SPEED])}
+    power = frozenset(fingerprint for fingerprint, spec in specs.items() if spec.name == "power")
+    join = new_partition(specs, 100, with_starts(None, {fingerprint: (0 if fingerprint in power else 40)
+                                                        for fingerprint in specs}))
+    record = encode_record(machine_rows(["m1"], 50, 1)[0])
+    held = lambda position: StateRecord(position, position.to_bytes(8, "big"), 0, record)  # noqa: E731
+    assert join.feeds(held(record_position(39, 1))) == power
+    assert join.feeds(held(record_position(40, 0))) is None  # every spec
