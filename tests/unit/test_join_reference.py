@@ -7,6 +7,7 @@ import dataclasses
 import math
 from pathlib import Path
 
+import join_reference
 from conftest import EVENTS_FILE
 from connector_support import expected_records
 from disorder_support import AT_BOUND_PER_MACHINE, DISORDER_MS, DISORDERED, PAIRS, displaced_rows, tail_rows
@@ -27,7 +28,7 @@ def record(quantity: str, time_ms: int, result: float, thing: str = "R1") -> dic
 
 
 def test_the_reference_imports_nothing_of_either_joiner() -> None:
-    tree = ast.parse((Path(__file__).resolve().parents[1] / "join_reference.py").read_text())
+    tree = ast.parse(Path(join_reference.__file__).read_text())
     imported = {alias.name for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names}
     imported |= {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
     assert imported <= {"__future__", "math", "re", "uuid", "bisect", "collections.abc", "dataclasses", "typing"}

@@ -1,6 +1,6 @@
 """The join as its contract defines it, computed offline from machine.data records: the oracle of the chaos,
-outage, cluster and disorder runs. It shares no code with either joiner (nothing of local_stream_buffer,
-kafka_joiner or spark_joiner is imported): it is written from the definitions in
+outage, cluster and disorder runs and of `make soak`. It shares no code with either joiner (nothing of
+local_stream_buffer, kafka_joiner or spark_joiner is imported): it is written from the definitions in
 docs/join.md and the docstrings of local_stream_buffer's cases, output and reorder modules.
 
 A join spec pairs, per thing and axis, the left quantity's stream (actSpeed_C<axis>) with the right one's
