@@ -61,6 +61,7 @@ BENCHMARKS ?= benchmarks.join_engine benchmarks.mosquitto_persistence benchmarks
 BENCHMARKS_WITHOUT_SERVERS = benchmarks.join_engine benchmarks.mosquitto_persistence
 
 .PHONY: setup up down clean status logs restart grow specs data report dashboards test explore bench bench-topology bench-links reliability chaos spark-package
+.PHONY: soak
 
 setup: $(INSTALLED)
 	@$(PY) -m stack.provision
@@ -167,6 +168,16 @@ ifeq ($(STACK),docker)
 	@echo "With Docker, Grafana serves the dashboards: http://127.0.0.1:3000 (user admin; its password is GRAFANA_ADMIN_PASSWORD in .env)"
 else
 	@$(PY) -m stack run -- $(PY) -m live_dashboards $(DASHBOARDS_ARGS)
+endif
+
+# A plant's week through the whole running pipeline (or one brought up as `make up` would: JOINER=, TOPOLOGY=) for
+# MINUTES (45): a backfill of its past at the pipeline's pace, then live, with faults; verdicts at the end (exit status
+# 0 only if all hold) and a report in reports/soak-<run>/. SOAK_ARGS for any other flag (--no-faults, --machines ...).
+soak: $(SETUP)
+ifeq ($(STACK),docker)
+	@echo "make soak runs natively (its faults go through the native stack's supervisord): STACK=native"; exit 1
+else
+	@$(PY) -m stack run -- $(PY) -m soak $(if $(MINUTES),--minutes $(MINUTES)) $(SOAK_ARGS)
 endif
 
 # The tests run in TEST_WORKERS processes (pytest-xdist): most of their time goes to waiting (for outages, timeouts,

@@ -28,6 +28,8 @@ PACKAGES = {
     "db_connector": "07_db_connector/db_connector",
     "grafana_report": "08_influxdb_grafana/grafana_report",
     "live_dashboards": "08_influxdb_grafana/live_dashboards",
+    "join_reference": "ops/join_reference",
+    "soak": "ops/soak",
 }
 
 # What each package may import of the project besides itself.
@@ -44,6 +46,11 @@ ALLOWED = {
     "grafana_report": {"pipeline_core"},
     # The live pages draw the report's panels: its dashboard model, macros and queries, one source for both.
     "live_dashboards": {"pipeline_core", "grafana_report"},
+    # The oracle of the join: nothing of the project, the joiners' engine least of all.
+    "join_reference": set(),
+    # The soak runs the stack (`stack`), publishes through the simulator's publisher and checks against the
+    # reference join: never the joiners' code.
+    "soak": {"pipeline_core", "stack", "simulator", "join_reference"},
 }
 
 
