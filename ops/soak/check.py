@@ -9,7 +9,7 @@ compared as canonical JSON (every field, the id included) by a 128-bit digest. T
 processes, two at a time, the soak's machine being otherwise idle by then.
 
 Beside the verdicts, each partition gives what InfluxDB must hold: points per hour of event time, and a random
-sample of whole 10-minute windows of single series (`SampleWindow`) to compare point by point.
+sample of whole hour-long windows of single series (`SampleWindow`) to compare point by point.
 """
 from __future__ import annotations
 
@@ -36,7 +36,7 @@ from .readback import PartitionRange, read_values
 log = logging.getLogger("soak.check")
 
 HOUR_MS = 3_600_000
-WINDOW_MS = 600_000  # a sample window: 10 minutes of one series
+WINDOW_MS = HOUR_MS  # a sample window: an hour of one series
 EXAMPLES = 5  # of each kind of problem, kept for the report
 DIGEST_BYTES = 16
 
@@ -236,9 +236,23 @@ def _join(context: CheckContext, plant: Plant, machine: int, streams: dict[tuple
     result.digests += bytes(digests)
 
 
+def _draws(keys: list[tuple[int, int]], weights: np.ndarray, streams: dict[tuple[int, int], _Stream], wanted: int,
+           rng: random.Random):
+    """(stream, hour-long slot) of records drawn at random; every one of them, in order, when the streams hold no
+    more records than are wanted."""
+    if weights[-1] <= wanted:
+        for key in keys:
+            yield from ((key, slot) for slot in sorted({time_ms // WINDOW_MS for time_ms in streams[key].times}))
+        return
+    for _ in range(100_000):
+        key = keys[int(np.searchsorted(weights, rng.randrange(int(weights[-1])), side="right"))]
+        stream = streams[key]
+        yield key, stream.times[rng.randrange(len(stream.times))] // WINDOW_MS
+
+
 def _draw_raw_windows(context: CheckContext, plant: Plant, streams: dict[tuple[int, int], _Stream],
                       result: PartitionResult, rng: random.Random) -> None:
-    """10-minute windows of single series, each at a record drawn at random (so windows fall where the records
+    """hour-long windows of single series, each at a record drawn at random (so windows fall where the records
     are), until they hold `sample_points` points."""
     keys = [key for key, stream in streams.items() if len(stream.times)]
     if not keys:
@@ -246,15 +260,13 @@ def _draw_raw_windows(context: CheckContext, plant: Plant, streams: dict[tuple[i
     weights = np.cumsum([len(streams[key].times) for key in keys])
     drawn: set[tuple[int, int, int]] = set()
     points = 0
-    for _ in range(100_000):
+    for key, slot in _draws(keys, weights, streams, context.sample_points, rng):
         if points >= context.sample_points:
             break
-        key = keys[int(np.searchsorted(weights, rng.randrange(int(weights[-1])), side="right"))]
-        stream = streams[key]
-        slot = stream.times[rng.randrange(len(stream.times))] // WINDOW_MS
         if (*key, slot) in drawn:
             continue
         drawn.add((*key, slot))
+        stream = streams[key]
         machine, quantity = key
         window = SampleWindow("raw", context.names[machine], plant.quantities[quantity], slot * WINDOW_MS,
                               (slot + 1) * WINDOW_MS)
@@ -277,12 +289,10 @@ def _draw_joined_windows(context: CheckContext, plant: Plant, streams: dict[tupl
         return windows
     weights = np.cumsum([len(streams[key].times) for key in keys])
     records = 0
-    for _ in range(100_000):
+    for (machine, quantity), slot in _draws(keys, weights, streams, context.sample_points, rng):
         if records >= context.sample_points:
             break
-        machine, quantity = keys[int(np.searchsorted(weights, rng.randrange(int(weights[-1])), side="right"))]
         stream = streams[(machine, quantity)]
-        slot = stream.times[rng.randrange(len(stream.times))] // WINDOW_MS
         axis = quantity // len(KINDS)
         slots = windows.setdefault((machine, axis), {})
         if slot in slots:

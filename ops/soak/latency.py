@@ -33,13 +33,14 @@ def _literal(text: str) -> str:
 
 class LatencyProbe(threading.Thread):
     def __init__(self, run_dir: Path, names: Sequence[str], query: Callable[[str], list[dict]],
-                 interval_s: float = 0.25, give_up_s: float = GIVE_UP_S) -> None:
+                 interval_s: float = 0.25, give_up_s: float = GIVE_UP_S, sent_from: float = 0.0) -> None:
         super().__init__(name="soak-latency", daemon=True)
         self.path = run_dir / PROBES_FILE
         self.names = list(names)
         self.query = query
         self.interval_s = interval_s
         self.give_up_s = give_up_s
+        self.sent_from = sent_from  # rows sent before this are not timed
         self.pending: dict[tuple[str, int], float] = {}  # (thing, time in ms) -> sent at
         self.measured: list[tuple[float, float]] = []  # (sent at, latency in s)
         self.unseen: list[tuple[str, int, float]] = []
@@ -70,6 +71,8 @@ class LatencyProbe(threading.Thread):
         self._offset += complete
         for line in data[:complete].splitlines():
             note = orjson.loads(line)
+            if note["sent_at"] < self.sent_from:
+                continue
             self.pending[(self.names[note["machine"]], note["time_ms"])] = note["sent_at"]
 
     def _poll(self) -> None:

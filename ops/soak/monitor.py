@@ -32,7 +32,8 @@ class Monitor(threading.Thread):
 
     def __init__(self, services: Sequence[Service], topics: Mapping[str, int], offsets: BrokerOffsets,
                  run_dir: Path, publisher_state: Callable[[], dict[str, float]], extra_pids: Callable[[], dict[str, int]],
-                 interval_s: float = 5.0, disk_every: int = 6, checkpoint_dirs: Sequence[Path] = ()) -> None:
+                 interval_s: float = 5.0, disk_every: int = 6, checkpoint_dirs: Sequence[Path] = (),
+                 extra_stages: Callable[[], dict[str, dict[str, Any]]] = dict) -> None:
         super().__init__(name="soak-monitor", daemon=True)
         self.services = list(services)
         self.topics = dict(topics)  # topic -> partitions
@@ -42,6 +43,7 @@ class Monitor(threading.Thread):
         self.interval_s = interval_s
         self.disk_every = disk_every
         self.checkpoint_dirs = list(checkpoint_dirs)
+        self.extra_stages = extra_stages  # stages the stack does not run (a benchmark's), as services' entries
         self.samples: list[dict[str, Any]] = []
         self.stop_event = threading.Event()
         self._file = (run_dir / TIMELINE_FILE).open("ab")
@@ -76,6 +78,7 @@ class Monitor(threading.Thread):
             "lag": entry.stage.lag if entry.stage is not None else None,
             "stage_state": entry.stage.state if entry.stage is not None else None,
         } for entry in statuses}
+        services.update(self.extra_stages())
         pids = {name: values["pid"] for name, values in services.items()}
         pids.update(self.extra_pids())
         usage = {name: {"rss_bytes": found.rss_bytes, "cpu_s": found.cpu_s, "processes": found.processes}

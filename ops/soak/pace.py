@@ -8,7 +8,11 @@ present on time however fast the pipeline turns out to be (a slow pipeline gets 
 """
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
+
+from pipeline_core.topics import MACHINE_DATA
 
 
 def backfill_step_ms(event_ms: int, now_ms: int, wall_left_s: float, rate_rows_s: float, machines: int,
@@ -42,10 +46,13 @@ class PaceController:
     throughput_rows_s: float | None = None
     _last: tuple[float, float, float] | None = None  # (at, rows published, backlog)
 
+    unknown_by: float = 0.8
+
     def update(self, at: float, rows_published: float, backlog_rows: float | None) -> float:
-        """The rate for the next interval, given the rows published so far and the backlog at `at` (None:
-        unknown, the rate stays)."""
+        """The rate for the next interval, given the rows published so far and the backlog at `at` (None: unknown,
+        as while Kafka does not answer: nothing says the pipeline takes rows, so the rate goes down)."""
         if backlog_rows is None:
+            self.rate_rows_s = max(self.min_rows_s, self.rate_rows_s * self.unknown_by)
             return self.rate_rows_s
         if self._last is not None and at > self._last[0]:
             elapsed = at - self._last[0]
@@ -59,3 +66,18 @@ class PaceController:
         self._last = (at, rows_published, backlog_rows)
         self.rate_rows_s = max(self.min_rows_s, min(self.max_rows_s, self.rate_rows_s))
         return self.rate_rows_s
+
+
+def backlog_rows(sample: Mapping[str, Any] | None, records_base: int) -> float | None:
+    """Rows published and not yet through the pipeline, from a monitor sample: those whose records are not yet in
+    machine.data (in Mosquitto's queue, in the connector's hands), and the joiner's and DB connector's lags in rows
+    (records over the records per row). None while Kafka's offsets are unknown."""
+    if not sample or sample.get("offsets") is None:
+        return None
+    publisher = sample["publisher"]
+    if not publisher["rows_sent"]:
+        return 0.0
+    per_row = publisher["records_sent"] / publisher["rows_sent"]
+    in_kafka = sample["offsets"][MACHINE_DATA.name] - records_base
+    lags = sum(values["lag"] or 0 for name, values in sample["services"].items() if name != "stream-connector")
+    return max(0.0, publisher["records_sent"] - in_kafka) / per_row + lags / per_row

@@ -180,7 +180,8 @@ def run_plant(run: PlantRun, shared: SharedState) -> None:
             step_ms = backfill_step_ms(event_ms, now_ms, shared.backfill_end_s - time.time(),
                                        max(shared.rate_rows_s, 1.0), run.machines, run.live_interval_ms,
                                        run.max_step_ms)
-            if event_ms + step_ms + run.live_interval_ms >= now_ms:
+            # Past its end the backfill stops where it is: the plant was offline until now (a gap in its past).
+            if event_ms + step_ms + run.live_interval_ms >= now_ms or time.time() > shared.backfill_end_s:
                 live = True
                 shared.set("live_since_s", time.time())
                 # Live: rounds at the interval's grid, from the first one after the backfill's last round.

@@ -212,6 +212,12 @@ def markdown(results: Mapping[str, Any]) -> str:
              f"({results['records']:,} records) covering {results['event_days']:.1f} days of event time in "
              f"{published_min:.1f} minutes ({phases}); the whole run, bring-up and check included, "
              f"{(results['ended_at'] - results['began_at']) / 60:.1f} minutes.")
+    pace = results.get("backfill_pace") or {}
+    if pace.get("minutes"):
+        against = ("the pipeline's capacity from `make bench`" if pace.get("capacity_rows_s")
+                   else "the backfill's own best minute (no capacity figure in reports/: `make bench`)")
+        intro += (f" The backfill moved {pace['minutes_at_0_7']} of its {pace['minutes']} minutes at 0.7 or more of "
+                  f"{pace['reference_rows_s']:,.0f} rows/s, {against}.")
     lines = [f"# Soak {results['run']}: {'PASS' if results.get('holds') else 'FAIL'}", "", intro, "",
              "![soak](soak.png)", "", "## Verdicts", "", "| verdict | holds | what the run found |", "|---|---|---|"]
     for verdict in results["verdicts"]:
