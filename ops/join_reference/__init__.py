@@ -83,22 +83,28 @@ def timelines(records: list[dict[str, Any]], spec: Spec) -> tuple[list[list[dict
     outliers: list[dict[str, Any]] = []
     aside: list[dict[str, Any]] = []
     votes = 0
+    newest: float | None = None  # of the records the last timeline took (kept as it grows: a stream is long)
 
     def fits(t: float, newest: float) -> bool:
         return newest - spec.bound_ms - spec.clock_back_ms <= t <= newest + spec.clock_ahead_ms
 
+    def latest(times: list[dict[str, Any]], than: float | None) -> float:
+        found = max(r["phenomenonTime"] for r in times)
+        return found if than is None else max(than, found)
+
     for record in records:
         t = record["phenomenonTime"]
         taken = lines[-1]
-        newest = max((r["phenomenonTime"] for r in taken), default=None)
         if not spec.clock_confirm or newest is None or (not aside and fits(t, newest)):
             taken.append(record)
+            newest = latest([record], newest)
         elif any(r["phenomenonTime"] == t for r in aside):
             continue  # a repeat or conflict of a record set aside: the first stays
         elif not aside:
             aside, votes = [record], 0
         elif fits(t, newest):
             taken.append(record)
+            newest = latest([record], newest)
             votes += 1
             if votes == spec.clock_confirm:
                 outliers += aside
@@ -110,11 +116,14 @@ def timelines(records: list[dict[str, Any]], spec: Spec) -> tuple[list[list[dict
             if len(aside) == spec.clock_confirm:
                 if aside[0]["phenomenonTime"] > newest:
                     taken += aside
+                    newest = latest(aside, newest)
                 else:
                     lines.append(aside)
+                    newest = latest(aside, None)
                 aside = []
         elif aside[0]["phenomenonTime"] > newest and t > max(r["phenomenonTime"] for r in aside):
             taken += aside  # time went on ahead again, past them: they were readings after a gap
+            newest = latest(aside, newest)
             aside, votes = [record], 0
         else:
             outliers += aside
