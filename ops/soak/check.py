@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 import orjson
 
-from join_reference import POWER, reference_join
+from join_reference import POWER, reference_join, reference_outliers
 
 from .plant import JOIN_LEFT, JOIN_RIGHT, KINDS, Plant, values_agree
 from .points import joined_point_of, level_of
@@ -58,6 +58,7 @@ class CheckContext:
     sample_points: int  # points each data partition samples (raw and joined each)
     level_bounds: tuple[float, float, float]
     sample_seed: int
+    clock_offsets: dict[int, np.ndarray] = field(default_factory=dict)  # machine -> its clock's offset per round
 
 
 @dataclass
@@ -90,6 +91,8 @@ class PartitionResult:
     digests: bytes = b""  # machine.out: what it holds; machine.data: what the reference join gives
     outputs_per_thing: Counter = field(default_factory=Counter)
     windows: list[SampleWindow] = field(default_factory=list)
+    # The records the reference's clock rule drops as outliers: (thing, quantity, time, result) each.
+    outliers: list[tuple[str, str, float, float]] = field(default_factory=list)
 
     def problem(self, kind: str, count: int, example: str) -> None:
         if count:
@@ -179,7 +182,9 @@ def _check_machine(context: CheckContext, plant: Plant, machine: int, streams: d
         steps_back = int((np.diff(rounds) <= 0).sum()) if len(rounds) > 1 else 0
         result.problem("records out of order", steps_back, f"{where}: {steps_back} steps back")
         round_times = context.round_times_ms[rounds]
-        wrong_time = times != round_times + context.phase_ms[machine]
+        clock = context.clock_offsets.get(machine)
+        stamps = round_times + context.phase_ms[machine] + (clock[rounds] if clock is not None else 0)
+        wrong_time = times != stamps
         result.problem("record at the wrong time", int(wrong_time.sum()),
                        f"{where}: rows {rounds[wrong_time][:3].tolist()}, times {times[wrong_time][:3].tolist()}")
         wrong = ~values_agree(values, plant.value(machine, quantity, round_times))
@@ -222,13 +227,19 @@ def _join(context: CheckContext, plant: Plant, machine: int, streams: dict[tuple
             records += [{"thing": name, "quantity": quantity_name, "phenomenonTime": time_ms, "result": value}
                         for time_ms, value in zip(stream.times, stream.values)]
         outputs = reference_join(records, POWER)
+        result.outliers += [(name, r["quantity"], r["phenomenonTime"], r["result"])
+                            for r in reference_outliers(records, POWER)]
         if not outputs:
             continue
         windows = joined_windows.get((machine, axis), {})
+        points = set()  # InfluxDB keeps one point per series and time: a result written again overwrites itself
         for output in outputs:
             digests += digest(output)
             point_time_ns, fields = joined_point_of(output, context.level_bounds)
-            result.joined_per_hour[(point_time_ns // 1_000_000) // HOUR_MS * HOUR_MS] += 1
+            point = (point_time_ns, fields[2], fields[3])
+            if point not in points:
+                points.add(point)
+                result.joined_per_hour[(point_time_ns // 1_000_000) // HOUR_MS * HOUR_MS] += 1
             window = windows.get(point_time_ns // 1_000_000 // WINDOW_MS)
             if window is not None:
                 window.points[point_time_ns] = fields

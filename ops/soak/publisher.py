@@ -28,6 +28,7 @@ from pipeline_core.settings import MqttSettings
 from simulator.publisher import Publisher
 from simulator.topics import THING_TOPIC_TEMPLATE, row_topic
 
+from .clocks import ClockFault, Clocks
 from .pace import backfill_step_ms
 from .plant import Plant
 
@@ -57,6 +58,7 @@ class PlantRun:
     run_dir: Path
     mqtt: MqttSettings
     client_id: str
+    clock_faults: tuple[ClockFault, ...] = ()
 
     def machine_phase_ms(self) -> np.ndarray:
         """Each machine's fixed offset within a live interval: its rows are not all of one instant."""
@@ -96,6 +98,7 @@ class _PendingRound:
     rows_end: int  # rows sent once this round's last row was
     records: int
     published_at: float
+    clocks: dict[int, int]  # machine -> its clock's offset (ms) in this round, where it has one
 
 
 class RoundPublisher(Publisher):
@@ -115,7 +118,8 @@ class RoundPublisher(Publisher):
             done = self.pending.popleft()
             self._log.write(orjson.dumps({"round": done.round_, "time_ms": done.time_ms,
                                           "published_at": done.published_at, "acked_at": time.time(),
-                                          "records": done.records}) + b"\n")
+                                          "records": done.records,
+                                          "clocks": {str(m): offset for m, offset in done.clocks.items()}}) + b"\n")
             self.shared.add("rounds_acked", 1)
         self.shared.set("rows_acked", self.acked)
 
@@ -140,6 +144,8 @@ def run_plant(run: PlantRun, shared: SharedState) -> None:
     probed_at = 0.0
     publisher.connect(deadline_s=60)
     machine_ids = np.arange(run.machines)
+    clocks = Clocks(run.clock_faults)
+    began = time.time()
     round_, event_ms = 0, run.start_ms
     due = time.monotonic()
     live = False
@@ -148,13 +154,15 @@ def run_plant(run: PlantRun, shared: SharedState) -> None:
         present = plant.presence(machine_ids, round_).tolist()
         row_id = str(round_)
         published_at = time.time()
+        offsets = clocks.offsets(published_at - began)
         probed = live or published_at - probed_at >= PROBE_EVERY_S
         probed_at = published_at if probed else probed_at
         records = 0
         for machine in range(run.machines):
-            stamp_ms = event_ms + phase_ms[machine]
+            due_ms = event_ms + phase_ms[machine]
+            stamp_ms = due_ms + offsets.get(machine, 0)
             if live:
-                _wait_until(publisher, stamp_ms / 1000)
+                _wait_until(publisher, due_ms / 1000)
             else:
                 rate = max(shared.rate_rows_s, 1.0)
                 due = max(due + 1 / rate, time.monotonic() - MAX_CATCH_UP_S)
@@ -168,7 +176,7 @@ def run_plant(run: PlantRun, shared: SharedState) -> None:
             publisher.publish(topics[machine], orjson.dumps(row))
             if probed and machine in probe_machines:
                 probe_log.write(orjson.dumps({"machine": machine, "time_ms": stamp_ms, "sent_at": time.time()}) + b"\n")
-        publisher.pending.append(_PendingRound(round_, event_ms, publisher.sent, records, published_at))
+        publisher.pending.append(_PendingRound(round_, event_ms, publisher.sent, records, published_at, offsets))
         shared.set("rows_sent", publisher.sent)
         shared.add("records_sent", records)
         shared.set("round", round_)

@@ -10,6 +10,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -28,6 +29,7 @@ from stack import choice, joiners, kafka_cluster, losses, manager, supervision
 from stack.services import PipelineProcess, Service
 
 from . import faults as fault_kinds
+from .clocks import plan_clock_faults
 from .check import CheckContext, check_partitions, compare_outputs
 from .faults import Fault, FaultInjector, FaultRecord, plan_faults
 from .flatness import flatness
@@ -140,10 +142,14 @@ class Soak:
                  f"results in {run_dir}")
         now_ms = int(time.time() * 1000)
         mqtt = load_settings(MqttSettings, [], environ=credentials.environ_for("device"))
+        clock_faults = (plan_clock_faults(settings.machines, plant.probe_machines, table.backfill_s)
+                        if settings.faults and (not settings.fault_list or "clock" in settings.fault_list) else [])
+        self.results["clock_faults"] = [{"machine": names[f.machine], "kind": f.kind, "offset_ms": f.offset_ms,
+                                         "at_s": f.at_s} for f in clock_faults]
         plant_run = PlantRun(settings.machines, settings.axes, settings.seed, len(plant.probe_machines), tuple(names),
                              now_ms - int(settings.days * 86_400_000), settings.live_interval_ms,
                              settings.max_step_ms, run_dir, mqtt,
-                             DEVICE_CLIENT_ID if mqtt.mqtt_username else f"soak-{os.getpid()}")
+                             DEVICE_CLIENT_ID if mqtt.mqtt_username else f"soak-{os.getpid()}", tuple(clock_faults))
         process, shared = start(plant_run)
         published_from = time.time()
         backfill_end = published_from + table.backfill_s
@@ -232,6 +238,8 @@ class Soak:
         if self.settings.fault_list:
             chosen = []
             for item in self.settings.fault_list.split(","):
+                if item.strip() == "clock":
+                    continue  # the plant's lying clocks (`clocks`), not a fault of the stack
                 kind, target, *hold = item.strip().split(":")
                 if kind not in fault_kinds.FAULT_KINDS:
                     raise SystemExit(f"--fault-list: no fault kind {kind!r} (kinds: {', '.join(fault_kinds.FAULT_KINDS)})")
@@ -351,11 +359,15 @@ class Soak:
                  if record.mosquitto_saved_at is not None]
         at_risk = np.array([any(entry["published_at"] - 1.0 <= killed and entry["acked_at"] > saved
                                 for killed, saved in kills) for entry in rounds], dtype=bool)
+        clock_offsets: dict[int, np.ndarray] = {}
+        for index, entry in enumerate(rounds):
+            for machine, offset in (entry.get("clocks") or {}).items():
+                clock_offsets.setdefault(int(machine), np.zeros(len(rounds), dtype=np.int64))[index] = offset
         data_partitions = partitions[MACHINE_DATA.name]
         context = CheckContext(bootstrap, security, run.machines, run.axes, run.seed, run.probes, run.names,
                                tuple(run.machine_phase_ms().tolist()), round_times, at_risk,
                                -(-SAMPLE_POINTS * 11 // 10 // data_partitions), level_bounds(),
-                               self.settings.seed)
+                               self.settings.seed, clock_offsets)
 
         def spans(topic: str) -> list[PartitionRange]:
             return [PartitionRange(topic, p, start_offsets.get((topic, p), 0), end_offsets.get((topic, p), 0))
@@ -366,8 +378,14 @@ class Soak:
                                      self.settings.check_processes)
         read_s = time.monotonic() - began
         verdicts = []
-        problems = sum((result.problems for result in data), __import__("collections").Counter())
+        problems = sum((result.problems for result in data), Counter())
+        seen = {machine for result in data for machine in result.machines}
+        absent = [run.names[machine] for machine in range(run.machines) if machine not in seen]
+        if absent:  # a machine none of whose records is in machine.data: every row it published is lost
+            problems["machine without a record in machine.data"] = len(absent)
         examples = {kind: [e for result in data for e in result.examples.get(kind, [])][:5] for kind in problems}
+        if absent:
+            examples["machine without a record in machine.data"] = absent[:5]
         lost = [pair for result in data for pair in result.lost_at_risk]
         records = sum(result.records for result in data)
         verdicts.append(Verdict(
@@ -387,8 +405,8 @@ class Soak:
             f"{join.found:,} joins, the reference's {join.expected:,}: {join.missing} missing, {join.extra} extra, "
             f"{join.twice} twice" + (f" ({'; '.join(join.things_differing)})" if join.things_differing else ""),
             asdict(join)))
-        raw_expected = sum((result.raw_per_hour for result in data), __import__("collections").Counter())
-        joined_expected = sum((result.joined_per_hour for result in data), __import__("collections").Counter())
+        raw_expected = sum((result.raw_per_hour for result in data), Counter())
+        joined_expected = sum((result.joined_per_hour for result in data), Counter())
         prefix = run.names[0].split(".")[0].split(" - ")[0]
         windows = [window for result in data for window in result.windows]
         for measurement, expected in (("raw", raw_expected), ("joined", joined_expected)):
@@ -405,27 +423,48 @@ class Soak:
                 {"expected": counts.expected, "found": counts.found, "hours": counts.hours,
                  "hours_differing": counts.hours_differing, "sample_points": sample.points,
                  "sample_windows": sample.windows, "sample_problems": sample.problems}))
-        verdicts.append(self.dead_letters(bootstrap, security, partitions, start_offsets, end_offsets, set(run.names)))
+        outliers = [outlier for result in data for outlier in result.outliers]
+        verdicts.append(self.dead_letters(bootstrap, security, partitions, start_offsets, end_offsets, set(run.names),
+                                          outliers))
         return verdicts
 
     def dead_letters(self, bootstrap: str, security: dict[str, str], partitions: dict[str, int], start_offsets: dict,
-                     end_offsets: dict, names: set[str]) -> Verdict:
-        from collections import Counter
-
+                     end_offsets: dict, names: set[str], outliers: list[tuple[str, str, float, float]]) -> Verdict:
+        """machine.dlq holds, of the plant's records, exactly those the reference's clock rule drops as outliers, each
+        once, as `clock_outlier`; nothing else."""
         from .readback import read_values
-        reasons: Counter = Counter()
+        expected = Counter(outliers)
+        found: Counter = Counter()
+        others: Counter = Counter()
         for p in range(partitions[MACHINE_DLQ.name]):
             span = PartitionRange(MACHINE_DLQ.name, p, start_offsets.get((MACHINE_DLQ.name, p), 0),
                                   end_offsets.get((MACHINE_DLQ.name, p), 0))
             for batch in read_values(bootstrap, security, span):
                 for value in batch:
                     letter = orjson.loads(value)
-                    payload = letter.get("payload") or ""
-                    if any(name in payload for name in names):
-                        reasons[f"{letter.get('stage')}: {str(letter.get('reason'))[:120]}"] += 1
-        return Verdict("no dead letter of the plant's rows", not reasons,
-                       "none" if not reasons else "; ".join(f"{n} {reason}" for reason, n in reasons.most_common(5)),
-                       {"by_reason": dict(reasons)})
+                    try:
+                        record = orjson.loads(letter.get("payload") or "")
+                        key = (record["thing"], record["quantity"], record["phenomenonTime"], record["result"])
+                    except (orjson.JSONDecodeError, KeyError, TypeError):
+                        if any(name in (letter.get("payload") or "") for name in names):
+                            others[f"{letter.get('stage')}: {str(letter.get('reason'))[:120]}"] += 1
+                        continue
+                    if key[0] not in names:
+                        continue
+                    if str(letter.get("reason", "")).startswith("clock_outlier"):
+                        found[key] += 1
+                    else:
+                        others[f"{letter.get('stage')}: {str(letter.get('reason'))[:120]}"] += 1
+        missing, extra = expected - found, found - expected
+        holds = not missing and not extra and not others
+        detail = (f"{sum(found.values())} clock outliers dead-lettered, the reference's {sum(expected.values())}"
+                  + (f"; {sum(missing.values())} missing, e.g. {list(missing)[:2]}" if missing else "")
+                  + (f"; {sum(extra.values())} not the reference's or twice, e.g. {list(extra)[:2]}" if extra else "")
+                  + (f"; other dead letters: " + "; ".join(f"{n} {reason}" for reason, n in others.most_common(5))
+                     if others else "; nothing else"))
+        return Verdict("machine.dlq holds the clock outliers and nothing else", holds, detail,
+                       {"outliers_expected": sum(expected.values()), "outliers_found": sum(found.values()),
+                        "missing": sum(missing.values()), "extra": sum(extra.values()), "others": dict(others)})
 
     def health_rates(self, query: Callable[[str], list[dict]], since: float, until: float
                      ) -> dict[str, list[tuple[float, float]]]:

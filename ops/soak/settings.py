@@ -27,8 +27,9 @@ class SoakSettings(ConnectionSettings):
     seed: int = setting(20261206, "SOAK_SEED", "seed of the plant and of the checks' samples", minimum=None)
     faults: bool = setting(True, "SOAK_FAULTS", "inject faults (--no-faults: none)")
     fault_list: str | None = setting(None, "SOAK_FAULT_LIST",
-                                     "only these faults, comma-separated kind:program[:hold_s], e.g. "
-                                     "kill:lsb-joiner,stop:kafka:60 (default: every fault of the topology)")
+                                     "only these faults, comma-separated kind:program[:hold_s] and `clock` (machines "
+                                     "whose clocks lie), e.g. kill:lsb-joiner,stop:kafka:60,clock (default: every "
+                                     "fault of the topology, and the lying clocks)")
     start_rate: float = setting(0.0, "SOAK_START_RATE",
                                 "rows/s the backfill starts at (0: 0.7 of the latest capacity figure of this joiner "
                                 "in reports/, else 1000)")
