@@ -60,6 +60,11 @@ BENCHMARKS ?= benchmarks.join_engine benchmarks.mosquitto_persistence benchmarks
 # before the servers start, so that no booting JVM shares their cores.
 BENCHMARKS_WITHOUT_SERVERS = benchmarks.join_engine benchmarks.mosquitto_persistence
 
+# Last, the whole pipeline's capacity with each joiner (docs/soak.md): three stacks of its own, about an hour.
+ifeq ($(origin BENCHMARKS),file)
+BENCHMARKS += benchmarks.capacity
+endif
+
 .PHONY: setup up down clean status logs restart grow specs data report dashboards test explore bench bench-topology bench-links reliability chaos spark-package
 .PHONY: soak
 

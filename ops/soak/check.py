@@ -107,7 +107,9 @@ def digest(record: Mapping[str, Any]) -> bytes:
     return hashlib.blake2b(orjson.dumps(record, option=orjson.OPT_SORT_KEYS), digest_size=DIGEST_BYTES).digest()
 
 
-class _Stream:
+class Stream:
+    """One series' records in their order: the row (round) each came of, its time, its value."""
+
     __slots__ = ("rounds", "times", "values")
 
     def __init__(self) -> None:
@@ -120,7 +122,7 @@ def check_data_partition(context: CheckContext, span: PartitionRange) -> Partiti
     plant = Plant(context.machines, context.axes, context.seed, context.probes)
     machine_of = {name: index for index, name in enumerate(context.names)}
     quantity_of = {quantity: index for index, quantity in enumerate(plant.quantities)}
-    streams: dict[tuple[int, int], _Stream] = {}
+    streams: dict[tuple[int, int], Stream] = {}
     loads = orjson.loads
     for batch in read_values(context.bootstrap, context.security, span):
         for value in batch:
@@ -136,15 +138,21 @@ def check_data_partition(context: CheckContext, span: PartitionRange) -> Partiti
                     continue
                 stream = streams.get((machine, quantity))
                 if stream is None:
-                    stream = streams[(machine, quantity)] = _Stream()
+                    stream = streams[(machine, quantity)] = Stream()
                 stream.rounds.append(int(record["id"]))
                 stream.times.append(record["phenomenonTime"])
                 stream.values.append(record["result"])
             except (orjson.JSONDecodeError, KeyError, TypeError, ValueError, OverflowError):
                 result.problem("unreadable record", 1, value[:200].decode(errors="replace"))
+    return check_streams(context, plant, streams, result)
+
+
+def check_streams(context: CheckContext, plant: Plant, streams: dict[tuple[int, int], Stream],
+                  result: PartitionResult) -> PartitionResult:
+    """The checks of one partition's records, as read into their streams (machine, quantity -> records in order)."""
     result.records = sum(len(stream.rounds) for stream in streams.values())
     result.machines = sorted({machine for machine, _quantity in streams})
-    rng = random.Random(f"{context.sample_seed}/{span.topic}/{span.partition}")
+    rng = random.Random(f"{context.sample_seed}/{result.span.topic}/{result.span.partition}")
     _draw_raw_windows(context, plant, streams, result, rng)
     joined_windows = _draw_joined_windows(context, plant, streams, result, rng)
     for machine in result.machines:
@@ -154,7 +162,7 @@ def check_data_partition(context: CheckContext, span: PartitionRange) -> Partiti
     return result
 
 
-def _check_machine(context: CheckContext, plant: Plant, machine: int, streams: dict[tuple[int, int], _Stream],
+def _check_machine(context: CheckContext, plant: Plant, machine: int, streams: dict[tuple[int, int], Stream],
                    result: PartitionResult, joined_windows: dict[tuple[int, int], dict[int, SampleWindow]]) -> None:
     name = context.names[machine]
     rounds_published = len(context.round_times_ms)
@@ -212,7 +220,7 @@ def _rows(context: CheckContext, present: np.ndarray, machine: int, name: str, m
     result.rows += len(found_rows)
 
 
-def _join(context: CheckContext, plant: Plant, machine: int, streams: dict[tuple[int, int], _Stream],
+def _join(context: CheckContext, plant: Plant, machine: int, streams: dict[tuple[int, int], Stream],
           result: PartitionResult, joined_windows: dict[tuple[int, int], dict[int, SampleWindow]]) -> None:
     """The reference join of the machine's records as they lie in machine.data (each stream in its order)."""
     name = context.names[machine]
@@ -247,7 +255,7 @@ def _join(context: CheckContext, plant: Plant, machine: int, streams: dict[tuple
     result.digests += bytes(digests)
 
 
-def _draws(keys: list[tuple[int, int]], weights: np.ndarray, streams: dict[tuple[int, int], _Stream], wanted: int,
+def _draws(keys: list[tuple[int, int]], weights: np.ndarray, streams: dict[tuple[int, int], Stream], wanted: int,
            rng: random.Random):
     """(stream, hour-long slot) of records drawn at random; every one of them, in order, when the streams hold no
     more records than are wanted."""
@@ -261,7 +269,7 @@ def _draws(keys: list[tuple[int, int]], weights: np.ndarray, streams: dict[tuple
         yield key, stream.times[rng.randrange(len(stream.times))] // WINDOW_MS
 
 
-def _draw_raw_windows(context: CheckContext, plant: Plant, streams: dict[tuple[int, int], _Stream],
+def _draw_raw_windows(context: CheckContext, plant: Plant, streams: dict[tuple[int, int], Stream],
                       result: PartitionResult, rng: random.Random) -> None:
     """hour-long windows of single series, each at a record drawn at random (so windows fall where the records
     are), until they hold `sample_points` points."""
@@ -288,7 +296,7 @@ def _draw_raw_windows(context: CheckContext, plant: Plant, streams: dict[tuple[i
         result.windows.append(window)
 
 
-def _draw_joined_windows(context: CheckContext, plant: Plant, streams: dict[tuple[int, int], _Stream],
+def _draw_joined_windows(context: CheckContext, plant: Plant, streams: dict[tuple[int, int], Stream],
                          result: PartitionResult, rng: random.Random) -> dict[tuple[int, int], dict[int, SampleWindow]]:
     """Windows of join results (machine, axis -> slot -> window), each at a speed record drawn at random, until
     their speed records (each of which joins at least once when a torque lies within the join's reach) reach

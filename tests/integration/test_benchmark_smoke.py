@@ -14,9 +14,9 @@ server addresses in its environment. The helper modules run through the benchmar
 ``join_peers`` runs the project's joiners and Spark's interval join (peers a, b, c) only: the other peers (Quix
 Streams, Flink, Pathway) need virtualenvs of their own, minutes of installs that `make test` never makes.
 Tiny as they are, ``spark_joiner`` whole (three cold JVMs by design), ``join_peers`` with its Spark peers (fifteen
-Spark and joiner runs), ``topology`` (two whole stacks), ``slow_links`` (a stack across ten hosts) and ``dashboards``
-with the pipeline beside (a stack of its own) take minutes each on two shared cores: here they run in part, and whole
-in `make reliability` (tests/reliability/test_benchmark_full_runs.py).
+Spark and joiner runs), ``topology`` (two whole stacks), ``capacity`` (three), ``slow_links`` (a stack across ten hosts)
+and ``dashboards`` with the pipeline beside (a stack of its own) take minutes each on two shared cores: here they run
+in part, and whole in `make reliability` (tests/reliability/test_benchmark_full_runs.py).
 """
 from __future__ import annotations
 
@@ -102,6 +102,8 @@ SMOKE_RUNS: list[Run] = [
                                "--kill-rate", "400", "--queue", "0"], "delivered after the restart", ()),
     # Its two whole stacks run in the full run; here what `make bench-topology` loads first.
     ("topology", ["--help"], "usage: python -m benchmarks.topology", ()),
+    # Its three whole stacks likewise (`make bench` runs it last).
+    ("capacity", ["--help"], "usage: python -m benchmarks.capacity", ()),
     # Its stack across ten hosts likewise (`make bench-links`).
     ("slow_links", ["--help"], "usage: python -m benchmarks.slow_links", ()),
 ]

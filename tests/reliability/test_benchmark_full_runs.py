@@ -1,8 +1,9 @@
 """The benchmarks `make test` smoke-runs only in part, whole and tiny (tests/integration/test_benchmark_smoke.py):
 the Spark joiner's benchmark with the previous code, the floor, the latency run and the standalone joiner's figures
 (three cold JVMs by design), the peers' benchmark with Spark's peers (fifteen Spark and joiner runs), the
-topology benchmark (two whole stacks of its own), the slow-links one (a stack across ten hosts) and the dashboards'
-with the pipeline streaming beside them (a stack of its own). Minutes each on two shared cores."""
+topology benchmark (two whole stacks of its own), the capacity one (three), the slow-links one (a stack across
+ten hosts) and the dashboards' with the pipeline streaming beside them (a stack of its own). Minutes each on two
+shared cores."""
 from __future__ import annotations
 
 
@@ -32,6 +33,11 @@ FULL_RUNS: list[Run] = [
                     "--pipeline-rate", "20", "--joiner", "lsb", "--warmup-s", "15", "--ranges", "1h", "--refreshes",
                     "1", "--refresh-s", "2", *(["--ports", private_port_range()] if private_port_range() else [])],
      "pipeline beside: the simulator at", ()),
+    # Three whole stacks of its own (the standalone joiner, the Spark joiner, the pass-through), each held briefly.
+    ("capacity", ["--machines", "20", "--axes", "2", "--probe-s", "20", "--hold-minutes", "0.5", "--latency-s", "15",
+                  "--report-dir", "/tmp/capacity-smoke",
+                  *(["--ports", private_port_range()] if private_port_range() else [])],
+     "sustained rows/s", ()),
     # Its own stack across ten hosts (as root), undelayed and delayed, each run's joins compared.
     ("slow_links", ["--joiner", "lsb", "--round-trip-ms", "50", "--settled-s", "5"], "RTT +  50 ms", ()),
 ]
