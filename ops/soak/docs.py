@@ -32,6 +32,11 @@ def latest_soaks(report_dir: Path, minutes: float | None = None) -> dict[str, tu
     return found
 
 
+def _jump(results: Mapping[str, Any]) -> str:
+    jump_days = results.get("event_jump_days")
+    return f" (and {jump_days:.1f} days jumped over: the backfill ran out of time)" if jump_days else ""
+
+
 def _day(at: float) -> str:
     return time.strftime("%Y-%m-%d", time.gmtime(at))
 
@@ -46,7 +51,7 @@ def soak_section(joiner: str, run_dir: Path, results: Mapping[str, Any]) -> list
         f"### JOINER={joiner}: {'every verdict holds' if results['holds'] else 'FAILED'} "
         f"({_day(results['began_at'])})", "",
         f"{plant['machines']} machines x {plant['axes']} axes, {results['rows']:,} rows ({results['records']:,} "
-        f"records), {results['event_days']:.1f} days of event time; "
+        f"records), {results['event_days']:.1f} days of event time{_jump(results)}; "
         f"backfill {(live - results['published_from']) / 60:.1f} min, live {(results['published_to'] - live) / 60:.1f} "
         f"min; {len(results['faults'])} faults; the run {(results['ended_at'] - results['began_at']) / 60:.1f} min "
         f"in all (load average {loads} at its start and end, on {results.get('host', '?')}). "

@@ -8,7 +8,7 @@ present on time however fast the pipeline turns out to be (a slow pipeline gets 
 """
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,6 +25,19 @@ def backfill_step_ms(event_ms: int, now_ms: int, wall_left_s: float, rate_rows_s
     if rounds_left < 1:
         return max(min_step_ms, min(max_step_ms, left_ms))
     return max(min_step_ms, min(max_step_ms, round(left_ms / rounds_left)))
+
+
+DAY_MS = 86_400_000
+
+
+def event_coverage_days(round_times_ms: Sequence[int], max_step_ms: int) -> tuple[float, float]:
+    """(days of event time the rounds cover, days they jumped over): a step between rounds longer than the
+    backfill's longest (`max_step_ms`) is a jump, not coverage; a backfill that ran out of wall-clock time before
+    it reached the present jumps to it where it goes live."""
+    times = sorted(round_times_ms)
+    steps = [later - earlier for earlier, later in zip(times, times[1:])]
+    jumped_ms = sum(step for step in steps if step > max_step_ms)
+    return (sum(steps) - jumped_ms) / DAY_MS, jumped_ms / DAY_MS
 
 
 @dataclass

@@ -212,6 +212,9 @@ def markdown(results: Mapping[str, Any]) -> str:
              f"({results['records']:,} records) covering {results['event_days']:.1f} days of event time in "
              f"{published_min:.1f} minutes ({phases}); the whole run, bring-up and check included, "
              f"{(results['ended_at'] - results['began_at']) / 60:.1f} minutes.")
+    if results.get("event_jump_days"):
+        intro += (f" **The backfill ran out of time**: the rows jumped over {results['event_jump_days']:.1f} days of "
+                  f"event time, not covered.")
     pace = results.get("backfill_pace") or {}
     if pace.get("minutes"):
         against = ("the pipeline's capacity from `make bench`" if pace.get("capacity_rows_s")

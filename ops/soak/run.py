@@ -37,7 +37,7 @@ from .influx_check import await_counts, compare_windows
 from .latency import LatencyProbe
 from .monitor import Monitor
 from .names import dots_flow, plant_names
-from .pace import PaceController, backlog_rows
+from .pace import PaceController, backlog_rows, event_coverage_days
 from .plant import Plant
 from .points import level_bounds
 from .publisher import ROUNDS_FILE, PlantRun, start
@@ -354,7 +354,8 @@ class Soak:
         rounds = [orjson.loads(line) for line in (run_dir / ROUNDS_FILE).read_bytes().splitlines() if line]
         rounds.sort(key=lambda entry: entry["round"])
         round_times = np.array([entry["time_ms"] for entry in rounds], dtype=np.int64)
-        self.results["event_days"] = float(round_times[-1] - round_times[0]) / 86_400_000 if len(rounds) else 0.0
+        self.results["event_days"], self.results["event_jump_days"] = event_coverage_days(
+            round_times.tolist(), self.settings.max_step_ms)
         kills = [(record.began_at, record.mosquitto_saved_at) for record in self.fault_records
                  if record.mosquitto_saved_at is not None]
         at_risk = np.array([any(entry["published_at"] - 1.0 <= killed and entry["acked_at"] > saved

@@ -5,7 +5,7 @@ import pytest
 
 from soak.faults import Fault, plan_faults
 from soak.flatness import latency_verdict, per_record_verdicts, rss_verdicts
-from soak.pace import PaceController, backfill_step_ms
+from soak.pace import DAY_MS, PaceController, backfill_step_ms, event_coverage_days
 from soak.points import joined_point_of, level_of
 from soak.schedule import FAULT_GAP_S, fault_starts, fault_time_s, flat_windows, timetable
 from stack.services import PipelineProcess
@@ -107,3 +107,18 @@ def test_a_join_result_s_point_as_the_db_connector_defines_it() -> None:
     assert time_ns == 1500 * 1_000_000 + (-1001) % 1_000_000
     assert fields == (-150.0, 1.0, "left_successor", "low")
     assert level_of(99.0, (100.0, 1000.0, 5000.0)) == "idle" and level_of(5000.0, (100.0, 1000.0, 5000.0)) == "high"
+
+
+def test_a_backfill_that_ran_out_of_time_jumps_and_the_jump_is_not_counted_as_covered():
+    hour_ms, max_step_ms = 3_600_000, 900_000
+    backfill = list(range(0, 2 * DAY_MS + 1, max_step_ms))  # two days at the longest step
+    live_from = 7 * DAY_MS
+    rounds = backfill + [live_from, live_from + 1000, live_from + 2000]
+    covered, jumped = event_coverage_days(rounds[::-1], max_step_ms)  # in any order
+    assert covered == pytest.approx(2 + 2000 / DAY_MS)
+    assert jumped == pytest.approx(5)
+    # One step an hour long where the longest is 15 minutes is a jump too.
+    assert event_coverage_days([0, hour_ms], max_step_ms) == (0.0, pytest.approx(1 / 24))
+    # A backfill that reached the present covers every day.
+    assert event_coverage_days(list(range(0, live_from + 1, max_step_ms)), max_step_ms) == (pytest.approx(7), 0.0)
+    assert event_coverage_days([], max_step_ms) == (0.0, 0.0)
