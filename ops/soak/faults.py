@@ -75,7 +75,9 @@ def plan_faults(services: Sequence[Service], joiner: str, cluster: bool) -> list
     """The run's faults, in the order they happen: the stops and the freeze between the kills, so that each
     kind meets the pipeline at work."""
     names = [service.name for service in services]
-    servers = [name for name in names if name in ("mosquitto", "influxdb") or name.startswith(("kafka", "spark-"))]
+    # Spark's master and workers are servers; the Spark joiner (`spark-joiner`) is a stage.
+    servers = [name for name in names
+               if name in ("mosquitto", "influxdb") or name.startswith(("kafka", "spark-master", "spark-worker"))]
     stages = [name for name in names if name not in servers]
     joiners = [name for name in stages if "joiner" in name]
     kafka = [name for name in names if name.startswith("kafka")]

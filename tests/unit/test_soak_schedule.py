@@ -51,14 +51,15 @@ def test_a_stalled_pipeline_slows_the_pace_to_its_floor() -> None:
     assert trace[-1][0] == 50.0
 
 
-def test_faults_of_a_single_stack_kill_every_stage_and_server_and_stop_the_servers() -> None:
+@pytest.mark.parametrize("joiner", ["lsb", "spark"])
+def test_faults_of_a_single_stack_kill_every_stage_and_server_and_stop_the_servers(joiner: str) -> None:
     services = [PipelineProcess(name, "x") for name in
-                ("mosquitto", "kafka", "influxdb", "stream-connector", "lsb-joiner", "db-connector")]
-    planned = plan_faults(services, "lsb", cluster=False)
+                ("mosquitto", "kafka", "influxdb", "stream-connector", f"{joiner}-joiner", "db-connector")]
+    planned = plan_faults(services, joiner, cluster=False)
     kills = {fault.target for fault in planned if fault.kind == "kill"}
-    assert kills == {"mosquitto", "kafka", "influxdb", "stream-connector", "lsb-joiner", "db-connector"}
+    assert kills == {"mosquitto", "kafka", "influxdb", "stream-connector", f"{joiner}-joiner", "db-connector"}
     assert Fault("stop", "kafka", 120.0) in planned and Fault("stop", "influxdb", 120.0) in planned
-    assert Fault("freeze", "lsb-joiner", 60.0) in planned
+    assert Fault("freeze", f"{joiner}-joiner", 60.0) in planned
     assert planned[-1].target in ("mosquitto", "kafka", "influxdb")  # servers last
 
 
