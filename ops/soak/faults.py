@@ -93,6 +93,19 @@ def plan_faults(services: Sequence[Service], joiner: str, cluster: bool) -> list
     return faults
 
 
+def faults_done(planned: Sequence[Fault], records: Sequence[FaultRecord]) -> tuple[bool, str]:
+    """Whether every planned fault happened and was confirmed, and in words which did not (a run too short for
+    its faults ends with some not done: they are named, never left out in silence)."""
+    not_confirmed = [f"{record.fault.describe()} ({record.error})" for record in records if record.error is not None]
+    not_done = [fault.describe() for fault in planned[len(records):]]
+    detail = f"{len(records) - len(not_confirmed)} of {len(planned)} confirmed"
+    if not_confirmed:
+        detail += "; not confirmed: " + ", ".join(not_confirmed)
+    if not_done:
+        detail += "; not done (the run ended first): " + ", ".join(not_done)
+    return not not_confirmed and not not_done, detail
+
+
 class FaultInjector:
     """Injects faults into the stack of this state dir through its supervisord, confirming each."""
 

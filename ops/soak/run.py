@@ -31,7 +31,7 @@ from stack.services import PipelineProcess, Service
 from . import faults as fault_kinds
 from .clocks import plan_clock_faults
 from .check import CheckContext, check_partitions, compare_outputs
-from .faults import Fault, FaultInjector, FaultRecord, plan_faults
+from .faults import Fault, FaultInjector, FaultRecord, faults_done, plan_faults
 from .flatness import flatness
 from .influx_check import await_counts, compare_windows
 from .latency import LatencyProbe
@@ -212,6 +212,8 @@ class Soak:
         verdicts = self.check(run_dir, plant_run, plant, partitions, start_offsets, end_offsets or {}, bootstrap,
                               security, query)
         verdicts += self.end_state(services, published_from)
+        done, detail = faults_done(planned, self.fault_records)
+        verdicts.append(Verdict("every planned fault happened, confirmed", done, detail))
         windows = flat_windows(shared.live_since_s or published_to, published_to, self.undisturbed_from())
         flat = flatness(monitor.samples, probe.samples(), windows)
         verdicts.append(Verdict("flat over time", flat.holds, "; ".join(

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from soak.faults import Fault, plan_faults
+from soak.faults import Fault, FaultRecord, faults_done, plan_faults
 from soak.flatness import latency_verdict, per_record_verdicts, rss_verdicts
 from soak.pace import DAY_MS, PaceController, backfill_step_ms, event_coverage_days
 from soak.points import joined_point_of, level_of
@@ -123,3 +123,15 @@ def test_a_backfill_that_ran_out_of_time_jumps_and_the_jump_is_not_counted_as_co
     # A backfill that reached the present covers every day.
     assert event_coverage_days(list(range(0, live_from + 1, max_step_ms)), max_step_ms) == (pytest.approx(7), 0.0)
     assert event_coverage_days([], max_step_ms) == (0.0, 0.0)
+
+
+def test_a_fault_not_done_or_not_confirmed_fails_the_faults_verdict_by_name():
+    planned = [Fault("kill", "lsb-joiner"), Fault("stop", "kafka", 120.0), Fault("kill", "influxdb")]
+    done = [FaultRecord(planned[0]), FaultRecord(planned[1])]
+    assert faults_done(planned[:2], done) == (True, "2 of 2 confirmed")
+    holds, detail = faults_done(planned, done)
+    assert not holds and detail == "2 of 3 confirmed; not done (the run ended first): kill influxdb"
+    done[1].error = "kafka did not stop"
+    holds, detail = faults_done(planned[:2], done)
+    assert not holds and "not confirmed: stop kafka for 120 s (kafka did not stop)" in detail
+    assert faults_done([], []) == (True, "0 of 0 confirmed")
