@@ -474,6 +474,29 @@ def _check_every_program_in_its_host(env: dict[str, str], network: netns.Network
             os.stat(f"/run/netns/{network.namespace(host)}").st_ino, f"{service['name']} runs outside its host {host}"
 
 
+# The cluster's SIGKILLs of each joiner's storm (cluster_support.cluster_fault_schedule), one each.
+KILLED = {"spark": ("kill kafka-", "kill stream-connector", "kill db-connector-", "kill spark-worker-",
+                    "kill spark-joiner", "kill-executor spark-worker-"),
+          "lsb": ("kill kafka-", "kill stream-connector", "kill db-connector-", "kill lsb-joiner-")}
+
+
+def check_storm_reports(joiners: tuple[str, ...], reports: list[dict]) -> None:
+    """What each storm of `storms_across_hosts(joiners, ..., kills=True)` must have confirmed: every SIGKILL of its
+    joiner's cluster, the Kafka node coordinating the joiner's group cut off, four cuts and four healings; a later
+    storm's checks took the earlier ones' rows and joins too."""
+    for joiner, report in zip(joiners, reports, strict=True):
+        print(report["summary"], "; recovered after each healing (s):", report["recovered_s"])
+        confirmed = report["confirmed"]
+        for kill in KILLED[joiner]:
+            assert any(line.startswith(kill) for line in confirmed), (joiner, kill, confirmed)
+        assert any(line.startswith("isolate kafka-") and "coordinated group" in line and "cannot reach kafka-" in line
+                   for line in confirmed), (joiner, confirmed)
+        assert sum(line.startswith(("cut ", "isolate ")) for line in confirmed) == 4, (joiner, confirmed)
+        assert sum(line.startswith(("heal ", "rejoin ")) for line in confirmed) == 4, (joiner, confirmed)
+    joins = [report["joins"] for report in reports]
+    assert joins[0] > 0 and joins == sorted(joins) and len(set(joins)) == len(joins), joins
+
+
 def forget_run(report: dict) -> None:
     """Remove what a storm's `down` left in its folder, the stage logs: only once every check passed."""
     shutil.rmtree(report["workdir"], ignore_errors=True)

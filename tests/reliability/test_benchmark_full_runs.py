@@ -15,7 +15,7 @@ from support import private_port_range
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
-NOT_RECORDING = {"dashboards"}
+NOT_RECORDING = {"dashboards", "capacity"}
 FULL_RUNS: list[Run] = [
     # Two machine counts: the job's rate at the more machines against the fewer, and against the standalone joiner.
     ("spark_joiner", ["--records", "2000", "--machines", "10", "20", "--batch", "1000", "--rate", "200",
