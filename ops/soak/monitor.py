@@ -18,9 +18,10 @@ import orjson
 
 from pipeline_core.broker_offsets import BrokerOffsets
 from stack import manager
+from stack.disk import directory_bytes
 from stack.services import Service
 
-from .resources import directory_bytes, programs_usage, topic_bytes
+from .resources import programs_usage, topic_bytes
 
 log = logging.getLogger("soak.monitor")
 

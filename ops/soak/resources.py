@@ -8,6 +8,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from stack.disk import directory_bytes
+
 PAGE_BYTES = os.sysconf("SC_PAGE_SIZE")
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
@@ -74,18 +76,6 @@ def programs_usage(pids: Mapping[str, int | None]) -> dict[str, TreeUsage]:
             if found is not None:
                 usage[name] = found
     return usage
-
-
-def directory_bytes(path: Path) -> int:
-    """Bytes a tree of files takes on disk (allocated blocks); 0 when it does not exist."""
-    total = 0
-    for root, _dirs, files in os.walk(path):
-        for name in files:
-            try:
-                total += os.lstat(os.path.join(root, name)).st_blocks * 512
-            except OSError:
-                continue  # deleted meanwhile
-    return total
 
 
 def topic_bytes(log_dirs: Iterable[Path]) -> dict[str, int]:
