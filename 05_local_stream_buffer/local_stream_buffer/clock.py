@@ -219,7 +219,7 @@ class ClockedJoin:
     ``held_items``, ``poll``, ``release``, ``forced``, ``len``).
     """
 
-    __slots__ = ("_owner", "_rule", "_lines", "_line", "_clocks", "_plan", "recorded")
+    __slots__ = ("_owner", "_rule", "_lines", "_line", "_clocks", "_plan", "recorded", "_apart_said")
 
     def __init__(self, owner: ClockOwner, rule: ClockRule) -> None:
         self._owner = owner
@@ -229,15 +229,19 @@ class ClockedJoin:
         self._clocks = (StreamClock(), StreamClock())
         self._plan: dict | None = None  # while restoring: where each held record goes (see :meth:`restore`)
         self.recorded = False  # whether its owner's adapter keeps a snapshot of it (to delete when the key goes)
+        self._apart_said = -1  # the timeline a side was last said to be left behind on (logged once each)
 
     def ingest(self, side: int, t: float, value: Any, item: Any) -> IngestStatus:
         """Judge the next arriving record of a side by its clock, then the join of its timeline."""
-        join = self._lines[self._line[side]]
+        line = self._line[side]
+        join = self._lines[line]
         clock = self._clocks[side]
         if not clock.aside:  # the common case: no record waits to be judged
             newest = join.last_time(side)
             rule = self._rule
             if newest - rule.behind_ms <= t <= newest + rule.ahead_ms or newest == _NEVER:
+                if line < self._line[side ^ 1] and line != self._apart_said:
+                    self._say_apart(side)
                 return join.ingest(side, t, value, item)
         repeat = clock.repeats(t, value)
         if repeat is not None:
@@ -248,7 +252,10 @@ class ClockedJoin:
         if settled is not None:
             status = self._settle(side, settled, item)
         if take:
-            return self._lines[self._line[side]].ingest(side, t, value, item)
+            line = self._line[side]
+            if line < self._line[side ^ 1] and line != self._apart_said:
+                self._say_apart(side)
+            return self._lines[line].ingest(side, t, value, item)
         return status
 
     def _settle(self, side: int, settled: Settled, arriving: Any) -> IngestStatus:
@@ -285,6 +292,14 @@ class ClockedJoin:
                     owner.drop(side, held, owner.reject_reason(join, side, held[0], status), False)
                 owner.release(held[2])
         return arriving_status
+
+    def _say_apart(self, side: int) -> None:
+        """A side's timeline takes a record after its partner left it: said once per timeline, as its records join
+        nothing now (a record set aside says nothing yet: it may be the side stepping back too)."""
+        self._apart_said = self._line[side]
+        log.warning("%s keeps to a timeline %s stepped back from: they join nothing until it steps back too (a "
+                    "clock fault on one quantity, or readings too sparse to show the step: docs/join.md)",
+                    self._owner.stream(side), self._owner.stream(side ^ 1))
 
     def _next_line(self, side: int) -> Any:
         """End the side's timeline in its join and move the side to the next one; a timeline both sides left goes,

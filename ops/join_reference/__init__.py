@@ -21,6 +21,8 @@ Which records a stream joins, given its records in arrival order (Kafka's partit
   record of its stream is late; one exactly at the bound is not;
 - a record at the time of an earlier accepted record of its stream is a repeat (dropped) or a conflict
   (rejected): the first stays;
+- a joiner dead-letters every record it turns away but repeats: outliers, late records and conflicts (with a
+  record accepted, or with one set aside);
 - the join sees the accepted records in time order, but only those at or before the stream's watermark,
   its newest time minus the bound (the rest wait for the stream to move on); with a bound of 0 that is
   every accepted record. Of a timeline that ended, the join sees every accepted record.
@@ -76,11 +78,14 @@ def _plain(t: float) -> int | float:
     return int(t) if float(t).is_integer() else float(t)
 
 
-def timelines(records: list[dict[str, Any]], spec: Spec) -> tuple[list[list[dict[str, Any]]], list[dict[str, Any]]]:
+def timelines(records: list[dict[str, Any]], spec: Spec
+              ) -> tuple[list[list[dict[str, Any]]], list[dict[str, Any]], list[dict[str, Any]]]:
     """One stream's records (arrival order) as its clock rule places them: the records each timeline takes, in the
-    order it takes them, and the outliers dropped."""
+    order it takes them, the outliers dropped, and the conflicts with a record set aside (another result at its
+    time)."""
     lines: list[list[dict[str, Any]]] = [[]]
     outliers: list[dict[str, Any]] = []
+    conflicts: list[dict[str, Any]] = []
     aside: list[dict[str, Any]] = []
     votes = 0
     newest: float | None = None  # of the records the last timeline took (kept as it grows: a stream is long)
@@ -99,7 +104,8 @@ def timelines(records: list[dict[str, Any]], spec: Spec) -> tuple[list[list[dict
             taken.append(record)
             newest = latest([record], newest)
         elif any(r["phenomenonTime"] == t for r in aside):
-            continue  # a repeat or conflict of a record set aside: the first stays
+            # A repeat or conflict of a record set aside: the first stays.
+            conflicts += [record for r in aside if r["phenomenonTime"] == t and r["result"] != record["result"]][:1]
         elif not aside:
             aside, votes = [record], 0
         elif fits(t, newest):
@@ -128,19 +134,32 @@ def timelines(records: list[dict[str, Any]], spec: Spec) -> tuple[list[list[dict
         else:
             outliers += aside
             aside, votes = [record], 0
-    return lines, outliers
+    return lines, outliers, conflicts
+
+
+def _accepting(records: list[dict[str, Any]], bound_ms: float
+               ) -> tuple[dict[float, dict[str, Any]], float, list[dict[str, Any]]]:
+    """Of one stream's timeline (records in the order it took them): the accepted records by time, the newest
+    time, and the records turned away (late, or a conflict with an accepted record; repeats go without a word)."""
+    accepted: dict[float, dict[str, Any]] = {}
+    turned_away: list[dict[str, Any]] = []
+    newest = -math.inf
+    for record in records:
+        t = record["phenomenonTime"]
+        if t < newest - bound_ms:
+            turned_away.append(record)  # late
+        elif t in accepted:
+            if accepted[t]["result"] != record["result"]:
+                turned_away.append(record)  # a conflict; a repeat is dropped silently
+        else:
+            accepted[t] = record
+            newest = max(newest, t)
+    return accepted, newest, turned_away
 
 
 def _stream_joins(records: list[dict[str, Any]], bound_ms: float, ended: bool = False) -> list[dict[str, Any]]:
     """The records of one stream's timeline (in the order it took them) the join sees, in time order."""
-    accepted: dict[float, dict[str, Any]] = {}
-    newest = -math.inf
-    for record in records:
-        t = record["phenomenonTime"]
-        if t < newest - bound_ms or t in accepted:
-            continue  # late, or a repeat or conflict of an accepted record
-        accepted[t] = record
-        newest = max(newest, t)
+    accepted, newest, _ = _accepting(records, bound_ms)
     watermark = math.inf if ended else newest - bound_ms
     return [accepted[t] for t in sorted(accepted) if t <= watermark]
 
@@ -194,8 +213,8 @@ def output_record(thing: str, spec: Spec, axis: str, left: dict[str, Any], right
     }
 
 
-def reference_join(records: Iterable[dict[str, Any]], spec: Spec = POWER) -> list[dict[str, Any]]:
-    """The output records of `records` (each stream's in arrival order), by thing, axis and left time."""
+def _joined_streams(records: Iterable[dict[str, Any]], spec: Spec) -> dict[tuple[str, str, str], list[dict[str, Any]]]:
+    """The records of joined quantities, per (thing, axis, side), in arrival order."""
     sides = ((spec.left, "left"), (spec.right, "right"))
     patterns = {side: re.compile(re.escape(prefix) + r"(\d+)\Z") for prefix, side in sides}
     streams: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
@@ -203,6 +222,12 @@ def reference_join(records: Iterable[dict[str, Any]], spec: Spec = POWER) -> lis
         for side, pattern in patterns.items():
             if matched := pattern.match(record["quantity"]):
                 streams.setdefault((record["thing"], matched.group(1), side), []).append(record)
+    return streams
+
+
+def reference_join(records: Iterable[dict[str, Any]], spec: Spec = POWER) -> list[dict[str, Any]]:
+    """The output records of `records` (each stream's in arrival order), by thing, axis and left time."""
+    streams = _joined_streams(records, spec)
     outputs = []
     for thing, axis in sorted({(thing, axis) for thing, axis, _side in streams}):
         left_lines = timelines(streams.get((thing, axis, "left"), []), spec)[0]
@@ -220,11 +245,17 @@ def reference_join(records: Iterable[dict[str, Any]], spec: Spec = POWER) -> lis
 
 def reference_outliers(records: Iterable[dict[str, Any]], spec: Spec = POWER) -> list[dict[str, Any]]:
     """The records of joined streams the clock rule drops as outliers, by thing, axis, side and arrival."""
-    sides = ((spec.left, "left"), (spec.right, "right"))
-    patterns = {side: re.compile(re.escape(prefix) + r"(\d+)\Z") for prefix, side in sides}
-    streams: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
-    for record in records:
-        for side, pattern in patterns.items():
-            if matched := pattern.match(record["quantity"]):
-                streams.setdefault((record["thing"], matched.group(1), side), []).append(record)
+    streams = _joined_streams(records, spec)
     return [outlier for stream in sorted(streams) for outlier in timelines(streams[stream], spec)[1]]
+
+
+def reference_turned_away(records: Iterable[dict[str, Any]], spec: Spec = POWER) -> list[dict[str, Any]]:
+    """The records of joined streams turned away other than as outliers, each of which a joiner dead-letters: late
+    in their timeline, or in conflict with a record accepted or set aside at their time (not repeats)."""
+    turned_away = []
+    for _stream, stream_records in sorted(_joined_streams(records, spec).items()):
+        lines, _outliers, conflicts = timelines(stream_records, spec)
+        turned_away += conflicts
+        for line in lines:
+            turned_away += _accepting(line, spec.bound_ms)[2]
+    return turned_away

@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 import orjson
 
-from join_reference import POWER, reference_join, reference_outliers
+from join_reference import POWER, reference_join, reference_outliers, reference_turned_away
 
 from .plant import JOIN_LEFT, JOIN_RIGHT, KINDS, Plant, values_agree
 from .points import joined_point_of, level_of
@@ -93,6 +93,8 @@ class PartitionResult:
     windows: list[SampleWindow] = field(default_factory=list)
     # The records the reference's clock rule drops as outliers: (thing, quantity, time, result) each.
     outliers: list[tuple[str, str, float, float]] = field(default_factory=list)
+    # The records it turns away otherwise (late in their timeline, or a conflict), which a joiner dead-letters too.
+    turned_away: list[tuple[str, str, float, float]] = field(default_factory=list)
 
     def problem(self, kind: str, count: int, example: str) -> None:
         if count:
@@ -237,6 +239,8 @@ def _join(context: CheckContext, plant: Plant, machine: int, streams: dict[tuple
         outputs = reference_join(records, POWER)
         result.outliers += [(name, r["quantity"], r["phenomenonTime"], r["result"])
                             for r in reference_outliers(records, POWER)]
+        result.turned_away += [(name, r["quantity"], r["phenomenonTime"], r["result"])
+                               for r in reference_turned_away(records, POWER)]
         if not outputs:
             continue
         windows = joined_windows.get((machine, axis), {})

@@ -427,17 +427,20 @@ class Soak:
                  "hours_differing": counts.hours_differing, "sample_points": sample.points,
                  "sample_windows": sample.windows, "sample_problems": sample.problems}))
         outliers = [outlier for result in data for outlier in result.outliers]
+        turned_away = [record for result in data for record in result.turned_away]
         verdicts.append(self.dead_letters(bootstrap, security, partitions, start_offsets, end_offsets, set(run.names),
-                                          outliers))
+                                          outliers, turned_away))
         return verdicts
 
     def dead_letters(self, bootstrap: str, security: dict[str, str], partitions: dict[str, int], start_offsets: dict,
-                     end_offsets: dict, names: set[str], outliers: list[tuple[str, str, float, float]]) -> Verdict:
-        """machine.dlq holds, of the plant's records, exactly those the reference's clock rule drops as outliers, each
-        once, as `clock_outlier`; nothing else."""
+                     end_offsets: dict, names: set[str], outliers: list[tuple[str, str, float, float]],
+                     turned_away: list[tuple[str, str, float, float]]) -> Verdict:
+        """machine.dlq holds, of the plant's records, exactly those the reference turns away, each once: its clock
+        rule's outliers as `clock_outlier`, and the records late in their timeline or in conflict (a clock stepped
+        back whose next reading fits the old timeline, say) with their own reasons; nothing else."""
         from .readback import read_values
-        expected = Counter(outliers)
-        found: Counter = Counter()
+        expected = {"outliers": Counter(outliers), "turned away": Counter(turned_away)}
+        found: dict[str, Counter] = {kind: Counter() for kind in expected}
         others: Counter = Counter()
         for p in range(partitions[MACHINE_DLQ.name]):
             span = PartitionRange(MACHINE_DLQ.name, p, start_offsets.get((MACHINE_DLQ.name, p), 0),
@@ -445,29 +448,42 @@ class Soak:
             for batch in read_values(bootstrap, security, span):
                 for value in batch:
                     letter = orjson.loads(value)
+                    reason = str(letter.get("reason", ""))
                     try:
                         record = orjson.loads(letter.get("payload") or "")
                         key = (record["thing"], record["quantity"], record["phenomenonTime"], record["result"])
                     except (orjson.JSONDecodeError, KeyError, TypeError):
                         if any(name in (letter.get("payload") or "") for name in names):
-                            others[f"{letter.get('stage')}: {str(letter.get('reason'))[:120]}"] += 1
+                            others[f"{letter.get('stage')}: {reason[:120]}"] += 1
                         continue
                     if key[0] not in names:
                         continue
-                    if str(letter.get("reason", "")).startswith("clock_outlier"):
-                        found[key] += 1
+                    if reason.startswith("clock_outlier"):
+                        found["outliers"][key] += 1
+                    elif key in expected["turned away"]:
+                        found["turned away"][key] += 1
                     else:
-                        others[f"{letter.get('stage')}: {str(letter.get('reason'))[:120]}"] += 1
-        missing, extra = expected - found, found - expected
-        holds = not missing and not extra and not others
-        detail = (f"{sum(found.values())} clock outliers dead-lettered, the reference's {sum(expected.values())}"
-                  + (f"; {sum(missing.values())} missing, e.g. {list(missing)[:2]}" if missing else "")
-                  + (f"; {sum(extra.values())} not the reference's or twice, e.g. {list(extra)[:2]}" if extra else "")
-                  + (f"; other dead letters: " + "; ".join(f"{n} {reason}" for reason, n in others.most_common(5))
-                     if others else "; nothing else"))
-        return Verdict("machine.dlq holds the clock outliers and nothing else", holds, detail,
-                       {"outliers_expected": sum(expected.values()), "outliers_found": sum(found.values()),
-                        "missing": sum(missing.values()), "extra": sum(extra.values()), "others": dict(others)})
+                        others[f"{letter.get('stage')}: {reason[:120]}"] += 1
+        missing = {kind: expected[kind] - found[kind] for kind in expected}
+        extra = {kind: found[kind] - expected[kind] for kind in expected}
+        holds = not any(missing.values()) and not any(extra.values()) and not others
+        parts = []
+        for kind in expected:
+            part = f"{sum(found[kind].values())} {kind} dead-lettered, the reference's {sum(expected[kind].values())}"
+            if missing[kind]:
+                part += f" ({sum(missing[kind].values())} missing, e.g. {list(missing[kind])[:2]})"
+            if extra[kind]:
+                part += f" ({sum(extra[kind].values())} not the reference's or twice, e.g. {list(extra[kind])[:2]})"
+            parts.append(part)
+        detail = "; ".join(parts) + (f"; other dead letters: " + "; ".join(
+            f"{n} {reason}" for reason, n in others.most_common(5)) if others else "; nothing else")
+        return Verdict("machine.dlq holds what the reference turns away and nothing else", holds, detail,
+                       {"outliers_expected": sum(expected["outliers"].values()),
+                        "outliers_found": sum(found["outliers"].values()),
+                        "turned_away_expected": sum(expected["turned away"].values()),
+                        "turned_away_found": sum(found["turned away"].values()),
+                        "missing": sum(sum(c.values()) for c in missing.values()),
+                        "extra": sum(sum(c.values()) for c in extra.values()), "others": dict(others)})
 
     def health_rates(self, query: Callable[[str], list[dict]], since: float, until: float
                      ) -> dict[str, list[tuple[float, float]]]:

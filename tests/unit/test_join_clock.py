@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from clock_support import (HOUR_MS, SPEED, TORQUE, YEAR_MS, Fault, by_stream, faults, interleaved, machine_readings,
                            reading, reference_spec)
-from join_reference import reference_join, reference_outliers
+from join_reference import reference_join, reference_outliers, reference_turned_away
 from kafka_joiner_support import as_multiset
 from local_stream_buffer.clocked_batch import is_clocked
 from local_stream_buffer.clocked_batch import release_idle_side as clocked_release_idle_side
@@ -38,16 +38,18 @@ def per_record(records: list[dict[str, Any]], spec: JoinSpec) -> tuple[list[dict
     return outputs, [reading(record) for record, _ in dropped], [reason for _, reason in dropped]
 
 
-def outliers_of(dropped: list[tuple], reasons: list[str]) -> Counter:
-    return Counter(record for record, reason in zip(dropped, reasons) if reason.startswith("clock_outlier"))
-
-
 def check_against_reference(records: list[dict[str, Any]], bound_s: float = 0.0) -> list[dict]:
+    """The engine's outputs and every dead letter it gives are the reference's: its join, its outliers (as
+    clock_outlier) and the records it turns away otherwise (late, conflicts)."""
     spec = reference_spec(bound_s * 1000)
     expected = reference_join(records, spec)
-    outputs, dropped, reasons = per_record(records, power_spec(bound_s))
+    outputs, letters = dead_letters_per_record(records, power_spec(bound_s))
     assert as_multiset(outputs) == as_multiset(expected)
-    assert outliers_of(dropped, reasons) == Counter(reading(r) for r in reference_outliers(records, spec))
+    outliers, others = Counter(), Counter()
+    for (letter_reading, reason), count in letters.items():
+        (outliers if reason.startswith("clock_outlier") else others)[letter_reading] += count
+    assert outliers == Counter(reading(r) for r in reference_outliers(records, spec))
+    assert others == Counter(reading(r) for r in reference_turned_away(records, spec))
     return outputs
 
 
@@ -98,6 +100,31 @@ def test_a_reading_behind_that_the_next_ones_do_not_follow_is_an_outlier_not_a_n
     outputs, dropped, reasons = per_record(faulty, power_spec())
     assert len(dropped) == 1 and reasons[0].startswith("clock_outlier") and "behind" in reasons[0]
     check_against_reference(faulty)
+
+
+def test_a_quantity_too_sparse_to_show_a_step_back_keeps_its_timeline_and_says_so(caplog) -> None:
+    """Rows every 15 minutes, torque in each, speed in few; the clock steps back an hour and 123 ms. Torque shows the
+    step with its next two readings; speed's first reading after it lies 45 minutes behind (set aside) and its next
+    one 123 ms behind the old timeline's newest: within clock_step_back_s, so it keeps to the old timeline (late:
+    out_of_order), and the next one confirms it, the reading set aside an outlier. The two quantities are then on two
+    timelines: no pair joins them (their readings may be an hour apart), the log says so once, and the reference
+    agrees record for record, dead letters included."""
+    step_ms, row_ms = -HOUR_MS - 123, 15 * 60_000
+    records = []
+    for row in range(20):
+        stamp = 1_796_190_000_228 + row * row_ms + (step_ms if row >= 10 else 0)
+        for quantity, present in ((SPEED, row < 10 or row in (11, 13, 14, 15, 16)), (TORQUE, True)):
+            if present:
+                records.append({"thing": "M1", "quantity": quantity, "phenomenonTime": stamp,
+                                "result": 100.0 + row, "id": f"M1-{row}"})
+    with caplog.at_level("WARNING", logger="local_stream_buffer.clock"):
+        outputs, letters = dead_letters_per_record(records, power_spec())
+    said = [r.getMessage() for r in caplog.records if "join nothing until it steps back too" in r.getMessage()]
+    assert len(said) == 1 and said[0].startswith("M1.actSpeed_C11 keeps to a timeline M1.vaTorque_C11 stepped back from")
+    assert sorted(reason.split(":")[0] for _, reason in letters) == ["clock_outlier", "out_of_order"]
+    # Only the pairs before the step: speed's readings after it lie on the old timeline, torque's on the new one.
+    assert {o["left"]["phenomenonTime"] for o in outputs} == {records[2 * row]["phenomenonTime"] for row in range(10)}
+    check_against_reference(records)
 
 
 def test_without_the_rule_a_reading_far_ahead_silences_its_series() -> None:
