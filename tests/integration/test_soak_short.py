@@ -3,6 +3,8 @@ joiner): two minutes of a small plant through a stack of its own, a day of backf
 once; every verdict holds, the fault was confirmed, and the report is written."""
 from __future__ import annotations
 
+import shutil
+
 import pytest
 
 from chaos_support import PrivateStack, chaos_workdir
@@ -12,7 +14,8 @@ pytestmark = pytest.mark.integration
 
 
 def test_two_minutes_of_a_plant_with_the_joiner_killed_keep_every_verdict(tmp_path):
-    stack = PrivateStack(chaos_workdir("soak") / "stack", "lsb")
+    workdir = chaos_workdir("soak")
+    stack = PrivateStack(workdir / "stack", "lsb")
     stack.stack("up", timeout_s=900)
     try:
         run = run_soak(stack, tmp_path, "--minutes", "2", "--machines", "40", "--axes", "2", "--days", "1",
@@ -37,3 +40,4 @@ def test_two_minutes_of_a_plant_with_the_joiner_killed_keep_every_verdict(tmp_pa
     assert results["latencies"], "no probe row was timed to its joined point"
     for picture in ("soak.png", "memory.png", "disk.png", "report.md"):
         assert (run.run_dir / picture).stat().st_size > 0
+    shutil.rmtree(workdir, ignore_errors=True)  # kept only when the run failed: its stack's logs say what happened

@@ -3,6 +3,8 @@
 the single stack, and every verdict holds."""
 from __future__ import annotations
 
+import shutil
+
 import pytest
 
 from chaos_support import PrivateStack, chaos_workdir
@@ -14,7 +16,8 @@ pytestmark = [pytest.mark.slow, pytest.mark.integration]
 @pytest.mark.timeout(3600)
 @pytest.mark.parametrize("joiner", ["lsb", "spark"])
 def test_fifteen_minutes_of_a_plant_with_every_fault_keep_every_verdict(joiner, tmp_path):
-    stack = PrivateStack(chaos_workdir(f"soak-{joiner}") / "stack", joiner)
+    workdir = chaos_workdir(f"soak-{joiner}")
+    stack = PrivateStack(workdir / "stack", joiner)
     try:
         run = run_soak(stack, tmp_path, "--minutes", "15", timeout_s=3000)
     finally:
@@ -30,3 +33,4 @@ def test_fifteen_minutes_of_a_plant_with_every_fault_keep_every_verdict(joiner, 
     assert killed == {"mosquitto", "kafka", "influxdb", "stream-connector", f"{joiner}-joiner", "db-connector"}
     assert {(fault["kind"], fault["target"]) for fault in faults} >= {
         ("stop", "kafka"), ("stop", "influxdb"), ("freeze", f"{joiner}-joiner")}
+    shutil.rmtree(workdir, ignore_errors=True)  # kept only when the run failed: its stack's logs say what happened
