@@ -6,7 +6,8 @@ got lost in a broker restart (QoS 1 is at least once), and the broker passes it 
 Some or all of its records may be in machine.data already. Written again, each copy would reach a
 joiner as a record older than the last of its series: rejected as out of order, a good record in
 machine.dlq. So the connector remembers the records Kafka confirmed lately, starting from the tail
-of machine.data when it starts, and writes of each row only the records that are not there yet.
+of machine.data when it starts, and those on their way, and writes of each row only the records that are
+in neither (`Redelivery`): a row sent again while an earlier copy's record is on its way waits for that record.
 
 A record is known by its encoded value: the same row always encodes to the same bytes. A row with
 something to dead-letter is known by its MQTT topic and payload (`rejected_row_key`), and its dead letter,
@@ -29,12 +30,14 @@ import hashlib
 import json
 import logging
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 
 from pipeline_core.kafka_clients import (TRANSACTIONAL_CALL_TIMEOUT_S, KafkaStartupError, consumer_config,
                                          retry_transient, transactional_producer_config)
+
+from .row_state import Row
 
 log = logging.getLogger(__name__)
 
@@ -112,6 +115,75 @@ class WrittenRecords:
 
     def __len__(self) -> int:
         return len(self._order)
+
+
+class Redelivery:
+    """What of a row must still be written: the records and dead letters Kafka confirmed lately (read from the
+    topics' tails at start), and those on their way, each with the rows sent again that wait for it instead of
+    writing it a second time."""
+
+    def __init__(self, capacity: int) -> None:
+        self.written = WrittenRecords(capacity)  # record values
+        self.dead_lettered = WrittenRecords(capacity)  # rows, by rejected_row_key
+        self._records_on_their_way: dict[bytes, list[Row]] = {}
+        self._letters_on_their_way: dict[bytes, list[Row]] = {}
+
+    def records_to_write(self, records: list, row: Row) -> list:
+        """Of a row's records (value first), those Kafka neither holds nor will: all of them, unless the row was sent
+        again. One still on its way (its row let go at a reconnect while Kafka was away) is not sent again: `row`
+        waits for it."""
+        written, on_their_way = self.written, self._records_on_their_way
+        missing = []
+        for record in records:
+            value = record[0]
+            if value in written:
+                continue
+            waiting = on_their_way.get(value)
+            if waiting is None:
+                missing.append(record)
+            else:
+                waiting.append(row)
+                row.awaits()
+        return missing
+
+    def record_sent(self, value: bytes) -> None:
+        self._records_on_their_way[value] = []
+
+    def record_answered(self, value: bytes, error: KafkaError | None) -> Iterable[Row]:
+        """Kafka answered for the record `value`: remembered if confirmed; the rows that waited for it."""
+        if error is None:
+            self.written.add(value)
+        return self._records_on_their_way.pop(value, ())
+
+    def letter_to_write(self, row_key: bytes, row: Row) -> bool:
+        """Whether the dead letter of the row known as `row_key` (`rejected_row_key`) must be written: not when Kafka
+        holds it already, nor when it is on its way (then `row` waits for it)."""
+        if row_key in self.dead_lettered:
+            return False
+        waiting = self._letters_on_their_way.get(row_key)
+        if waiting is None:
+            return True
+        waiting.append(row)
+        row.awaits()
+        return False
+
+    def letter_sent(self, row_key: bytes) -> None:
+        self._letters_on_their_way[row_key] = []
+
+    def letter_answered(self, row_key: bytes, error: KafkaError | None) -> Iterable[Row]:
+        """Kafka answered for the dead letter of `row_key`: remembered if confirmed; the rows that waited for it."""
+        if error is None:
+            self.dead_lettered.add(row_key)
+        return self._letters_on_their_way.pop(row_key, ())
+
+    def any_on_their_way(self) -> bool:
+        """Whether a record or dead letter handed to the producer still waits for Kafka's answer."""
+        return bool(self._records_on_their_way or self._letters_on_their_way)
+
+    def forget_on_their_way(self) -> None:
+        """The producer's records were dropped (a fresh Kafka client): they come again with their rows."""
+        self._records_on_their_way.clear()
+        self._letters_on_their_way.clear()
 
 
 def rejected_row_key(mqtt_topic: str, payload: bytes) -> bytes:
