@@ -5,7 +5,8 @@ A checkpoint's state is partitioned by both counts: resumed with other counts, S
 state partitions (it takes ``spark.sql.shuffle.partitions`` from the checkpoint) and the keys would meet
 their state in other buckets; and state of another layout cannot be read. The layout is recorded beside the
 state; a start with another sets the checkpoint aside and begins a new one, which rebuilds the state from
-the input and writes only what the old one had not committed (see `sink`).
+the input and writes only what the old one had not committed (see `sink`). The sink reads where each batch's
+input ends from the checkpoint's offset log (`offset_log_entry`).
 """
 from __future__ import annotations
 
@@ -60,3 +61,15 @@ def has_checkpoint(directory: Path) -> bool:
     """A query has run on ``directory``: its offset log has an entry."""
     offsets = directory / "offsets"
     return offsets.is_dir() and any(offsets.iterdir())
+
+
+def offset_log_entry(spark, offset_log: str, batch_id: int) -> str:
+    """Batch ``batch_id``'s entry in the checkpoint's offset log (written before the batch runs: where its input
+    ends), read through Hadoop's file system as Spark writes it (``spark``: the query's SparkSession)."""
+    jvm = spark.sparkContext._jvm
+    path = jvm.org.apache.hadoop.fs.Path(f"{offset_log}/{batch_id}")
+    stream = path.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration()).open(path)
+    try:
+        return jvm.org.apache.commons.io.IOUtils.toString(stream, "UTF-8")
+    finally:
+        stream.close()

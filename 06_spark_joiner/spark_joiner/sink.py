@@ -39,16 +39,15 @@ from pyspark.sql import DataFrame, SparkSession
 
 from local_stream_buffer.clock import ClockCounters
 from pipeline_core.kafka_clients import (DEFAULT_STARTUP_DEADLINE_S, TRANSACTIONAL_CALL_TIMEOUT_S, KafkaCallWedged,
-                                         admin_client, consumer_config, produce, raise_partition_errors,
-                                         retry_transient, transactional_producer_config)
-from pipeline_core.records import payload_omitted
+                                         admin_client, consumer_config, raise_partition_errors, retry_transient,
+                                         transactional_producer_config)
 from pipeline_core.spec_starts import read_starts, starts_now, with_starts, without_starts
 from pipeline_core.topics import dead_letter_limit
 from pipeline_core.transactional import TransactionalProducer
 
-from .checkpoint import checkpoint_query_id
-from .encode import STAGE
-from .bucket_join import CLOCK, DLQ, unpack_emitted
+from .batch_records import produce_batch
+from .bucket_join import CLOCK, unpack_emitted
+from .checkpoint import checkpoint_query_id, offset_log_entry
 
 log = logging.getLogger(__name__)
 
@@ -238,7 +237,7 @@ class TransactionalBatchSink:
         rows = rows.filter(pc.invert(is_clock))
         try:
             producer.begin_transaction()
-            dead_letters = self._produce(producer, rows)
+            dead_letters = produce_batch(producer, rows, self.output_topic, self.dlq_topic, self.dead_letter_max_bytes)
             # Every partition of the batch, advanced or not: the metadata names the batch (see the module doc).
             named = f"spark batch {batch_id} of query {self.query_id}" if self.query_id else f"spark batch {batch_id}"
             positions = [TopicPartition(self.input_topic, partition, max(end, self.committed.get(partition, end)),
@@ -299,18 +298,10 @@ class TransactionalBatchSink:
                                                                         for fingerprint in self.fingerprints})
 
     def _batch_ends(self, spark: SparkSession, batch_id: int) -> dict[int, int]:
-        """Where batch ``batch_id``'s input ends in each partition: its entry in the checkpoint's offset log
-        (written before the batch runs), read through Hadoop's file system as Spark writes it."""
+        """Where batch ``batch_id``'s input ends in each partition: its entry in the checkpoint's offset log."""
         if not self.offset_log:
             raise RuntimeError("the sink runs a query that was started without resume()")
-        jvm = spark.sparkContext._jvm
-        path = jvm.org.apache.hadoop.fs.Path(f"{self.offset_log}/{batch_id}")
-        stream = path.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration()).open(path)
-        try:
-            text = jvm.org.apache.commons.io.IOUtils.toString(stream, "UTF-8")
-        finally:
-            stream.close()
-        return batch_ends(text, self.input_topic)
+        return batch_ends(offset_log_entry(spark, self.offset_log, batch_id), self.input_topic)
 
     def _rebuilding(self) -> None:
         """A query's first batch after committed outputs: it rebuilds the join state from the input's
@@ -328,31 +319,6 @@ class TransactionalBatchSink:
             log.warning("rebuilding the join state from %s without its first %d records (deleted by retention): "
                         "pairs of the rebuilt state around them may differ from the committed output", self.input_topic,
                         lost)
-
-    def _produce(self, producer: Producer, rows: pa.Table) -> int:
-        """Produce the batch's records, machine.out's then machine.dlq's (each topic in the processor's
-        order); returns the number of dead letters."""
-        is_dead_letter = pc.equal(rows.column("kind"), DLQ)
-        dead_letters = rows.filter(is_dead_letter)
-        for topic, records in ((self.output_topic, rows.filter(pc.invert(is_dead_letter))),
-                               (self.dlq_topic, dead_letters)):
-            self._produce_to(producer, topic, records.column("value").to_pylist(), records.column("key").to_pylist())
-        return dead_letters.num_rows
-
-    def _produce_to(self, producer: Producer, topic: str, values: list[bytes], keys: list[str | None]) -> None:
-        produce_one = producer.produce
-        if topic == self.dlq_topic:
-            values = [value if len(value) <= self.dead_letter_max_bytes
-                      else payload_omitted(value, f"larger than the {topic} limit", STAGE) for value in values]
-        for value, key in zip(values, keys):
-            try:
-                produce_one(topic, value, key)
-            except (BufferError, KafkaException):  # a full local queue, or a record the client refuses
-                refused = produce(producer, topic, value, key)  # waits out the first, returns the second
-                if refused is not None and topic == self.dlq_topic:
-                    refused = produce(producer, topic, payload_omitted(value, refused.str(), STAGE), key)
-                if refused is not None:  # an output record is a few kB: never expected
-                    raise KafkaException(refused) from None
 
     def close(self) -> None:
         """Leave the group consumer. The producer has nothing left to flush: each batch's records went into
