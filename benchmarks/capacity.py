@@ -15,7 +15,9 @@ in its place), fed by the soak's plant (`soak.plant`: 500 machines of 3 axes by 
    point in InfluxDB (`soak.latency`).
 
 The CPU time of each program's process tree over the sustained hold, per row published, says where the cores go.
-Results: `reports/capacity-<time>/results.json` (the soak's backfill starts from them) and the table printed.
+Results: `reports/capacity-<time>/results.json` (the soak's backfill starts from them), the table printed, and the
+figures recorded (`benchmarks/results/capacity.json`, rendered in docs/scaling.md): per pipeline the sustained rate,
+the CPU per row of each process, the latency at 0.7.
 """
 from __future__ import annotations
 
@@ -32,6 +34,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from benchmarks.results import Results
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 PIPELINES = ("lsb", "spark", "pass-through")
@@ -288,6 +292,25 @@ def table(results: dict[str, Any]) -> list[str]:
     return lines
 
 
+def record(recorded: Results, results: dict[str, Any]) -> None:
+    """Per pipeline the rate its probe found; where a hold sustained a rate, that rate, the CPU per row of each of its
+    processes there, and the latency's p50 and p99 at 0.7 of it."""
+    for pipeline in results["pipelines"]:
+        name, rate = pipeline["name"], pipeline.get("sustained_rows_s")
+        if pipeline.get("probed_rows_s"):
+            recorded.add(f"{name}: probed at full pace", pipeline["probed_rows_s"], "rows/s")
+        if not rate:
+            continue
+        recorded.add(f"{name}: sustained", rate, "rows/s")
+        for process, cpu_us in sorted(pipeline.get("cpu_us_per_row", {}).items()):
+            if cpu_us > 0:
+                recorded.add(f"{name}: CPU per row, {process}", cpu_us, "µs")
+        for quantile in ("p50", "p99"):
+            latency_s = pipeline.get(f"latency_{quantile}_s")
+            if latency_s:
+                recorded.add(f"{name}: latency {quantile} at 0.7 of the sustained rate", latency_s, "s")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.capacity", description=__doc__.splitlines()[0])
     parser.add_argument("--pipelines", default=",".join(PIPELINES), help="comma-separated, of " + ", ".join(PIPELINES))
@@ -309,6 +332,7 @@ def main(argv: list[str] | None = None) -> int:
         figures = measure(args.measure, args)
         print(FIGURES_MARK + json.dumps(figures), flush=True)
         return 0
+    recorded = Results("capacity", argv)
     began = time.time()
     run_dir = Path(args.report_dir) / f"capacity-{time.strftime('%Y%m%d-%H%M%S', time.gmtime(began))}"
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -322,6 +346,8 @@ def main(argv: list[str] | None = None) -> int:
     for line in table(results):
         print(line)
     print(f"results: {run_dir / 'results.json'}")
+    record(recorded, results)
+    recorded.write()
     return 0
 
 

@@ -45,6 +45,7 @@ from grafana_report.macros import TimeRange, duration_ms, resolve_variables
 from grafana_report.render import render_dashboard
 
 from benchmarks.plant import PlantSettings, expected_points, fill, plant_axes
+from benchmarks.results import Results, at_most
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT / "tests"))  # the tests' DevTools driver of Chromium, the one browser code we have
@@ -245,7 +246,8 @@ def _seconds(values: list[float]) -> str:
 
 
 def measure(settings: InfluxSettings, plant: PlantSettings, windows: list[str], refreshes: int, refresh_s: float,
-            work_dir: Path, screenshots: Path | None = None) -> None:
+            work_dir: Path, recorded: Results, screenshots: Path | None = None) -> None:
+    """Measure and print both dashboards at each range, and record the figures (`recorded`, written at the end)."""
     client = influx_client(settings)
     dashboards = load_dashboards()
     thing = plant_axes(plant)[0].thing
@@ -279,6 +281,25 @@ def measure(settings: InfluxSettings, plant: PlantSettings, windows: list[str], 
     worst = max(max([figures.first_s, *figures.refresh_s]) for *_rest, figures in rows)
     print(f"\nslowest first render or refresh: {worst:.2f} s (target {TARGET_S:g} s); load "
           f"{', '.join(f'{load:.1f}' for load in os.getloadavg())}")
+    for kind, dashboard, window, figures in rows:
+        _record(recorded, kind, dashboard, window, figures)
+    recorded.add("slowest first render or refresh", worst, "s", at_most(TARGET_S))
+    recorded.write()
+
+
+def _record(recorded: Results, kind: str, dashboard: Dashboard, window: str, figures: Figures) -> None:
+    """One dashboard's figures at one range: the first render (a live page drawn; the report's PNG) and, of a live
+    page, the median refresh, each with the InfluxDB time inside it. A time too short for the clock is left out."""
+    name = f"{kind}, {dashboard.title}, {window}"
+    times = [(f"{name}: first render", figures.first_s), (f"{name}: InfluxDB time in the first render",
+                                                           figures.first_influx_s)]
+    if figures.refresh_s:
+        times.append((f"{name}: per refresh, median", statistics.median(figures.refresh_s)))
+    if figures.refresh_influx_s:
+        times.append((f"{name}: InfluxDB time per refresh, median", statistics.median(figures.refresh_influx_s)))
+    for figure, seconds in times:
+        if seconds > 0:
+            recorded.add(figure, seconds, "s", at_most(TARGET_S) if "InfluxDB" not in figure else None)
 
 
 def _print_row(kind: str, dashboard: Dashboard, window: str, figures: Figures) -> None:
@@ -324,6 +345,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="first-last: the stack's ports from this range (default: any free ones)")
     args = parser.parse_args(argv)
     configure_logging("WARNING")
+    recorded = Results("dashboards", argv)
     windows = [window.strip() for window in args.ranges.split(",") if window.strip()]
     for window in windows:
         duration_ms(window)  # a typo stops here, not after the fill
@@ -343,7 +365,8 @@ def main(argv: list[str] | None = None) -> int:
                 else:
                     fill_plant(plant)
                 print("no pipeline beside (--pipeline-rate 0)", flush=True)
-                measure(settings, plant, windows, args.refreshes, args.refresh_s, work_dir, args.screenshots)
+                measure(settings, plant, windows, args.refreshes, args.refresh_s, work_dir, recorded,
+                        args.screenshots)
             finally:
                 if not args.database:
                     influx_client(settings).drop_database(settings.influxdb_database)
@@ -362,7 +385,8 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"pipeline beside: the simulator at {args.pipeline_rate:,.0f} rows/s; over the last minute the "
                       f"stream connector read {rows_in:,.0f} rows/s and the DB connector stored {stored:,.0f} "
                       f"points/s, {lag:,.0f} records behind (JOINER={args.joiner})", flush=True)
-                measure(settings, plant, windows, args.refreshes, args.refresh_s, work_dir, args.screenshots)
+                measure(settings, plant, windows, args.refreshes, args.refresh_s, work_dir, recorded,
+                        args.screenshots)
     return 0
 
 

@@ -117,9 +117,7 @@ RECORDED: dict[str, tuple[str, ...]] = {
     "db_connector": ("db_connector",), "kafka_joiner": ("kafka_joiner",), "spark_joiner": ("spark_joiner",),
     "join_peers": ("join_peers",), "mosquitto_persistence-10": ("mosquitto_persistence",),
     "mosquitto_persistence-11": ("mosquitto_persistence_during_publication",), "topology": (), "slow_links": (),
-    # Print their figures and record none in benchmarks/results yet (capacity writes its own report's results.json):
-    # their tables in docs/benchmarks.md wait for them to record there.
-    "dashboards": (), "capacity": (),
+    "dashboards": ("dashboards",), "capacity": (),
 }
 IDS = run_ids(SMOKE_RUNS)
 

@@ -15,7 +15,6 @@ from support import private_port_range
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
-NOT_RECORDING = {"dashboards", "capacity"}
 FULL_RUNS: list[Run] = [
     # Two machine counts: the job's rate at the more machines against the fewer, and against the standalone joiner.
     ("spark_joiner", ["--records", "2000", "--machines", "10", "20", "--batch", "1000", "--rate", "200",
@@ -46,6 +45,5 @@ FULL_RUNS: list[Run] = [
 @pytest.mark.parametrize(("module", "flags", "printed", "figures"), FULL_RUNS, ids=run_ids(FULL_RUNS))
 def test_the_benchmark_runs_whole_to_its_end(stack: ConnectionSettings, module: str, flags: list[str],
                                              printed: str, figures: tuple[Figure, ...]) -> None:
-    # Each records its results under its own name (benchmarks/results.py); the dashboards' benchmark none yet.
-    assert_runs_to_its_end(stack, module, flags, printed, figures,
-                           recorded=() if module in NOT_RECORDING else (module,))
+    # Each records its results under its own name (benchmarks/results.py).
+    assert_runs_to_its_end(stack, module, flags, printed, figures, recorded=(module,))
