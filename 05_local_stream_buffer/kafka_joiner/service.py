@@ -21,29 +21,23 @@ from collections.abc import Callable
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
-from pipeline_core.broker_offsets import BrokerOffsets
-from pipeline_core.consumer_lag import REPORT_REQUEST_TIMEOUT_S
 from pipeline_core.data_loss import OffsetWatch
 from pipeline_core.group_watch import ConsumerWedged, GroupWatch, end_wedged_process
 from pipeline_core.kafka_clients import (KafkaCallWedged, admin_client, is_fatal, produce, retry_transient,
                                          security_config)
 from pipeline_core.lifecycle import StopSignal
 from pipeline_core.progress import ProgressReporter
-from pipeline_core.records import DLQ_MAX_MESSAGE_BYTES
-from pipeline_core.topics import MACHINE_DATA, TopicSpec, dead_letter_limit, ensure_topics, partition_count
 
-from local_stream_buffer.keyed import KeyedJoiner
-from local_stream_buffer.spec_changes import fingerprints
 from local_stream_buffer.specs import SpecResolver, load_join_specs
 from .alignment import InputAlignment
-from .changelog import STATE_TOPIC_CONFIG, Restorer
+from .assembly import assemble
+from .changelog import Restorer
 from .clients import joiner_consumer, joiner_producer
-from .growth import GrowthFollower, grow_internal, produced
-from .handover import HANDOVER_TOPIC_CONFIG, Handover, handover_topic_name
+from .growth import GrowthFollower, produced
 from .partition_join import FrameJoiner
 from .progress import LABELS, JoinerObservation, JoinerStats
 from .rebalance import OwnedPartitions
-from .repartition import Forwarder, InputFrames, ThingRouter, repartitioned_frame
+from .repartition import Forwarder
 from .settings import KafkaJoinerSettings
 from .transaction import KAFKA_TIMEOUT_S, Transaction
 
@@ -92,70 +86,20 @@ class KafkaJoiner:
         self._partitions: OwnedPartitions | None = None
         self._frames: FrameJoiner | None = None
         self._restorer: Restorer | None = None
-        # Input partitioned by thing: the internal topics follow a grown input, and the join of a thing whose
-        # records moved to another partition follows them (`growth`).
+        # Input partitioned by thing: the internal topics and the joins follow a grown input (`growth`).
         self._growth: GrowthFollower | None = None
 
     # -- life cycle ------------------------------------------------------------------------------------
 
     def start(self) -> None:
-        """Create the co-partitioned topic (unless the input is one) and the state topic, fence earlier runs of
-        this transactional id, join the group."""
+        """Create the joiner's topics and parts (`assembly`), fence earlier runs of this transactional id, join the
+        group."""
         settings = self.settings
-        admin = admin_client(settings.kafka_bootstrap_servers, **security_config(settings))
         deadline_s = settings.kafka_startup_deadline_s
-        input_partitions = partition_count(admin, settings.input_topic, deadline_s)
-        if self._by_thing:
-            join_partitions = input_partitions
-        else:
-            # Frames of records as large as the input's limit: the topic takes what the producer sends.
-            ensure_topics(admin, (TopicSpec(self.join_topic, input_partitions, {
-                **MACHINE_DATA.config, "max.message.bytes": str(DLQ_MAX_MESSAGE_BYTES)}),), deadline_s=deadline_s)
-            join_partitions = partition_count(admin, self.join_topic, deadline_s)  # an existing topic may differ
-        ensure_topics(admin, (TopicSpec(self.state_topic, join_partitions, STATE_TOPIC_CONFIG),), deadline_s=deadline_s)
-        state_partitions = partition_count(admin, self.state_topic, deadline_s)
-        handover_topic = handover_topic_name(self.state_topic)
-        if state_partitions < join_partitions and self._by_thing:
-            state_partitions = grow_internal(admin, (self.state_topic, handover_topic), self.join_topic,
-                                             join_partitions, deadline_s)
-        if state_partitions != join_partitions:
-            raise SystemExit(f"state topic {self.state_topic} has {state_partitions} partitions, {self.join_topic} "
-                             f"{join_partitions}: they must match (see --state-topic)")
-        router = ThingRouter(self.resolver, join_partitions)
-        if self._by_thing:
-            frame_of = InputFrames(router, self.stats).frame
-            ensure_topics(admin, (TopicSpec(handover_topic, join_partitions, HANDOVER_TOPIC_CONFIG),),
-                          deadline_s=deadline_s)
-            if partition_count(admin, handover_topic, deadline_s) < join_partitions:
-                grow_internal(admin, (self.state_topic, handover_topic), self.join_topic, join_partitions, deadline_s)
-        else:
-            frame_of = repartitioned_frame
-            self._forwarder = Forwarder(settings.input_topic, router, self.stats)
-            self._alignment = InputAlignment(
-                self._consumer, settings.input_topic, settings.align_ms, self._forwarder.positions,
-                self._forwarder.append_times, lambda: self._partitions.starts())
-        self._restorer = Restorer(settings.kafka_bootstrap_servers, settings.group_id, self.state_topic,
-                                  security_config(settings))
-        self._partitions = OwnedPartitions(
-            self._consumer, self.join_topic,
-            lambda on_release, on_evict, on_dead_letter, specs=None: KeyedJoiner(
-                self.resolver if specs is None else SpecResolver(specs),
-                max_pending_per_side=settings.max_pending_per_side, on_release=on_release,
-                max_join_keys=settings.max_join_keys or None, on_evict=on_evict, on_dead_letter=on_dead_letter),
-            self._restorer, self.stats, self._forwarder, self._alignment, self._watch,
-            broker_offsets=BrokerOffsets(settings.kafka_bootstrap_servers, REPORT_REQUEST_TIMEOUT_S,
-                                         security=security_config(settings)),
-            specs=fingerprints(self.resolver.specs))
-        self._frames = FrameJoiner(self._transaction, self.stats, settings.input_topic,
-                                   settings.output_topic, settings.dlq_topic, frame_of, join_partitions,
-                                   dead_letter_limit(admin, settings.dlq_topic, deadline_s))
-        if self._by_thing:
-            self._growth = GrowthFollower(
-                Handover(settings.kafka_bootstrap_servers, settings.group_id, handover_topic, settings.input_topic,
-                         self.resolver.joinable_thing, security_config(settings)),
-                admin=admin, consumer=self._consumer, transaction=self._transaction, commit=self._commit,
-                partitions=self._partitions, frames=self._frames, restorer=self._restorer, join_topic=self.join_topic,
-                state_topic=self.state_topic, join_partitions=join_partitions, deadline_s=deadline_s)
+        parts = assemble(settings, self.resolver, self.stats, self._consumer, self._transaction, self._watch,
+                         self._commit, join_topic=self.join_topic, state_topic=self.state_topic, by_thing=self._by_thing)
+        self._restorer, self._partitions, self._frames = parts.restorer, parts.partitions, parts.frames
+        self._forwarder, self._alignment, self._growth = parts.forwarder, parts.alignment, parts.growth
         # Before joining the group: aborts the open transaction of a crashed run with this transactional id,
         # whose pending offsets would otherwise hold up reading the committed ones. A just started broker
         # answers it with NOT_COORDINATOR while it creates __transaction_state.
