@@ -61,7 +61,7 @@ class Bridge:
 
     def topics_read(self, topics: TopicsRead) -> None:
         """What the topics hold, read at a start of the Kafka side (`kafka_side.read_topics`)."""
-        self.redelivery.written, self.redelivery.dead_lettered = topics.written, topics.dead_lettered
+        self.redelivery.records.held, self.redelivery.letters.held = topics.written, topics.dead_lettered
         if self.switch is not None:
             self.switch.close()
         self.switch = topics.switch
@@ -102,7 +102,7 @@ class Bridge:
         header = self.switch.header
         for value, key, partition in missing:
             if self._produce(settings.data_topic, value, key, row, answered, partition=partition, headers=header):
-                self.redelivery.record_sent(value)
+                self.redelivery.records.sent(value)
         counters.records_out += len(missing)
         if split.rejections:
             counters.rejected_rows += 1
@@ -116,12 +116,12 @@ class Bridge:
         Any other failure is not the record's: the row fails."""
         refused = error is not None and refused_for_itself(error)
         if letter is None:
-            waiting = self.redelivery.record_answered(message.value(), error)
+            waiting = self.redelivery.records.answered(message.value(), error)
             if error is None:
                 self.switch.delivered(message.partition(), message.offset())
             settles = error  # a row that waited for a record Kafka refused writes it itself, sent again
         else:
-            waiting = self.redelivery.letter_answered(letter, error)
+            waiting = self.redelivery.letters.answered(letter, error)
             settles = None if refused else error  # the letter goes again without payload, from `row`: enough for them
         for other in waiting:
             self._settle_waiting(other, settles)
@@ -206,13 +206,13 @@ class Bridge:
 
     def _dead_letter(self, row: Row, reason: str, payload: bytes, **context) -> None:
         letter = rejected_row_key(row.topic, payload)
-        if not self.redelivery.letter_to_write(letter, row):  # held already, or on its way (the row waits for it)
+        if not self.redelivery.letters.to_write(letter, row):  # held already, or on its way (the row waits for it)
             self.counters.redelivered_dead_letters += 1
             return
         # Never larger than Kafka takes: an over-size letter keeps the start of the payload and its size.
         envelope = dead_letter(reason, payload, STAGE, mqttTopic=row.topic, **context)
         if self._produce(self.settings.dlq_topic, envelope, None, row, functools.partial(self._answered, row, letter)):
-            self.redelivery.letter_sent(letter)
+            self.redelivery.letters.sent(letter)
         self.counters.dead_letters += 1
 
     def _replace_refused(self, row: Row, error: KafkaError, topic: str, value: bytes | None,

@@ -117,73 +117,64 @@ class WrittenRecords:
         return len(self._order)
 
 
-class Redelivery:
-    """What of a row must still be written: the records and dead letters Kafka confirmed lately (read from the
-    topics' tails at start), and those on their way, each with the rows sent again that wait for it instead of
-    writing it a second time."""
+class Remembered:
+    """Of one kind (records by their value, or dead letters by their row's `rejected_row_key`): those Kafka confirmed
+    lately (`held`, read from the topic's tail at start), and those on their way, each with the rows sent again that
+    wait for it instead of writing it a second time."""
 
-    def __init__(self, capacity: int) -> None:
-        self.written = WrittenRecords(capacity)  # record values
-        self.dead_lettered = WrittenRecords(capacity)  # rows, by rejected_row_key
-        self._records_on_their_way: dict[bytes, list[Row]] = {}
-        self._letters_on_their_way: dict[bytes, list[Row]] = {}
+    def __init__(self, held: WrittenRecords) -> None:
+        self.held = held
+        self._on_their_way: dict[bytes, list[Row]] = {}
 
-    def records_to_write(self, records: list, row: Row) -> list:
-        """Of a row's records (value first), those Kafka neither holds nor will: all of them, unless the row was sent
-        again. One still on its way (its row let go at a reconnect while Kafka was away) is not sent again: `row`
-        waits for it."""
-        written, on_their_way = self.written, self._records_on_their_way
-        missing = []
-        for record in records:
-            value = record[0]
-            if value in written:
-                continue
-            waiting = on_their_way.get(value)
-            if waiting is None:
-                missing.append(record)
-            else:
-                waiting.append(row)
-                row.awaits()
-        return missing
-
-    def record_sent(self, value: bytes) -> None:
-        self._records_on_their_way[value] = []
-
-    def record_answered(self, value: bytes, error: KafkaError | None) -> Iterable[Row]:
-        """Kafka answered for the record `value`: remembered if confirmed; the rows that waited for it."""
-        if error is None:
-            self.written.add(value)
-        return self._records_on_their_way.pop(value, ())
-
-    def letter_to_write(self, row_key: bytes, row: Row) -> bool:
-        """Whether the dead letter of the row known as `row_key` (`rejected_row_key`) must be written: not when Kafka
-        holds it already, nor when it is on its way (then `row` waits for it)."""
-        if row_key in self.dead_lettered:
+    def to_write(self, key: bytes, row: Row) -> bool:
+        """Whether `row` must write the one known as `key`: not when Kafka holds it already, nor when it is on its way
+        (its row let go at a reconnect while Kafka was away: then `row` waits for it)."""
+        if key in self.held:
             return False
-        waiting = self._letters_on_their_way.get(row_key)
+        waiting = self._on_their_way.get(key)
         if waiting is None:
             return True
         waiting.append(row)
         row.awaits()
         return False
 
-    def letter_sent(self, row_key: bytes) -> None:
-        self._letters_on_their_way[row_key] = []
+    def sent(self, key: bytes) -> None:
+        self._on_their_way[key] = []
 
-    def letter_answered(self, row_key: bytes, error: KafkaError | None) -> Iterable[Row]:
-        """Kafka answered for the dead letter of `row_key`: remembered if confirmed; the rows that waited for it."""
+    def answered(self, key: bytes, error: KafkaError | None) -> Iterable[Row]:
+        """Kafka answered for the one known as `key`: remembered if confirmed; the rows that waited for it."""
         if error is None:
-            self.dead_lettered.add(row_key)
-        return self._letters_on_their_way.pop(row_key, ())
+            self.held.add(key)
+        return self._on_their_way.pop(key, ())
+
+    def any_on_their_way(self) -> bool:
+        return bool(self._on_their_way)
+
+    def forget_on_their_way(self) -> None:
+        self._on_their_way.clear()
+
+
+class Redelivery:
+    """What of a row must still be written: its records (`records`, by value) and its dead letter (`letters`, by
+    `rejected_row_key`) that Kafka neither holds nor has on their way."""
+
+    def __init__(self, capacity: int) -> None:
+        self.records = Remembered(WrittenRecords(capacity))
+        self.letters = Remembered(WrittenRecords(capacity))
+
+    def records_to_write(self, records: list, row: Row) -> list:
+        """Of a row's records (value first), those to write: all of them, unless the row was sent again."""
+        to_write = self.records.to_write
+        return [record for record in records if to_write(record[0], row)]
 
     def any_on_their_way(self) -> bool:
         """Whether a record or dead letter handed to the producer still waits for Kafka's answer."""
-        return bool(self._records_on_their_way or self._letters_on_their_way)
+        return self.records.any_on_their_way() or self.letters.any_on_their_way()
 
     def forget_on_their_way(self) -> None:
         """The producer's records were dropped (a fresh Kafka client): they come again with their rows."""
-        self._records_on_their_way.clear()
-        self._letters_on_their_way.clear()
+        self.records.forget_on_their_way()
+        self.letters.forget_on_their_way()
 
 
 def rejected_row_key(mqtt_topic: str, payload: bytes) -> bytes:

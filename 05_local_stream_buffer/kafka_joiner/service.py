@@ -97,7 +97,8 @@ class KafkaJoiner:
         settings = self.settings
         deadline_s = settings.kafka_startup_deadline_s
         parts = assemble(settings, self.resolver, self.stats, self._consumer, self._transaction, self._watch,
-                         self._commit, join_topic=self.join_topic, state_topic=self.state_topic, by_thing=self._by_thing)
+                         self._commit, join_topic=self.join_topic, state_topic=self.state_topic,
+                         by_thing=self._by_thing)
         self._restorer, self._partitions, self._frames = parts.restorer, parts.partitions, parts.frames
         self._forwarder, self._alignment, self._growth = parts.forwarder, parts.alignment, parts.growth
         # Before joining the group: aborts the open transaction of a crashed run with this transactional id,
