@@ -33,8 +33,8 @@ from local_stream_buffer.rejections import Rejection
 from local_stream_buffer.status import IngestStatus
 from local_stream_buffer.specs import JoinSpec
 from pipeline_core.spec_starts import read_starts, starts_now, with_starts, without_starts
-from .changelog import (CLOCK_PREFIX, StateChanges, StateRecord, adopted_feeds, clock_key, decode_clock,
-                        decode_release, record_position, release_key)
+from .changelog import (CLOCK_PREFIX, COVERAGE_KEY, StateChanges, StateRecord, adopted_feeds, clock_key,
+                        coverage_value, decode_clock, decode_release, record_position, release_key)
 from .cohorts import CohortJoiner, plan
 from .handover import Awaited
 from .progress import JoinerStats
@@ -208,11 +208,21 @@ class PartitionJoin:
                 self.changes.deletes.append(record.key)  # its join spec is gone, or has no bound any more
         return restored
 
-    def note_clock_changes(self) -> None:
-        """What the clock rule changed since the last commit goes to the changelog with this one."""
+    def flush_state(self, produce_state: Callable[[int, bytes, bytes | None], None],
+                    produce_dead_letter: Callable[[bytes], None]) -> None:
+        """Hand what changed in the held records since the last commit (and what the clock rule changed), and the
+        offset they cover, to `produce_state(partition, key, value)` (value None: a tombstone), and the dead letters
+        of changelog records dropped on restore to `produce_dead_letter`."""
+        for letter in self.dead_letters:
+            produce_dead_letter(letter)
+        self.dead_letters.clear()
         for thing, spec_name, axis, snapshot in self.joiner.clock_changes():
             self.changes.clocks[clock_key(thing, spec_name, axis)] = None if snapshot is None else json.dumps(
                 snapshot, separators=(",", ":")).encode()
+        self.changes.flush(lambda key, value: produce_state(self.partition, key, value))
+        covered = self.coverage()
+        if covered is not None:
+            produce_state(self.partition, COVERAGE_KEY, coverage_value(covered))
 
     def release_idle(self) -> list[dict]:
         """Release the quiet streams of this partition's join (a spec's ``idle_release_s``): the output records

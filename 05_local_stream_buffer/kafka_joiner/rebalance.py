@@ -21,7 +21,7 @@ from local_stream_buffer.clock import ClockCounters
 from local_stream_buffer.keyed import KeyedJoiner
 from local_stream_buffer.specs import JoinSpec
 from .alignment import InputAlignment
-from .changelog import COVERAGE_KEY, Restorer, StateRecord, coverage_value
+from .changelog import Restorer, StateRecord
 from .partition_join import PartitionJoin
 from .progress import JoinerStats, StateFigures
 from .repartition import Forwarder
@@ -160,7 +160,9 @@ class OwnedPartitions:
         committed offset, exactly as after an assignment."""
         if self._alignment is not None:
             self._alignment.resume_all()
-        self._resume_stopped()
+        if self.stopped:  # paused for a handover: read again from the commit as well
+            self._consumer.resume([TopicPartition(self._join_topic, partition) for partition in self.stopped])
+            self.stopped.clear()
         self.load(list(self.owned))
         self.reposition()
 
@@ -179,11 +181,6 @@ class OwnedPartitions:
         offset = self.position(owned)
         self._seek(TopicPartition(self._join_topic, partition,
                                   offset if offset is not None else self.started_at[(self._join_topic, partition)]))
-
-    def _resume_stopped(self) -> None:
-        if self.stopped:
-            self._consumer.resume([TopicPartition(self._join_topic, partition) for partition in self.stopped])
-            self.stopped.clear()
 
     def reposition(self) -> None:
         """Move every owned partition back to the next offset its state expects."""
@@ -262,14 +259,7 @@ class OwnedPartitions:
         `produce_state(partition, key, value)` (value None: a tombstone), and the dead letters of changelog
         records dropped on restore to `produce_dead_letter`."""
         for join in self.joins.values():
-            for letter in join.dead_letters:
-                produce_dead_letter(letter)
-            join.dead_letters.clear()
-            join.note_clock_changes()
-            join.changes.flush(lambda key, value, partition=join.partition: produce_state(partition, key, value))
-            covered = join.coverage()
-            if covered is not None:
-                produce_state(join.partition, COVERAGE_KEY, coverage_value(covered))
+            join.flush_state(produce_state, produce_dead_letter)
 
     def _let_go(self, partition: int) -> None:
         """Forget a partition's join, keeping what its clock rule counted."""

@@ -23,7 +23,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Topic
 
 from pipeline_core.data_loss import OffsetWatch
 from pipeline_core.group_watch import ConsumerWedged, GroupWatch, end_wedged_process
-from pipeline_core.kafka_clients import (KafkaCallWedged, admin_client, is_fatal, produce, retry_transient,
+from pipeline_core.kafka_clients import (admin_client, is_fatal, produce, retry_transient,
                                          security_config)
 from pipeline_core.lifecycle import StopSignal
 from pipeline_core.progress import ProgressReporter
@@ -139,7 +139,7 @@ class KafkaJoiner:
                 if commit:
                     self._commit(rewind_on_abort=False)
                 else:
-                    self._abort_after_failure()
+                    self._transaction.abort_on_exit()
         finally:
             try:
                 self._progress.close()  # its last report measures the lag with the consumer: before that closes
@@ -150,17 +150,6 @@ class KafkaJoiner:
                 if self._growth is not None:
                     self._growth.close()
         log.info("stopped")
-
-    def _abort_after_failure(self) -> None:
-        # Outputs and state changes of records whose positions were not yet counted would commit with stale
-        # offsets: on restart those records would meet their own state again (out_of_order dead letters).
-        try:
-            self._transaction.abort(replace_on_failure=False)
-        except (KafkaException, KafkaCallWedged) as error:
-            # Fenced, the broker gone, or the abort refused (INVALID_TXN_STATE right after a produce, librdkafka
-            # issue 4849): the broker aborts the transaction itself (at once when this instance id restarts, else
-            # after the transaction timeout); nothing of it ever commits.
-            log.warning("could not abort the open transaction after a failure: %s", error)
 
     # -- the loop --------------------------------------------------------------------------------------
 

@@ -138,6 +138,18 @@ class Transaction:
             self._kafka.waiting_for = None
         self._closed()
 
+    def abort_on_exit(self) -> None:
+        """Abort the open transaction as the joiner exits after a failure: outputs and state changes of records whose
+        positions were not yet counted would commit with stale offsets, and on restart those records would meet their
+        own state again (out_of_order dead letters)."""
+        try:
+            self.abort(replace_on_failure=False)
+        except (KafkaException, KafkaCallWedged) as error:
+            # Fenced, the broker gone, or the abort refused (INVALID_TXN_STATE right after a produce, librdkafka
+            # issue 4849): the broker aborts the transaction itself (at once when this instance id restarts, else
+            # after the transaction timeout); nothing of it ever commits.
+            log.warning("could not abort the open transaction after a failure: %s", error)
+
     def _closed(self) -> None:
         self.open = False
         self.append_times.clear()
