@@ -9,7 +9,8 @@ What it writes into a database with the pipeline's retention policies, as the pi
 * the raw records and join results of the last `--raw-minutes` (10), `--rows-per-s` rows a second per machine, in
   the DB connector's own point format (`db_connector.points`) and through its writer (`db_connector.writer`);
 * the clock counters of `--clock-faulty-machines` (25) machines over the last `--clock-hours` (24), as a joiner
-  reports them (`machine_health`, one point per machine every 10 s, each counter since the joiner's start).
+  reports them (`machine_health`, one point per machine every 10 s, each counter since the joiner's start), and
+  their 10-minute history.
 
 The machines are the simulator's synthetic fleet (`simulator.synthetic.fleet_things`, same seed), so a simulator run
 with the same `--machines`, `--axes` and `--seed` streams the same plant on. Every machine has a power level of its
@@ -36,7 +37,8 @@ from db_connector.writer import InfluxWriter
 from pipeline_core.health_metrics import MACHINE_MEASUREMENT, health_line
 from pipeline_core.influx import escape_tag, influx_client, stored_name
 from pipeline_core.influx_retention import (DATA_MEASUREMENT, HEALTH_POLICY, HISTORY_POLICY, JOINED_MEASUREMENT,
-                                            JOINED_POLICY, RAW_POLICY, ensure_retention, retention_settings)
+                                            JOINED_POLICY, MACHINE_HEALTH_TIER, RAW_POLICY, THING_ROLLUP_SUFFIX,
+                                            ensure_retention, machine_health_query, retention_settings)
 from pipeline_core.logs import configure_logging
 from pipeline_core.settings import InfluxSettings, load_settings, setting
 from simulator.synthetic import fleet_things
@@ -131,6 +133,9 @@ def history_lines(settings: PlantSettings, axes: list[Axis], tier: str, start_s:
     """The tier's points of [start_s, end_s) as the continuous queries write them, in batches (lines, policy)."""
     step_s = TIERS_S[tier]
     samples = max(1, round(settings.rows_per_s * step_s))
+    axes_per_thing: dict[str, int] = {}
+    for axis in axes:
+        axes_per_thing[axis.thing] = axes_per_thing.get(axis.thing, 0) + 1
     for chunk_start in range(start_s // step_s * step_s, end_s, step_s * 64):
         times_s = np.arange(chunk_start, min(end_s, chunk_start + step_s * 64), step_s)
         means = _levels(axes, times_s, step_s)
@@ -154,6 +159,11 @@ def history_lines(settings: PlantSettings, axes: list[Axis], tier: str, start_s:
                     if len(lines) >= BATCH_LINES:
                         yield lines, HISTORY_POLICY
                         lines = []
+        # The records per machine: every quantity of every axis of it.
+        for thing, axes_of_thing in axes_per_thing.items():
+            series = f"{DATA_MEASUREMENT}{THING_ROLLUP_SUFFIX}_{tier},thing={escape_tag(thing)}"
+            count = samples * len(QUANTITIES) * axes_of_thing
+            lines.extend(f"{series} count={count}i {time_s * 10**9}" for time_s in times_s.tolist())
         if lines:
             yield lines, HISTORY_POLICY
 
@@ -218,7 +228,9 @@ def expected_points(settings: PlantSettings, axes_count: int) -> int:
     raw = int(settings.raw_minutes * 60 * settings.rows_per_s)
     faulty = min(settings.clock_faulty_machines, settings.machines)
     clock = faulty * int(settings.clock_hours * 3600) // HEALTH_INTERVAL_S
-    return axes_count * per_axis * (history + raw) + clock
+    things = math.ceil(axes_count / max(settings.axes, 1))
+    clock_history = faulty * int(settings.clock_hours * 3600) // TIERS_S["10m"]
+    return axes_count * per_axis * (history + raw) + things * history + clock + clock_history
 
 
 def fill(settings: PlantSettings, now_ms: int | None = None,
@@ -276,6 +288,11 @@ def fill(settings: PlantSettings, now_ms: int | None = None,
             thread.join()
     if failures:
         raise failures[0]
+    # The clock counters' 10-minute history, as its continuous query would have kept it.
+    tier_ns = TIERS_S[MACHINE_HEALTH_TIER] * 10**9
+    clock_start_ns = (now_s - int(settings.clock_hours * 3600)) * 10**9 // tier_ns * tier_ns
+    query = machine_health_query(settings.influxdb_database, f"time >= {clock_start_ns} AND time <= {now_ms}ms")
+    written[0] += sum(int(point["written"]) for point in client.query(query, method="POST").get_points())
     return written[0]
 
 

@@ -16,7 +16,8 @@ from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 
 from .influx import InfluxDBClientError, InfluxDBServerError, escape_measurement, escape_tag, influx_client
-from .influx_retention import HEALTH_POLICY, ensure_retention, policy_missing, retention_settings
+from .influx_retention import (HEALTH_POLICY, MACHINE_HEALTH_MEASUREMENT, ensure_retention, policy_missing,
+                               retention_settings)
 from .retry import Backoff, Retries
 from .settings import InfluxSettings
 
@@ -24,7 +25,7 @@ log = logging.getLogger(__name__)
 
 HEALTH_MEASUREMENT = "pipeline_health"
 # Per machine, what a stage counted of it (a joiner's clock rule); tags stage, instance and thing.
-MACHINE_MEASUREMENT = "machine_health"
+MACHINE_MEASUREMENT = MACHINE_HEALTH_MEASUREMENT
 # Health points waiting for InfluxDB: about a day of one stage's points at a 10 s interval.
 MAX_PENDING_POINTS = 10_000
 RETRY_MAX_S = 60.0

@@ -9,7 +9,12 @@ and the database stays bounded:
 * ``history``: one point per minute, thing and quantity (mean, min, max, sum, count) of the raw quantities
   and of the join results, computed by continuous queries, default 104 weeks (two years); and the same per
   10 minutes and per hour, each computed from the one below it, so a view over days or weeks reads a tenth or
-  a sixtieth of the minutes (the dashboards pick the coarsest that still fills their width).
+  a sixtieth of the minutes (the dashboards pick the coarsest that still fills their width); and of the raw
+  quantities, the records per machine (every quantity of it added up: `count` of ``machinedata_by_thing_1m``,
+  ``_10m``, ``_1h``, each from the tier beside it), so counting or ranking a plant's machines reads a series per
+  machine, not one per machine and quantity. And the stages' counters per machine (`machine_health`, a point per
+  machine every 10 s, each counter since its process started) per 10 minutes, the highest of each (its value at
+  the interval's end) as `max_<counter>` in ``machine_health_10m``, per stage, process and machine.
 
 `ensure_retention` creates the database, the policies and the continuous queries, and alters a policy's
 duration or replaces a query when the settings changed; it is idempotent. The native stack calls it when
@@ -61,6 +66,15 @@ class RollupTier:
 COARSER_TIERS = (RollupTier("10m", "1m", every="1m", resample_for="30m"),
                  RollupTier("1h", "10m", every="5m", resample_for="2h"))
 _INTERVAL_NS = {"10m": 600 * 10**9, "1h": 3600 * 10**9}
+# The records per machine: a measurement's counts per tier, its quantities added up (`<measurement>_by_thing_<tier>`).
+THING_ROLLUP_MEASUREMENTS = (DATA_MEASUREMENT,)
+THING_ROLLUP_SUFFIX = "_by_thing"
+# Per machine, what a stage counted of it (pipeline_core.health_metrics writes it), and its 10-minute history.
+MACHINE_HEALTH_MEASUREMENT = "machine_health"
+MACHINE_HEALTH_TIER = "10m"
+# Each per-machine tier's schedule: as the tier it adds up is kept (the 1-minute one every minute over the last 10).
+_TIER_SCHEDULE = {HISTORY_INTERVAL: (HISTORY_INTERVAL, HISTORY_RESAMPLE_FOR),
+                  **{tier.interval: (tier.every, tier.resample_for) for tier in COARSER_TIERS}}
 
 # A duration as the settings give it (whole hours, days or weeks) and as InfluxDB shows it (720h0m0s).
 _DURATION = re.compile(r"^(?:(\d+)([hdw])|INF)$")
@@ -128,6 +142,22 @@ def rollup_query(database: str, measurement: str, tier: RollupTier, where: str =
             f'FROM {source} {f"WHERE {where} " if where else ""}GROUP BY time({tier.interval}), "thing", "quantity"')
 
 
+def thing_rollup_query(database: str, measurement: str, interval: str, where: str = "") -> str:
+    """The SELECT INTO of the records per machine of one tier: the tier's counts added up per interval and thing."""
+    return (f'SELECT sum("count") AS "count" '
+            f'INTO "{database}"."{HISTORY_POLICY}"."{measurement}{THING_ROLLUP_SUFFIX}_{interval}" '
+            f'FROM "{database}"."{HISTORY_POLICY}"."{measurement}_{interval}" {f"WHERE {where} " if where else ""}'
+            f'GROUP BY time({interval}), "thing"')
+
+
+def machine_health_query(database: str, where: str = "") -> str:
+    """The SELECT INTO of the stages' per-machine counters per 10 minutes: each counter's highest, per stage,
+    process and machine (every tag)."""
+    return (f'SELECT max(*) INTO "{database}"."{HISTORY_POLICY}"."{MACHINE_HEALTH_MEASUREMENT}_{MACHINE_HEALTH_TIER}" '
+            f'FROM "{database}"."{HEALTH_POLICY}"."{MACHINE_HEALTH_MEASUREMENT}" {f"WHERE {where} " if where else ""}'
+            f'GROUP BY time({MACHINE_HEALTH_TIER}), *')
+
+
 def _aligned_where(start: str, end: str, interval: str) -> str:
     """`start` to `end` (RFC 3339) widened to whole `interval`s: a coarser tier's intervals the range touches."""
     size_ns = _INTERVAL_NS[interval]
@@ -152,9 +182,15 @@ def backfill_history(client: InfluxDBClient, database: str, start: str, end: str
         queries = [history_query(database, measurement, policy, f"time >= '{start}' AND time < '{end}'"),
                    *(rollup_query(database, measurement, tier, _aligned_where(start, end, tier.interval))
                      for tier in COARSER_TIERS)]
+        if measurement in THING_ROLLUP_MEASUREMENTS:
+            queries.append(thing_rollup_query(database, measurement, HISTORY_INTERVAL,
+                                              f"time >= '{start}' AND time < '{end}'"))
+            queries.extend(thing_rollup_query(database, measurement, tier.interval,
+                                              _aligned_where(start, end, tier.interval)) for tier in COARSER_TIERS)
         for query in queries:
             written += sum(int(point["written"]) for point in client.query(query, method="POST").get_points())
-    return written
+    query = machine_health_query(database, _aligned_where(start, end, MACHINE_HEALTH_TIER))
+    return written + sum(int(point["written"]) for point in client.query(query, method="POST").get_points())
 
 
 def continuous_queries(database: str) -> dict[str, str]:
@@ -170,6 +206,16 @@ def continuous_queries(database: str) -> dict[str, str]:
             queries[name] = (f'CREATE CONTINUOUS QUERY "{name}" ON "{database}" '
                              f'RESAMPLE EVERY {tier.every} FOR {tier.resample_for} '
                              f'BEGIN {rollup_query(database, measurement, tier)} END')
+    for measurement in THING_ROLLUP_MEASUREMENTS:
+        for interval, (every, resample_for) in _TIER_SCHEDULE.items():
+            name = f"{measurement}{THING_ROLLUP_SUFFIX}_{interval}"
+            queries[name] = (f'CREATE CONTINUOUS QUERY "{name}" ON "{database}" '
+                             f'RESAMPLE EVERY {every} FOR {resample_for} '
+                             f'BEGIN {thing_rollup_query(database, measurement, interval)} END')
+    name = f"{MACHINE_HEALTH_MEASUREMENT}_{MACHINE_HEALTH_TIER}"
+    every, resample_for = _TIER_SCHEDULE[MACHINE_HEALTH_TIER]
+    queries[name] = (f'CREATE CONTINUOUS QUERY "{name}" ON "{database}" RESAMPLE EVERY {every} FOR {resample_for} '
+                     f'BEGIN {machine_health_query(database)} END')
     return queries
 
 

@@ -1,7 +1,7 @@
 """The pipeline database's retention policies and history in a real InfluxDB: created with their durations,
 left alone when nothing changed and altered when a setting did; the writers' points land in their policy;
 the continuous queries exist and their SELECT INTO, run by hand, computes the 1-minute history and the 10-minute
-and hourly ones from it."""
+and hourly ones from it, the records per machine of each, and the 10-minute history of the per-machine counters."""
 from __future__ import annotations
 
 import dataclasses
@@ -15,7 +15,7 @@ import pytest
 from influxdb import InfluxDBClient
 
 from db_connector.writer import InfluxWriter
-from pipeline_core.health_metrics import HealthMetrics, health_line
+from pipeline_core.health_metrics import MACHINE_MEASUREMENT, HealthMetrics, health_line
 from pipeline_core.influx_retention import (HISTORY_POLICY, RetentionSettings, backfill_history, ensure_retention,
                                             history_query)
 from pipeline_core.settings import ConnectionSettings
@@ -43,19 +43,24 @@ def policies(client: InfluxDBClient, database: str) -> dict[str, tuple[str, bool
 
 def test_policies_are_created_with_their_durations_then_kept_or_altered(fresh_database) -> None:
     database, client = fresh_database
-    # Four policies; per measurement (raw quantities, join results) the continuous queries of three tiers.
-    assert len(ensure_retention(client, database, SETTINGS)) == 10
+    # Four policies; per measurement (raw quantities, join results) the continuous queries of three tiers; the records
+    # per machine of the raw quantities' three; the per-machine counters' 10 minutes.
+    assert len(ensure_retention(client, database, SETTINGS)) == 14
     shown = policies(client, database)
     assert shown["raw"] == ("720h0m0s", True)  # the default: a write that names no policy is bounded too
     assert shown["joined"] == ("2160h0m0s", False) and shown["health"] == ("168h0m0s", False)
     assert shown["history"] == ("17472h0m0s", False)
     queries = {name: query for series in client.query("SHOW CONTINUOUS QUERIES").raw["series"]
                if series["name"] == database for name, query in series.get("values", [])}
-    assert set(queries) == {f"{measurement}_{tier}" for measurement in ("machinedata", "joined")
-                            for tier in ("1m", "10m", "1h")}
+    assert set(queries) == {f"{measurement}_{tier}" for measurement in ("machinedata", "joined", "machinedata_by_thing")
+                            for tier in ("1m", "10m", "1h")} | {"machine_health_10m"}
     assert f"INTO {database}.history.joined_1m FROM {database}.joined.joined" in queries["joined_1m"]
     assert f"INTO {database}.history.joined_10m FROM {database}.history.joined_1m" in queries["joined_10m"]
     assert f"INTO {database}.history.joined_1h FROM {database}.history.joined_10m" in queries["joined_1h"]
+    assert (f"INTO {database}.history.machinedata_by_thing_10m FROM {database}.history.machinedata_10m"
+            in queries["machinedata_by_thing_10m"])
+    assert f"INTO {database}.history.machine_health_10m FROM {database}.health.machine_health" in \
+        queries["machine_health_10m"]
 
     assert ensure_retention(client, database, SETTINGS) == []
     assert ensure_retention(client, database, dataclasses.replace(SETTINGS, influxdb_health_retention="2d")) == [
@@ -84,8 +89,13 @@ def test_the_history_query_computes_mean_min_max_per_minute_thing_and_quantity(f
                         time_precision="n", retention_policy="raw")
     start = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(minute / 1e9))
     end = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(minute / 1e9 + 120))
-    # Two minutes of one thing and quantity; one or two 10-minute and hourly points (the minutes may straddle one).
-    assert 2 + 2 <= backfill_history(client, database, start, end) <= 2 + 4
+    client.write_points([health_line({"stage": "kafka_joiner", "instance": "a", "thing": "M1"},
+                                     {"clock_outliers": count, "clock_steps_back": 0}, minute + offset_s * 10**9,
+                                     MACHINE_MEASUREMENT) for offset_s, count in ((0, 1), (50, 4))],
+                        time_precision="n", retention_policy="health", protocol="line")
+    # Two minutes of one thing and quantity; one or two 10-minute and hourly points (the minutes may straddle one);
+    # the same again per machine; the counters' one or two 10-minute points.
+    assert 2 * (2 + 2) + 1 <= backfill_history(client, database, start, end) <= 2 * (2 + 4) + 2
     rows = list(client.query(f'SELECT * FROM "{HISTORY_POLICY}"."machinedata_1m"', epoch="ns").get_points())
     assert [(row["time"], row["thing"], row["quantity"], row["mean"], row["min"], row["max"], row["sum"],
              row["count"]) for row in rows] == [
@@ -99,6 +109,15 @@ def test_the_history_query_computes_mean_min_max_per_minute_thing_and_quantity(f
         if len(coarser) == 1:  # both minutes in one interval: the mean of all four values
             assert coarser[0]["mean"] == 19.0 / 4, tier
     assert "GROUP BY time(1m)" in history_query(database, "machinedata", "raw")
+    # Per machine: every quantity's count added up.
+    for tier in ("1m", "10m", "1h"):
+        per_machine = list(client.query(f'SELECT * FROM "{HISTORY_POLICY}"."machinedata_by_thing_{tier}"').get_points())
+        assert {row["thing"] for row in per_machine} == {"M1"} and sum(row["count"] for row in per_machine) == 4, tier
+    # The counters' highest per 10 minutes: their count at its end.
+    counters = list(client.query(f'SELECT * FROM "{HISTORY_POLICY}"."machine_health_10m"').get_points())
+    assert {(row["thing"], row["stage"], row["instance"]) for row in counters} == {("M1", "kafka_joiner", "a")}
+    assert max(row["max_clock_outliers"] for row in counters) == 4
+    assert all(row["max_clock_steps_back"] == 0 for row in counters)
 
 
 def test_a_point_older_than_its_policy_is_refused_not_stored(fresh_database) -> None:
