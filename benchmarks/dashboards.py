@@ -186,7 +186,7 @@ def report_figures(settings: InfluxSettings, dashboard: Dashboard, window: str, 
 
     began = time.perf_counter()
     time_range = TimeRange.last(window)
-    variables = resolve_variables(connect(), dashboard, time_range)  # type: ignore[arg-type]
+    variables = resolve_variables(connect(), dashboard, time_range, connect=connect)  # type: ignore[arg-type]
     render_dashboard(connect, dashboard, time_range, variables, out_dir)  # type: ignore[arg-type]
     return Figures(time.perf_counter() - began, spent[0])
 

@@ -97,7 +97,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         raise SystemExit(f"no dashboard JSON files in {settings.dashboards}")
     chosen = chosen_values(settings)
     for dashboard in dashboards:
-        variables = resolve_variables(client, dashboard, time_range, chosen)
+        variables = resolve_variables(client, dashboard, time_range, chosen, connect=lambda: influx_client(settings))
         path = render_dashboard(lambda: influx_client(settings), dashboard, time_range, variables, settings.out)
         print(f"{dashboard.title}: {path}")
     return 0

@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import json
 import re
+import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import partial
 
 from pipeline_core.influx import InfluxDBClient, shown_name
 
@@ -161,23 +163,79 @@ def variable_values(client: InfluxDBClient, variable: Variable, query: str) -> l
     return values
 
 
+def variable_waves(dashboard: Dashboard) -> list[list[Variable]]:
+    """The dashboard's variables in waves, in order: a variable's query uses only variables of the waves before its
+    own, so the variables of one wave can be asked side by side (Grafana resolves independent variables at once)."""
+    wave_of: dict[str, int] = {}
+    waves: list[list[Variable]] = []
+    for variable in dashboard.variables:
+        used = [wave_of[name] for name in wave_of if re.search(
+            rf"\$\{{{re.escape(name)}\}}|\[\[{re.escape(name)}\]\]|\${re.escape(name)}(?!\w)", variable.query)]
+        wave = max(used, default=-1) + 1
+        wave_of[variable.name] = wave
+        if wave == len(waves):
+            waves.append([])
+        waves[wave].append(variable)
+    return waves
+
+
 def resolve_variables(client: InfluxDBClient, dashboard: Dashboard, time_range: TimeRange,
-                      chosen: Mapping[str, Sequence[str]] | None = None) -> dict[str, Selection]:
-    """Every variable of the dashboard, in order (a variable's query may use those before it and the time range):
-    its values and its selection, `chosen[name]` where given ([ALL] for All, values no longer offered dropped) and
-    else what the dashboard opens with."""
+                      chosen: Mapping[str, Sequence[str]] | None = None,
+                      connect: Callable[[], InfluxDBClient] | None = None) -> dict[str, Selection]:
+    """Every variable of the dashboard (a variable's query may use those before it and the time range): its values
+    and its selection, `chosen[name]` where given ([ALL] for All, values no longer offered dropped) and else what the
+    dashboard opens with. With `connect` (a new client), the queries of variables that do not use each other run side
+    by side, one of them on `client`, each other on a client of its own."""
     chosen = chosen or {}
     resolved: dict[str, Selection] = {}
-    for variable in dashboard.variables:
-        query = substitute(variable.query, time_range, query_texts(dashboard, resolved))
-        options = tuple(variable_values(client, variable, query))
-        wanted = tuple(chosen.get(variable.name, variable.current))
-        if variable.include_all and (wanted == (ALL,) or not wanted):
-            resolved[variable.name] = Selection(options, options, everything=True)
-            continue
-        selected = tuple(value for value in wanted if value in options) or options[:1]
-        resolved[variable.name] = Selection(options, selected if variable.multi else selected[:1])
-    return resolved
+    for wave in variable_waves(dashboard):
+        texts = query_texts(dashboard, resolved)
+        asked = [(variable, substitute(variable.query, time_range, texts)) for variable in wave]
+        queried = [index for index, (variable, _query) in enumerate(asked) if variable.type == "query"]
+        options: list[list[str] | None] = [None] * len(asked)
+        if connect is not None and len(queried) > 1:
+            clients = [client, *(connect() for _ in queried[1:])]
+            answers = _side_by_side([partial(variable_values, each, *asked[index])
+                                     for each, index in zip(clients, queried)])
+            for index, answer in zip(queried, answers):
+                options[index] = answer
+        for index, (variable, query) in enumerate(asked):
+            values = options[index]
+            resolved[variable.name] = _selection(variable, tuple(variable_values(client, variable, query)
+                                                                 if values is None else values), chosen)
+    return {variable.name: resolved[variable.name] for variable in dashboard.variables}
+
+
+def _side_by_side(calls: Sequence[Callable[[], list[str]]]) -> list[list[str]]:
+    """The first call here and each other on a thread of its own, at once: their answers in order (a call's error
+    raised here). Daemon threads: a query that InfluxDB never answers does not hold the process's exit up."""
+    answers: list[list[str] | BaseException | None] = [None] * len(calls)
+
+    def run(index: int) -> None:
+        try:
+            answers[index] = calls[index]()
+        except BaseException as error:  # noqa: BLE001 - raised in the caller's thread below
+            answers[index] = error
+
+    threads = [threading.Thread(target=run, args=(index,), name="variables", daemon=True)
+               for index in range(1, len(calls))]
+    for thread in threads:
+        thread.start()
+    run(0)
+    for thread in threads:
+        thread.join()
+    for answer in answers:
+        if isinstance(answer, BaseException):
+            raise answer
+    return answers  # type: ignore[return-value]
+
+
+def _selection(variable: Variable, options: tuple[str, ...], chosen: Mapping[str, Sequence[str]]) -> Selection:
+    wanted = tuple(chosen.get(variable.name, variable.current))
+    if variable.include_all and (wanted == (ALL,) or not wanted):
+        return Selection(options, options, everything=True)
+    selected = tuple(value for value in wanted if value in options) or options[:1]
+    return Selection(options, selected if variable.multi else selected[:1])
 
 
 def query_texts(dashboard: Dashboard, resolved: Mapping[str, Selection]) -> dict[str, str]:

@@ -39,6 +39,7 @@ class QueryThreads(Executor):
         self._work: queue.SimpleQueue[tuple[Future, Callable[[], Any]] | None] = queue.SimpleQueue()
         self._make_client = make_client
         self._local = threading.local()
+        self._spare_clients: queue.SimpleQueue[InfluxDBClient] = queue.SimpleQueue()
         self._threads = [threading.Thread(target=self._run, name=f"influxdb-query-{index}", daemon=True)
                          for index in range(threads)]
         for thread in self._threads:
@@ -49,6 +50,16 @@ class QueryThreads(Executor):
         if not hasattr(self._local, "client"):
             self._local.client = self._make_client()
         return self._local.client
+
+    def lend_client(self) -> InfluxDBClient:
+        """A client of the caller's alone until it gives it back (`give_back`): one kept from before, else a new one."""
+        try:
+            return self._spare_clients.get_nowait()
+        except queue.Empty:
+            return self._make_client()
+
+    def give_back(self, client: InfluxDBClient) -> None:
+        self._spare_clients.put(client)
 
     def _run(self) -> None:
         while (item := self._work.get()) is not None:
@@ -190,8 +201,23 @@ class DashboardQueries:
                         influx_ms=(variables_s + sum(spent for _result, spent in answers)) * 1000)
 
     def _variables(self, time_range: TimeRange, choice: Choice) -> tuple[dict[str, Selection], float]:
-        client = TimedClient(self._threads.client())
-        return resolve_variables(client, self.dashboard, time_range, choice.chosen), client.spent_s  # type: ignore[arg-type]
+        """The variables, those that do not use each other side by side (each beyond the first on a client lent for
+        this resolution: the other worker threads may be busy with other pages)."""
+        clients = [TimedClient(self._threads.client())]
+        lent: list[InfluxDBClient] = []
+
+        def connect() -> TimedClient:
+            lent.append(self._threads.lend_client())
+            clients.append(TimedClient(lent[-1]))
+            return clients[-1]
+
+        try:
+            variables = resolve_variables(clients[0], self.dashboard, time_range,  # type: ignore[arg-type]
+                                          choice.chosen, connect=connect)  # type: ignore[arg-type]
+        finally:
+            for client in lent:
+                self._threads.give_back(client)
+        return variables, sum(client.spent_s for client in clients)
 
     def _panel(self, panel: Panel, shown: TimeRange, texts: Mapping[str, str], width_px: int
                ) -> tuple[PanelResult, float]:

@@ -11,7 +11,7 @@ import yaml
 
 from grafana_report.dashboards import ALL, DASHBOARDS_DIR, load_dashboards, panel_queries
 from grafana_report.macros import (Selection, TimeRange, alias, duration_ms, interval_ms, interval_text, parse_values,
-                                   regex_escape, regex_value, round_interval_ms, substitute)
+                                   regex_escape, regex_value, round_interval_ms, substitute, variable_waves)
 from grafana_report.panels import Series, legend_value_text, no_value_text, with_gaps
 from pipeline_core import paths
 from stack.clocks import CLOCK_COUNTERS
@@ -239,18 +239,31 @@ def test_the_health_dashboard_shows_every_loss_counter_by_stage() -> None:
     assert queried == {"records_skipped", "topics_deleted", "offset_resets"}
 
 
+def test_variables_that_do_not_use_each_other_are_asked_together() -> None:
+    """The Top machines by records and by clock faults use the selection and Top but not each other: one wave, asked
+    side by side, after the variables they use."""
+    assert [[variable.name for variable in wave] for wave in variable_waves(HEALTH)] == [
+        ["thing", "top_n"], ["top", "clock_top"]]
+    assert [[variable.name for variable in wave] for wave in variable_waves(POWER)] == [
+        ["thing", "axis", "top_n"], ["top"]]
+
+
 def test_the_health_dashboard_shows_the_clock_faults_of_the_machines_with_the_most() -> None:
     """Every clock counter the joiners write per machine (stack.clocks, `make status`'s line) has a line per machine,
     each process's count added up, for the Top of the selection by those counts; none counted shows 0."""
     (panel,) = [panel for panel in HEALTH.panels if panel.title == "Clock faults per machine"]
-    queried = {field for target in panel.targets for field in CLOCK_COUNTERS if f'last("{field}")' in target.query}
-    assert queried == set(CLOCK_COUNTERS)
+    # Up to 6 hours the points as written; beyond, their 10-minute history (each counter's highest per interval).
+    raw = {field for target in panel.targets for field in CLOCK_COUNTERS if f'last("{field}")' in target.query
+           and '"health"."machine_health"' in target.query}
+    history = {field for target in panel.targets for field in CLOCK_COUNTERS if f'max("max_{field}")' in target.query
+               and '"history"."machine_health_10m"' in target.query}
+    assert raw == history == set(CLOCK_COUNTERS)
     for target in panel.targets:
-        assert '"health"."machine_health"' in target.query and '"stage", "instance", "thing"' in target.query
-        assert '"thing" =~ /^$clock_top$/' in target.query and "$tag_thing" in target.alias
+        assert '"stage", "instance", "thing"' in target.query and '"thing" =~ /^$clock_top$/' in target.query
+        assert "$tag_thing" in target.alias
     (top,) = [variable for variable in HEALTH.variables if variable.name == "clock_top"]
     assert top.hidden and top.current == (ALL,) and "$top_n" in top.query and '"thing" =~ /^$thing$/' in top.query
-    assert all(f'max("{field}")' in top.query for field in CLOCK_COUNTERS)
+    assert all(f'max("{field}")' in top.query and f'max("max_{field}")' in top.query for field in CLOCK_COUNTERS)
     assert no_value_text(panel) == "0"
 
 
