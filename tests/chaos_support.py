@@ -47,6 +47,7 @@ from pipeline_core import credentials
 from pipeline_core.kafka_clients import admin_client, security_config
 from pipeline_core.mqtt import DEVICE_CLIENT_ID
 from pipeline_core.settings import MACHINE_STATES_TOPIC, KafkaSettings, MqttSettings, load_settings
+from pipeline_core.stage_health import Heartbeat, read_heartbeat
 from pipeline_core.topics import MACHINE_DATA, MACHINE_DLQ, MACHINE_OUT
 from simulator.publisher import Publisher
 from simulator.replay import publish_rows, selected_rows
@@ -54,6 +55,7 @@ from simulator.settings import SimulatorSettings
 from simulator.synthetic import DEFAULT_START_MS
 from stack.processes import parent_pid, process_state
 from stack.topology import SINGLE_PORTS, private_ports
+from stack.watchdog import WatchdogRestart, read_history
 from support import Message, private_port_range, read_topic, wait_for
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -194,6 +196,27 @@ def lost_to_broker_kill(ack: Ack, kills: list[BrokerKill]) -> BrokerKill | None:
 
 
 @dataclass(frozen=True)
+class WedgeOutcome:
+    """A stage's loop wedged (fault injection) and what the watchdog did about it, in seconds after the wedge."""
+
+    target: str
+    old_pid: int
+    new_pid: int
+    stale_s: float  # `make status` called it stale (the watchdog's rule)
+    decided_s: float  # the watchdog decided to restart it
+    ended_s: float  # the old process group gone
+    running_s: float  # the new process running
+    healthy_s: float  # `make status` called the new process healthy (ready, and its heartbeat healthy)
+    since_last_report_s: float  # from the wedged loop's last report until healthy again
+
+    def describe(self) -> str:
+        return (f"wedge {self.target}: heartbeat stopped with pid {self.old_pid} alive, stale at {self.stale_s:.0f} s, "
+                f"the watchdog decided at {self.decided_s:.0f} s, old process group gone at {self.ended_s:.0f} s, "
+                f"pid {self.new_pid} running at {self.running_s:.0f} s and healthy at {self.healthy_s:.0f} s "
+                f"({self.since_last_report_s:.0f} s after the wedged loop's last report)")
+
+
+@dataclass(frozen=True)
 class StatusVerdict:
     fault: Fault  # the await-stuck check
     line: str  # `make status`'s line on the target
@@ -231,6 +254,7 @@ class PrivateStack:
         self.influxdb_port = ports["INFLUXDB_PORT"]
         self.broker_kills: list[BrokerKill] = []
         self.verdicts: list[StatusVerdict] = []  # what `make status` said at the await-stuck checks
+        self.wedges: list[WedgeOutcome] = []
         self.confirmed: list[str] = []
         self.grown: list[tuple[str, int, float]] = []  # topics grown: (topic, partitions, Unix time)
         self.growth_watch = None  # after machine.data grew: its recovery (growth_support.GrowthWatch)
@@ -296,6 +320,8 @@ class PrivateStack:
             # waits for the next one.
             wait_for(lambda: self._kill_executor(fault.target), 300, f"an executor of {fault.target} killed",
                      interval_s=0.5)
+        elif fault.action == "wedge":
+            self.wedge(fault.target)
         elif fault.action == "stop":
             self.stop(fault.target)
         elif fault.action == "start":
@@ -392,6 +418,82 @@ class PrivateStack:
         new = self.running_pid(name)
         assert new not in (0, old), f"{name} after its restart: PID {new} (before {old})"
         self.confirmed.append(f"restart {name}: process group {old} gone, running as {new}")
+
+    def wedge(self, name: str) -> WedgeOutcome:
+        """Wedges the loop of stage `name` (fault injection: SIGUSR2 to the process that writes its heartbeat, on a
+        stack started with PIPELINE_WEDGE_ON_SIGUSR2) and waits until the watchdog has ended it and started it again.
+        Confirmed: its heartbeat stopped while the process lived on (running or sleeping, its program's PID the same)
+        until it was stale by `make status`'s rule, then the old process group went, a new process ran and reported healthy, the
+        watchdog's record names the old process, and its log holds the threads' stacks and the watchdog's line."""
+        progress = self.state_dir / name / "progress.json"
+        pid = self.pid(name)
+
+        def own_heartbeat() -> Heartbeat | None:
+            beat = read_heartbeat(progress)
+            return beat if beat is not None and pid in (beat.pid, parent_pid(beat.pid)) else None
+
+        beat = wait_for(own_heartbeat, 300, f"a heartbeat of {name}'s process {pid}", interval_s=0.5)
+        restarts_before = self.status_of(name)["restarts"]
+        os.kill(beat.pid, signal.SIGUSR2)
+        wedged_at = time.time()
+
+        def stale_alive() -> Heartbeat | None:
+            """The heartbeat once older than `make status`'s stale time (3 intervals and 5 s) with its process
+            alive: not gone, no zombie, not stopped, and still the program's."""
+            latest = read_heartbeat(progress)
+            if latest is None or latest.pid != beat.pid or time.time() - latest.reported_at <= 3 * latest.interval_s + 5:
+                return None
+            alive = process_state(beat.pid) in ("R", "S", "D") and self.running_pid(name) == pid
+            return latest if alive else None
+
+        last = wait_for(stale_alive, 120, f"{name}'s heartbeat stale with its process {beat.pid} alive",
+                        interval_s=0.2)
+        stale_s = time.time() - wedged_at
+        new_pid = wait_for(lambda: (now := self.running_pid(name)) not in (0, pid) and now, 300,
+                           f"the watchdog to start {name} again", interval_s=0.2)
+        running_s = time.time() - wedged_at
+        wait_for(lambda: group_gone(pid), 60, f"every process of {name}'s old process group {pid} gone")
+        ended_s = time.time() - wedged_at
+
+        wait_for(lambda: (entry := self.status_of(name))["pid"] == new_pid and entry["health"] == "healthy", 300,
+                 f"make status to call {name}'s new process {new_pid} healthy", interval_s=0.2)
+        healthy_at = time.time()
+        history = self.state_dir / "supervisor" / "watchdog.jsonl"
+        record = wait_for(lambda: next((r for r in read_history(history) if r.pid == pid), None), 60,
+                          f"the watchdog's record of ending {name}'s process {pid}")
+        assert record.new_pid == new_pid and record.error is None, record
+        # Not before it was stale: a slow loop is not ended.
+        assert record.heartbeat_age_s > 3 * last.interval_s + 5, record
+        log_text = (self.state_dir / name / f"{name}.log").read_text(errors="replace")
+        assert f"ending pid {pid} " in log_text and "most recent call first" in log_text, \
+            f"{name}'s log lacks the watchdog's line or the threads' stacks"
+        outcome = WedgeOutcome(name, pid, new_pid, stale_s, record.time - wedged_at, ended_s, running_s,
+                               healthy_at - wedged_at, healthy_at - last.reported_at)
+        self.wedges.append(outcome)
+        self.watchdog_shown(name, record, restarts_before)
+        self.confirmed.append(outcome.describe())
+        return outcome
+
+    def status_of(self, name: str) -> dict[str, Any]:
+        """`make status JSON=1`'s entry of `name`."""
+        document = json.loads(self.stack("status", "--json"))
+        return next(service for service in document["services"] if service["name"] == name)
+
+    def watchdog_shown(self, name: str, record: WatchdogRestart, restarts_before: int) -> None:
+        """The watchdog's restart of `name` (`record`) where an operator looks: `make status` counts it apart from
+        supervisord's restarts and shows it with the threads' stacks from its log, and the stage's health points in
+        InfluxDB count it (field watchdog_restarts)."""
+        wedges = sum(outcome.target == name for outcome in self.wedges)
+        entry = self.status_of(name)
+        assert entry["watchdog_restarts"] == wedges and entry["restarts"] == restarts_before, entry
+        assert entry["watchdog_latest"]["pid"] == record.pid and entry["watchdog_latest"]["new_pid"] == record.new_pid
+        text = self.stack("status")
+        shown = text.split(f"watchdog: {name} restarted by the watchdog", 1)
+        assert len(shown) == 2 and "most recent call first" in shown[1] and "block_if_armed" in shown[1], text
+        query = ('SELECT last("watchdog_restarts") FROM "health"."pipeline_health" '
+                 f"WHERE \"instance\" = '{name}' AND time > now() - 1h")
+        wait_for(lambda: [point["last"] for point in self.influx().query(query).get_points()] == [wedges], 60,
+                 f"{wedges} watchdog restarts of {name} in InfluxDB", interval_s=2.0)
 
     def stuck_line(self, name: str) -> str | None:
         """`make status`'s verdict line on `name` when it calls it stuck, else None."""

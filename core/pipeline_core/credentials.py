@@ -50,6 +50,8 @@ PRINCIPALS: dict[str, Principal] = {
     "lsb-joiner": Principal(kafka_user="lsb-joiner", influxdb_user="writer"),
     "spark-joiner": Principal(kafka_user="spark-joiner", influxdb_user="writer"),
     "db-connector": Principal(kafka_user="db-connector", influxdb_user="writer"),
+    # The stack's watchdog writes its restart counts beside the stages' health points.
+    "watchdog": Principal(influxdb_user="writer"),
     "reader": Principal(influxdb_user="reader"),
 }
 

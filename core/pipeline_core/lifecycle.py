@@ -5,9 +5,14 @@ batch, the open transaction, the records awaiting Kafka) and returns; the proces
 
 A thread that dies of an exception nothing caught ends the process (`exit_on_thread_failure`): a stage whose
 loop thread lives on while one of its workers is gone would look alive to supervision and do nothing.
+
+SIGUSR1 writes every thread's stack to stderr (the stage's log), at once, from the signal handler of
+`faulthandler`, even while the main thread is blocked: the stack's watchdog asks for it before it ends a stage whose
+loop stopped turning, so that the log says where it hung.
 """
 from __future__ import annotations
 
+import faulthandler
 import logging
 import os
 import signal
@@ -16,6 +21,8 @@ import threading
 log = logging.getLogger(__name__)
 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+# Every thread's stack into the log, the process going on.
+STACK_DUMP_SIGNAL = signal.SIGUSR1
 
 
 class StopSignal:
@@ -61,12 +68,17 @@ _process_signal: StopSignal | None = None
 
 def process_stop_signal() -> StopSignal:
     """The process's `StopSignal`; the first call (from the main thread) installs the SIGTERM and SIGINT
-    handlers that set it, later calls return the same one."""
+    handlers that set it, and STACK_DUMP_SIGNAL's that writes every thread's stack to stderr; later calls return the
+    same one."""
     global _process_signal
     if _process_signal is None:
         stop = StopSignal()
         for signum in STOP_SIGNALS:
             signal.signal(signum, stop._on_signal)
+        try:
+            faulthandler.register(STACK_DUMP_SIGNAL, all_threads=True)
+        except (AttributeError, ValueError, OSError):  # stderr is no file (a test captures it): no dumps here
+            pass
         _process_signal = stop
     return _process_signal
 

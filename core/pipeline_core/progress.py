@@ -19,8 +19,9 @@ its observation: each report writes them as `machine_health` points, one per mac
 
 With a heartbeat file (setting PROGRESS_FILE), each report also replaces that file with a `Heartbeat`: when
 the stage reported, when its work last moved (its `progress_counters` changed), whether work waits for it
-(lag or records in hand) and how much. `pipeline_core.stage_health` judges it: `make status` and the Compose
-healthcheck read it.
+(lag or records in hand) and how much. `pipeline_core.stage_health` judges it: `make status`, the Compose
+healthcheck and the stack's watchdog read it. The heartbeat comes from the stage's loop itself (each turn calls
+`maybe_report`), never from a thread of its own, so a loop that stops turning stops it too.
 """
 from __future__ import annotations
 
@@ -39,6 +40,7 @@ from .health_metrics import MACHINE_MEASUREMENT, HealthMetrics, health_line
 from .influx import stored_name
 from .settings import ProgressSettings
 from .stage_health import Heartbeat, write_heartbeat
+from .wedge import Wedge
 
 log = logging.getLogger(__name__)
 
@@ -176,7 +178,8 @@ class ProgressReporter:
                  logger: logging.Logger | None = None, labels: Mapping[str, str] | None = None,
                  instance: str | None = None, clock: Callable[[], float] = time.monotonic,
                  progress_counters: Sequence[str] = RATED_COUNTERS, heartbeat_file: Path | None = None,
-                 wall_clock: Callable[[], float] = time.time, disk_path: Path | None = None) -> None:
+                 wall_clock: Callable[[], float] = time.time, disk_path: Path | None = None,
+                 wedge: Wedge | None = None) -> None:
         self.stage = stage
         self.counters = counters
         self.interval_s = interval_s
@@ -197,6 +200,7 @@ class ProgressReporter:
         self._last_progress_at: float | None = None
         self._waiting_since: float | None = None
         self._heartbeat_failed = False
+        self._wedge = wedge
         # At once: the stage is judged by this run's heartbeat from its start, not by a predecessor's.
         self._write_heartbeat(self._started_at, Observation())
 
@@ -205,11 +209,17 @@ class ProgressReporter:
                   **options: object) -> ProgressReporter:
         """A reporter at the settings' interval, writing to InfluxDB unless health metrics are off."""
         health = HealthMetrics.to_influxdb(settings) if settings.health_metrics else None
+        wedge = None
+        if settings.wedge_on_sigusr2:
+            wedge = Wedge()
+            wedge.install()
         return cls(stage, counters, interval_s=settings.progress_interval_s, health=health,
-                   heartbeat_file=settings.progress_file, **options)  # type: ignore[arg-type]
+                   heartbeat_file=settings.progress_file, wedge=wedge, **options)  # type: ignore[arg-type]
 
     def maybe_report(self, now: float | None = None) -> ProgressReport | None:
         """Report if the interval is over; cheap enough for every turn of a stage's loop."""
+        if self._wedge is not None:
+            self._wedge.block_if_armed()
         now = self._clock() if now is None else now
         if now < self._next_at:
             return None

@@ -240,6 +240,9 @@ class ProgressSettings(InfluxSettings):
     progress_file: Path | None = setting(None, "PROGRESS_FILE",
                                          "heartbeat file written at each progress report, read by `make status` and "
                                          "the healthcheck (pipeline_core.stage_health); none when unset")
+    wedge_on_sigusr2: bool = setting(False, "PIPELINE_WEDGE_ON_SIGUSR2",
+                                     "fault injection for tests of supervision: on SIGUSR2 the stage's loop blocks "
+                                     "for good in a read that never returns, the process alive (pipeline_core.wedge)")
 
 
 @dataclasses.dataclass(frozen=True)

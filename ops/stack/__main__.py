@@ -8,6 +8,7 @@ import signal
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import asdict
 from pathlib import Path
 
 from pipeline_core import credentials
@@ -20,7 +21,7 @@ from pipeline_core.settings import ConnectionSettings, load_settings
 from pipeline_core.stage_health import StageHealth, format_age
 from pipeline_core.topics import configured_topics, ensure_topics
 from . import (clocks, configuration, disk, growth, joiners, kafka_cluster, losses, manager, placement, security,
-               spec_change, supervision, topology)
+               spec_change, supervision, topology, watchdog)
 from .kafka_acls import ensure_kafka_principals, kafka_users
 from .processes import StackError, follow, tail
 from .services import Kafka
@@ -197,14 +198,14 @@ def from_operator(args: argparse.Namespace, argv: list[str]) -> int | None:
 
 def print_status(services: list) -> None:
     entries = manager.status(services)
-    print(f"{'service':<18}{'state':<10}{'health':<13}{'pid':>8}{'uptime':>12}{'restarts':>10}{'lag':>10}"
-          f"{'last progress':>15}  ports")
+    print(f"{'service':<18}{'state':<10}{'health':<13}{'pid':>8}{'uptime':>12}{'restarts':>10}{'watchdog':>10}"
+          f"{'lag':>10}{'last progress':>15}  ports")
     for entry in entries:
         ports = ", ".join(f"{role} {port}" for role, port in entry.ports.items()) or "-"
         uptime = format_duration(entry.uptime_s) if entry.uptime_s is not None else "-"
         lag, progress_age = stage_figures(entry.stage)
         print(f"{entry.name:<18}{entry.state:<10}{health(entry):<13}{entry.pid or '-':>8}{uptime:>12}"
-              f"{entry.restarts.count:>10}{lag:>10}{progress_age:>15}  {ports}")
+              f"{entry.restarts.count:>10}{len(entry.restarts.watchdog):>10}{lag:>10}{progress_age:>15}  {ports}")
     for line in topology.status_lines([entry.name for entry in entries]):
         print(line)
     pid = supervision.daemon_pid()
@@ -222,6 +223,8 @@ def print_status(services: list) -> None:
     for entry in entries:
         if entry.stage is not None and not entry.stage.healthy:
             print(f"{entry.stage.state}: {entry.name}: {entry.stage.detail}; log: {entry.log_file}")
+    for line in watchdog.status_lines(entries):
+        print(line)
     for entry in entries:
         if entry.stage is not None and entry.stage.note:
             print(f"note: {entry.name}: {entry.stage.note}")
@@ -277,12 +280,15 @@ def status_document(services: list) -> dict:
     found, unknown = stage_losses()
     faults, faults_unknown = from_health_metrics(clocks.machine_clock_faults)
     pid = supervision.daemon_pid()
+    latest = watchdog.latest_restarts(watchdog.history_file())
     return {
         "topology": topology.current(),
         "joiner": joiners.chosen(),
         "services": [{
             "name": entry.name, "state": entry.state, "health": health(entry), "pid": entry.pid,
             "uptime_s": entry.uptime_s, "restarts": entry.restarts.count,
+            "watchdog_restarts": len(entry.restarts.watchdog),
+            "watchdog_latest": asdict(latest[entry.name]) if entry.restarts.watchdog and entry.name in latest else None,
             "lag": entry.stage.lag if entry.stage is not None else None,
             "last_progress_age_s": entry.stage.progress_age_s if entry.stage is not None else None,
             "ports": entry.ports, "log_file": str(entry.log_file),

@@ -11,7 +11,8 @@ from pathlib import Path
 
 from pipeline_core import paths
 from pipeline_core.stage_health import StageHealth
-from . import configuration, join_specs, joiners, kafka_cluster, placement, security, supervision, topology, unsupervised
+from . import (configuration, join_specs, joiners, kafka_cluster, placement, security, supervision, topology,
+               unsupervised, watchdog)
 from .processes import StackError, port_holder, port_is_free, tail
 from .restarts import Restarts, read_restarts
 from .services import START_MARKER, InfluxDB, Kafka, Mosquitto, PipelineProcess, Service
@@ -126,6 +127,10 @@ class ServiceStatus:
                     f"delays" + (f" ({restarted})" if restarted else ""))
         if recent >= RESTART_LOOP_COUNT and self.state in supervision.ACTIVE_STATES:
             return f"keeps exiting: {restarted}"
+        wedged = sum(at >= time.time() - RESTART_LOOP_WINDOW_S for at in self.restarts.watchdog)
+        if wedged >= RESTART_LOOP_COUNT and self.state in supervision.ACTIVE_STATES:
+            return (f"keeps wedging: restarted by the watchdog {wedged} times in the last "
+                    f"{RESTART_LOOP_WINDOW_S / 60:.0f} minutes, its loop stopped each time")
         return None
 
 
@@ -241,7 +246,9 @@ def up(services: Iterable[Service], notify: Callable[[str], None] = log.info,
             join_specs.ensure_live_file(_joiner())  # the spec file the joiners read (`join_specs`)
         switch = _joiner_switch(services, notify)
         known = {service.name for service in every_service()}
-        supervision.ensure_daemon(every_service() + [s for s in services if s.name not in known])
+        supervised = every_service() + [s for s in services if s.name not in known]
+        _write_watch_lists(supervised)
+        supervision.ensure_daemon(supervised)
         if not daemon_runs:
             configuration.note(settings)
         try:
@@ -256,6 +263,14 @@ def up(services: Iterable[Service], notify: Callable[[str], None] = log.info,
             if not supervision.active_programs():  # nothing for it to supervise: no idle daemon left
                 supervision.shut_down_daemon()
             raise
+
+
+def _write_watch_lists(services: list[Service]) -> None:
+    """For each supervisord, the stages it runs, which its watchdog watches (`stack.watchdog`)."""
+    for daemon in supervision.daemons():
+        watchdog.write_watch_list(daemon.directory, [
+            watchdog.WatchedStage.of(service) for service in services
+            if isinstance(service, PipelineProcess) and supervision.daemon_of(service.name) == daemon])
 
 
 @dataclass

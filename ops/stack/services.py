@@ -21,9 +21,9 @@ from pipeline_core.health import influxdb_ready, mqtt_ready
 from pipeline_core.mqtt import CONNECTOR_CLIENT_ID, CONNECTOR_TOPIC_FILTER, open_session
 from pipeline_core.settings import DEFAULT_STARTUP_DEADLINE_S, MqttSettings, load_settings
 from pipeline_core.logs import ready_marker
-from pipeline_core.stage_health import StageHealth, assess, read_heartbeat
+from pipeline_core.stage_health import Heartbeat, StageHealth, assess, read_heartbeat
 from . import certificates, influxdb_users, mqtt_security, security
-from .processes import StackError, free_loopback_ports, process_start_ticks, tail_bytes
+from .processes import StackError, free_loopback_ports, parent_pid, process_start_ticks, tail_bytes
 
 log = logging.getLogger(__name__)
 
@@ -385,6 +385,8 @@ class PipelineProcess(Service):
     ready, its health is its heartbeat's (`progress_file`, judged by `pipeline_core.stage_health`)."""
 
     start_group = PIPELINE
+    # Whether its heartbeat is written by a child of the process supervisord runs (spark-submit's Python driver).
+    heartbeat_of_child = False
 
     # As long as the stage itself waits for Kafka at start (KAFKA_STARTUP_DEADLINE_S): a new cluster on a busy
     # machine took over 30 s to answer its first admin and transactional requests (coordinators loading), and `up`
@@ -411,8 +413,7 @@ class PipelineProcess(Service):
 
     def stage_health(self, pid: int | None, now: float) -> StageHealth:
         """Its health by the heartbeat of the process `pid` (a predecessor's heartbeat says nothing of it)."""
-        heartbeat = read_heartbeat(self.progress_file)
-        return assess(heartbeat if heartbeat is not None and heartbeat.pid == pid else None, now)
+        return assess(heartbeat_of(self.progress_file, pid, self.heartbeat_of_child), now)
 
     @property
     def ready_record(self) -> Path:
@@ -449,6 +450,16 @@ class PipelineProcess(Service):
             if START_MARKER in text:
                 break
         return ready_marker(pid) in text.rsplit(START_MARKER, 1)[-1]
+
+
+def heartbeat_of(progress_file: Path, pid: int | None, of_child: bool = False) -> Heartbeat | None:
+    """The heartbeat in `progress_file` when the process `pid` wrote it (`of_child`: a child of it did), else None:
+    a predecessor's heartbeat says nothing of the process that runs now."""
+    heartbeat = read_heartbeat(progress_file)
+    if heartbeat is None or pid is None:
+        return None
+    writer = parent_pid(heartbeat.pid) if of_child else heartbeat.pid
+    return heartbeat if writer == pid else None
 
 
 def influxdb_tls_ca() -> Path | None:

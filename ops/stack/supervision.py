@@ -143,7 +143,8 @@ def render_config(services: Iterable[Service], daemon: Daemon | None = None) -> 
     if len(str(daemon.socket_file)) > MAX_SOCKET_PATH:
         raise StackError(f"the state dir {paths.STATE_DIR} is too long a path for supervisord's socket "
                          f"({daemon.socket_file}): choose a shorter STACK_STATE_DIR")
-    listener = [sys.executable, "-m", "stack.restarts", str(start_history())]
+    # The event listener records every start and runs the watchdog of the stages listed in `directory`.
+    listener = [sys.executable, "-m", "stack.restarts", str(start_history()), str(directory)]
     max_bytes, backups = log_limits()
     sections = [
         f"[unix_http_server]\nfile={_value(daemon.socket_file)}\nchmod=0700",
@@ -216,12 +217,17 @@ def daemon_pid() -> int | None:
 
 
 @contextmanager
-def exclusive() -> Iterator[None]:
-    """One `up`, `down` or test fixture at a time changes this state dir's stack."""
+def exclusive(blocking: bool = True) -> Iterator[bool]:
+    """One `up`, `down`, `restart`, test fixture or restart by the watchdog at a time changes this state dir's stack.
+    Not `blocking`: True when this one holds it now, False at once when another does."""
     supervisor_dir().mkdir(parents=True, exist_ok=True)
     with open(supervisor_dir() / "lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        yield
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | (0 if blocking else fcntl.LOCK_NB))
+        except BlockingIOError:
+            yield False
+            return
+        yield True
 
 
 def ensure_daemon(services: Iterable[Service]) -> None:

@@ -13,7 +13,6 @@ from pathlib import Path
 
 from pipeline_core import credentials
 from pipeline_core.logs import READY_MARKER
-from pipeline_core.stage_health import StageHealth, assess, read_heartbeat
 from . import join_specs, joiners, kafka_cluster, placement, spark_cluster
 from .choice import current, is_cluster, is_hosts, record, recorded  # noqa: F401 (asked of the topology by its callers)
 from .processes import StackError, free_loopback_ports, parent_pid, port_is_free
@@ -75,6 +74,9 @@ class SparkSubmittedJoiner(PipelineProcess):
     driver and executors run the checkout's code); spark-defaults.conf in its SPARK_CONF_DIR holds the cluster's
     ports and executor sizes."""
 
+    # Its health is the heartbeat of the Python driver that the spark-submit JVM runs.
+    heartbeat_of_child = True
+
     def __init__(self) -> None:
         super().__init__("spark-joiner", "spark_joiner", start_deadline_s=300.0, startsecs=30.0,
                          env={**_stage_environment(), **join_specs.environment(),
@@ -106,12 +108,6 @@ class SparkSubmittedJoiner(PipelineProcess):
                 "--driver-java-options", f"-Djava.io.tmpdir={self.temp_dir}",
                 str(self.package_dir / "spark_joiner_job.py"),
                 "--progress-file", str(self.progress_file), "--checkpoint-dir", str(self.state_dir / "checkpoint")]
-
-    def stage_health(self, pid: int | None, now: float) -> StageHealth:
-        """By the heartbeat of the Python driver that the spark-submit JVM `pid` runs."""
-        heartbeat = read_heartbeat(self.progress_file)
-        ours = heartbeat is not None and pid is not None and parent_pid(heartbeat.pid) == pid
-        return assess(heartbeat if ours else None, now)
 
     def is_ready(self, pid: int | None = None) -> bool:
         """READY from the Python driver, a child of the spark-submit JVM that supervisord runs."""

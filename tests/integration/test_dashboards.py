@@ -56,6 +56,8 @@ CLOCK_POINTS = {
     "host-1": {"Plant1.Hall2.Press3": (3, 1, 0), "Press 5\n": (0, 20, 0), "M1": (0, 0, 3), "M2": (0, 0, 4)},
     "host-2": {"Plant1.Hall2.Press3": (2, 0, 1), "M3": (5, 0, 0), "M4": (0, 0, 6)},
 }
+# The watchdog's restart counts, one series per program (the stack's watchdog writes them).
+WATCHDOG_POINTS = {"kafka_joiner": {"lsb-joiner-1": 2, "lsb-joiner-2": 1}, "db_connector": {"db-connector-1": 0}}
 
 
 @pytest.fixture(scope="module")
@@ -121,8 +123,11 @@ def _write_stage_health(stack: ConnectionSettings, database: str) -> None:
         for machine, counts in machines.items():
             metrics.record(health_line({"stage": "kafka_joiner", "instance": instance, "thing": stored_name(machine)},
                                        dict(zip(CLOCK_COUNTERS, counts)), at_ns, MACHINE_MEASUREMENT))
+    for stage, counts in WATCHDOG_POINTS.items():
+        for program, count in counts.items():
+            metrics.record(health_line({"stage": stage, "instance": program}, {"watchdog_restarts": count}, at_ns))
     metrics.close(timeout_s=30)
-    assert metrics.written == sum(len(instances) for instances in STAGE_POINTS.values()) + \
+    assert metrics.written == sum(len(points) for points in (*STAGE_POINTS.values(), *WATCHDOG_POINTS.values())) + \
         sum(len(machines) for machines in CLOCK_POINTS.values())
 
 
@@ -196,6 +201,12 @@ def test_the_loss_panel_adds_up_the_processes_of_a_stage(replayed) -> None:
     assert last[("kafka_joiner", "offset_resets")] == 2 and last[("kafka_joiner", "topics_deleted")] == 1
     # The replay's DB connector reports its own counters: it lost nothing.
     wait_for(lambda: _panel_last(client, panel, "db_connector") == 0, 30, "the DB connector's 0 on the loss panel")
+
+
+def test_the_watchdog_panel_adds_up_the_restarts_of_a_stage_s_programs(replayed) -> None:
+    _, client = replayed
+    restarts = _panel_series(client, "Restarts by the watchdog, by stage")
+    assert restarts["kafka_joiner"] == [3] and restarts["db_connector"] == [0]  # 2 + 1 from its two programs
 
 
 def _panel_last(client: InfluxDBClient, panel, stage: str) -> float | None:
