@@ -143,6 +143,16 @@ grow: $(SETUP)
 specs: $(SETUP)
 	@$(PY) -m stack specs $(SPECS)
 
+# Every Kafka node of the running cluster in turn, then every Spark worker, each back in sync before the next
+# (TOPOLOGY=cluster or hosts, natively; JSON=1: the steps as one JSON document).
+.PHONY: rolling-restart
+rolling-restart: $(SETUP)
+ifeq ($(STACK),docker)
+	@echo "make rolling-restart runs the native cluster (TOPOLOGY=cluster or hosts); with Compose, \`docker compose restart kafka-1\`, one node at a time" >&2; exit 1
+else
+	@$(PY) -m stack rolling-restart $(if $(filter 1 yes true on,$(JSON)),--json)
+endif
+
 # Replays events into the running stack: RATE=rows/s (0 = as fast as lossless delivery allows),
 # N=rows (default: the whole file), DATA_ARGS for any other simulator flag (see --help).
 SIMULATOR_ARGS = --ending-now $(if $(RATE),--rate $(RATE)) $(if $(N),--limit $(N)) $(DATA_ARGS)

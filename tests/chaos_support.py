@@ -49,6 +49,7 @@ from pipeline_core.mqtt import DEVICE_CLIENT_ID
 from pipeline_core.settings import MACHINE_STATES_TOPIC, KafkaSettings, MqttSettings, load_settings
 from pipeline_core.stage_health import Heartbeat, read_heartbeat
 from pipeline_core.topics import MACHINE_DATA, MACHINE_DLQ, MACHINE_OUT
+from rolling_support import ClusterWatch, LatencyWatch
 from simulator.publisher import Publisher
 from simulator.replay import publish_rows, selected_rows
 from simulator.settings import SimulatorSettings
@@ -255,6 +256,8 @@ class PrivateStack:
         self.broker_kills: list[BrokerKill] = []
         self.verdicts: list[StatusVerdict] = []  # what `make status` said at the await-stuck checks
         self.wedges: list[WedgeOutcome] = []
+        self.rollings: list[dict[str, Any]] = []  # `make rolling-restart --json`'s documents, with what was seen
+        self.latency: LatencyWatch | None = None
         self.confirmed: list[str] = []
         self.grown: list[tuple[str, int, float]] = []  # topics grown: (topic, partitions, Unix time)
         self.growth_watch = None  # after machine.data grew: its recovery (growth_support.GrowthWatch)
@@ -322,6 +325,12 @@ class PrivateStack:
                      interval_s=0.5)
         elif fault.action == "wedge":
             self.wedge(fault.target)
+        elif fault.action == "watch-latency":
+            self.latency = LatencyWatch(self.bootstrap, self.kafka_security)
+            self.latency.start()
+            self.confirmed.append("watch-latency: reading machine.out as it commits")
+        elif fault.action == "rolling-restart":
+            self.rolling_restart()
         elif fault.action == "stop":
             self.stop(fault.target)
         elif fault.action == "start":
@@ -474,6 +483,49 @@ class PrivateStack:
         self.confirmed.append(outcome.describe())
         return outcome
 
+    def rolling_restart(self) -> dict[str, Any]:
+        """`make rolling-restart` (`python -m stack rolling-restart --json`), watched from outside (rolling_support):
+        confirmed when each Kafka node, then each Spark worker, was seen down, back as a new process and in sync
+        again, each after the one before was in sync, and never two Kafka nodes away at once."""
+        nodes = {f"kafka-{n}": n for n in (1, 2, 3)}
+        workers = {f"spark-worker-{n}": self.worker_ui_port(n) for n in (1, 2)} if self.env["JOINER"] == "spark" else {}
+        watch = ClusterWatch(nodes, workers, self.socket_of, self.bootstrap, self.kafka_security, self.spark_master_url())
+        watch.start()
+        try:
+            document = json.loads(self.stack("rolling-restart", "--json", timeout_s=3600).strip().splitlines()[-1])
+        finally:
+            watch.stop()
+        steps = document["steps"]
+        assert [step["name"] for step in steps] == [*nodes, *workers], steps
+        assert watch.most_kafka_nodes_away == 1, f"{watch.most_kafka_nodes_away} Kafka nodes seen away at once"
+        began = steps[0]["began_at"]
+        previous_in_sync = began
+        for step in steps:
+            seen = watch.seen[step["name"]]
+            assert None not in (seen.down_at, seen.back_at, seen.in_sync_at), seen.describe(began)
+            assert previous_in_sync <= seen.down_at < seen.back_at <= seen.in_sync_at, seen.describe(began)
+            assert seen.old_pid == step["old_pid"] and seen.new_pid == step["new_pid"] != seen.old_pid, \
+                (seen.describe(began), step)
+            previous_in_sync = seen.in_sync_at
+        document["seen"] = [watch.seen[step["name"]].describe(began) for step in steps]
+        self.rollings.append(document)
+        self.confirmed.append(f"rolling-restart in {document['took_s']:.0f} s: " + "; ".join(document["seen"])
+                              + f" (polled {watch.polls} times, at most one Kafka node away at once)")
+        return document
+
+    def socket_of(self, name: str) -> Path:
+        """The socket of the supervisord that runs program `name`."""
+        return self.state_dir / "supervisor" / "supervisor.sock"
+
+    def spark_master_url(self) -> str:
+        host = self.env.get("SPARK_MASTER_HOST", self.env.get("SPARK_LOCAL_IP", "127.0.0.1"))
+        # The stack's own port, else the one its environment gave it (across hosts the inherited one), else Spark's.
+        port = self.assigned_ports.get("SPARK_MASTER_WEBUI_PORT") or self.env.get("SPARK_MASTER_WEBUI_PORT", 8080)
+        return f"http://{host}:{port}"
+
+    def worker_ui_port(self, index: int) -> int:
+        return self.assigned_ports.get(f"SPARK_WORKER{index}_WEBUI_PORT", 8080 + index)
+
     def status_of(self, name: str) -> dict[str, Any]:
         """`make status JSON=1`'s entry of `name`."""
         document = json.loads(self.stack("status", "--json"))
@@ -542,10 +594,7 @@ class PrivateStack:
 
     def spark_applications(self) -> set[str]:
         """The ids of the applications the stack's Spark master runs (none while it does not answer)."""
-        host = self.env.get("SPARK_MASTER_HOST", self.env.get("SPARK_LOCAL_IP", "127.0.0.1"))
-        # The stack's own port, else the one its environment gave it (across hosts the inherited one), else Spark's.
-        port = self.assigned_ports.get("SPARK_MASTER_WEBUI_PORT") or self.env.get("SPARK_MASTER_WEBUI_PORT", 8080)
-        url = f"http://{host}:{port}/json"
+        url = f"{self.spark_master_url()}/json"
         try:
             with urllib.request.urlopen(url, timeout=5) as answer:
                 state = json.load(answer)
@@ -760,6 +809,14 @@ class ChaosReport:
         return ", ".join(lost[:20]) + (f" and {len(lost) - 20} more" if len(lost) > 20 else "")
 
 
+def only_the_wedged_were_restarted(stack: PrivateStack, _report: ChaosReport) -> None:
+    """`run_chaos`'s after-check of a run with wedges: the watchdog restarted those stages, once each, and nothing
+    else (not a stage waiting for a server, not one starting)."""
+    history = read_history(stack.state_dir / "supervisor" / "watchdog.jsonl")
+    restarted = [(record.process, record.pid) for record in history]
+    assert restarted == [(wedge.target, wedge.old_pid) for wedge in stack.wedges], restarted
+
+
 def chaos_workdir(name: str) -> Path:
     """A folder for one run, kept when the run fails (its stack's logs say what happened); not under
     pytest's own, which later test sessions rotate away."""
@@ -795,14 +852,14 @@ def dead_lettered_payloads(messages: list[Message]) -> list[bytes]:
 
 def run_chaos(plan: ChaosPlan, workdir: Path, faults: list[Fault] | None = None,
               stack_class: type[PrivateStack] = PrivateStack, keep_workdir: bool = False,
-              running: bool = False, earlier: Published = NOTHING_PUBLISHED, keep_running: bool = False
-              ) -> ChaosReport:
+              running: bool = False, earlier: Published = NOTHING_PUBLISHED, keep_running: bool = False,
+              after: Callable[[PrivateStack, ChaosReport], None] | None = None) -> ChaosReport:
     """Replay, break (the seeded schedule unless `faults` are given), recover, then check every topic
     and InfluxDB against what a fault-free run holds. `stack_class`: the stack to run (cluster_support's for
     TOPOLOGY=cluster). `keep_workdir`: leave the stage logs for a caller whose own checks of the report follow.
     `running`: the caller brought the stack up and checked it already; `keep_running`: leave it up, for a next run.
     `earlier`: what runs before this one published on the stack (their report's `published`; `plan.run` counts
-    them)."""
+    them). `after`: the caller's own checks, on the stack still running once every check passed."""
     report = ChaosReport(plan)
     rows_file = workdir / f"rows-{plan.run}.json"
     # Synthetic machines of their own for each run on a stack (the seed names them), a day after the run before.
@@ -853,11 +910,15 @@ def run_chaos(plan: ChaosPlan, workdir: Path, faults: list[Fault] | None = None,
         check_outcome(stack, report, rows, bad, {payload: ack for publisher in publishers
                                                  for payload, ack in publisher.publisher.acks.items()}, earlier)
         report.settle_s = time.monotonic() - began - report.replay_s
+        if after is not None:
+            after(stack, report)
         kept_up = keep_running
     except BaseException:
         kept_up = False  # a failed run's stack goes down, its logs kept
         raise
     finally:
+        if stack.latency is not None:
+            stack.latency.stop()
         report.verdicts = list(stack.verdicts)
         joiner_log = stack.state_dir / f"{plan.joiner}-joiner" / f"{plan.joiner}-joiner.log"
         report.joiner_log = joiner_log.read_text(errors="replace") if joiner_log.exists() else ""

@@ -8,6 +8,7 @@ server a host cannot reach."""
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import random
@@ -19,10 +20,12 @@ import time
 import uuid
 from pathlib import Path
 
-from chaos_support import (MOSQUITTO_SAVE_WINDOW_S, NOTHING_PUBLISHED, REPO_ROOT, BrokerKill, ChaosPlan, Fault,
-                           PrivateStack, Published, chaos_workdir, run_chaos)
+from chaos_support import (MOSQUITTO_SAVE_WINDOW_S, NOTHING_PUBLISHED, REPO_ROOT, BrokerKill, ChaosPlan, ChaosReport,
+                           Fault, PrivateStack, Published, chaos_workdir, group_gone, only_the_wedged_were_restarted,
+                           run_chaos)
 from cluster_support import cluster_fault_schedule
 from growth_support import StatusBeforeDown
+from rolling_support import delays_around
 from spec_change_support import INITIAL, LiveChanges, check_live_changes, live_change_faults, live_change_figures, spec_file
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
@@ -33,7 +36,9 @@ from pipeline_core.settings import MqttSettings, load_settings
 from pipeline_core.stage_health import Heartbeat, read_heartbeat
 from simulator.settings import SimulatorSettings
 from stack import netns, placement
+from stack.processes import process_state
 from stack.topology import CLUSTER_PORTS, SINGLE_PORTS
+from stack.watchdog import read_history
 from support import wait_for
 
 # A port nothing listens on: a connect to it is refused by a host that can be reached, and fails otherwise.
@@ -79,6 +84,9 @@ class PrivateHostsStack(PrivateStack):
         config = self.state_dir / "supervisor" / host / "supervisord.conf"
         return subprocess.run([sys.executable, "-m", "supervisor.supervisorctl", "-c", str(config), *args],
                               env=self.env, capture_output=True, text=True, timeout=180)
+
+    def socket_of(self, name: str) -> Path:
+        return self.state_dir / "supervisor" / placement.inventory().host_of(name).name / "supervisor.sock"
 
     def simulator_settings(self, *args: str) -> SimulatorSettings:
         return load_settings(SimulatorSettings, ["--no-progress", *args],
@@ -164,6 +172,16 @@ class PrivateHostsStack(PrivateStack):
             self.confirmed.append(f"freeze {fault.target}: process group {pid} stopped (state T)")
         elif fault.action == "thaw":
             pid = self.frozen.pop(fault.target)
+            if process_state(pid) is None:
+                # A stage frozen past its stale time (a standalone joiner's minute) is wedged to the watchdog, which
+                # ended it meanwhile and started it again.
+                history = self.state_dir / "supervisor" / "watchdog.jsonl"
+                record = wait_for(lambda: next((r for r in read_history(history) if r.pid == pid and r.new_pid), None),
+                                  60, f"the watchdog's record of ending {fault.target}'s frozen process {pid}")
+                self.confirmed.append(f"thaw {fault.target}: the watchdog had ended its frozen process group {pid} "
+                                      f"(no report for {record.heartbeat_age_s:.0f} s) and started it again as "
+                                      f"{record.new_pid}")
+                return
             thaw(pid, fault.target)
             self.confirmed.append(f"thaw {fault.target}: process group {pid} running again")
         elif fault.action == "lose-disk":
@@ -401,20 +419,22 @@ def _stack(env: dict[str, str], *args: str, timeout_s: float = 900) -> subproces
 
 
 def storm_across_hosts(joiner: str, rows: int, rate: float, severe: bool = False, kills: bool = False,
-                       live_changes: bool = False) -> dict:
+                       live_changes: bool = False, faults: list[Fault] | None = None,
+                       environment: dict[str, str] | None = None) -> dict:
     """`storms_across_hosts` with one joiner: its report."""
-    return storms_across_hosts((joiner,), rows, rate, severe, kills, live_changes)[0]
+    return storms_across_hosts((joiner,), rows, rate, severe, kills, live_changes, faults, environment)[0]
 
 
 def storms_across_hosts(joiners: tuple[str, ...], rows: int, rate: float, severe: bool = False,
-                        kills: bool = False, live_changes: bool = False) -> list[dict]:
-    """TOPOLOGY=hosts from nothing with the first of `joiners`, every program checked to run healthy in its host's
-    network namespace; then for each joiner in turn (`up` switching to it, the others' checked again) the seeded storm
-    (`run_storm`, on the operator host) of `rows` rows at `rate` rows/s (`severe`, `kills`: with its severe faults,
-    with the cluster's SIGKILLs; `live_changes`: instead of network faults, join specs changed and partitions added,
-    spec_change_support.live_change_faults), each on the rows and joins of the storms before it too; then `down`, after
-    which nothing of the hosts may be left. Each storm's report, with the folder of the logs (one bring-up for them
-    all)."""
+                        kills: bool = False, live_changes: bool = False, faults: list[Fault] | None = None,
+                        environment: dict[str, str] | None = None) -> list[dict]:
+    """TOPOLOGY=hosts from nothing with the first of `joiners` (and `environment` for its `up`), every program checked
+    to run healthy in its host's network namespace; then for each joiner in turn (`up` switching to it, the others'
+    checked again) the seeded storm (`run_storm`, on the operator host) of `rows` rows at `rate` rows/s (`severe`,
+    `kills`: with its severe faults, with the cluster's SIGKILLs; `live_changes`: instead of network faults, join specs
+    changed and partitions added, spec_change_support.live_change_faults; `faults`: these instead of its network
+    faults), each on the rows and joins of the storms before it too; then `down`, after which nothing of the hosts may
+    be left. Each storm's report, with the folder of the logs (one bring-up for them all)."""
     netns.preflight()  # root and `ip netns`, or a clear failure
     swept = netns.sweep_orphans()  # what a test killed before its `down` left
     if swept:
@@ -426,7 +446,7 @@ def storms_across_hosts(joiners: tuple[str, ...], rows: int, rate: float, severe
     # may move a stack to (another stack's block on this machine), which the checks across the hosts do not expect.
     env = {**{name: value for name, value in os.environ.items() if name not in (*SINGLE_PORTS, *CLUSTER_PORTS)},
            "TOPOLOGY": "hosts", "STACK_STATE_DIR": str(state_dir), "STACK_HOSTS_PREFIX": prefix,
-           placement.GUARDIAN_PID_ENV: str(os.getpid())}
+           placement.GUARDIAN_PID_ENV: str(os.getpid()), **(environment or {})}
     if live_changes:  # started with the run's initial join specs
         initial = spec_file(workdir, INITIAL, "initial_specs.toml")
         env.update(KAFKA_JOINER_JOIN_SPECS=str(initial), SPARK_JOINER_JOIN_SPECS=str(initial))
@@ -443,6 +463,7 @@ def storms_across_hosts(joiners: tuple[str, ...], rows: int, rate: float, severe
                            "--joiner", joiner, "--state-dir", str(state_dir), "--prefix", prefix, "--rows", str(rows),
                            "--rate", str(rate), "--run", str(run), *(["--severe"] if severe else []),
                            *(["--kills"] if kills else []), *(["--live-changes"] if live_changes else []),
+                           *(["--faults", json.dumps([[f.at_s, f.action, f.target] for f in faults])] if faults else []),
                            *(["--keep-running"] if run < len(joiners) - 1 else []),
                            *(["--earlier", str(published)] if run else []), timeout_s=3000)
             assert storm.returncode == 0, f"the storm with the {joiner} joiner: " \
@@ -520,6 +541,8 @@ def run_storm(argv: list[str] | None = None) -> int:
     parser.add_argument("--live-changes", action="store_true",
                         help="instead of network faults, join specs changed and partitions added "
                              "(spec_change_support.live_change_faults)")
+    parser.add_argument("--faults", type=json.loads,
+                        help="these faults instead of the seeded schedule: JSON, [[at_s, action, target], ...]")
     args = parser.parse_args(argv)
     plan = ChaosPlan(joiner=args.joiner, rows=args.rows, machines=20, rate=args.rate, seed=args.seed, bad_rows=8,
                      kills_per_stage=1, faults_in_replay=True, run=args.run)
@@ -528,6 +551,7 @@ def run_storm(argv: list[str] | None = None) -> int:
     replay_s = plan.rows / plan.rate
     schedule_s = max(0.5 * replay_s, replay_s - LATE_FAULTS_S)
     faults = (live_change_faults(replay_s, workdir) if args.live_changes
+              else [Fault(*fault) for fault in args.faults] if args.faults is not None
               else hosts_fault_schedule(plan, schedule_s, args.severe))
     if args.kills:
         faults = sorted(faults + cluster_fault_schedule(plan, schedule_s), key=lambda fault: fault.at_s)
@@ -540,15 +564,23 @@ def run_storm(argv: list[str] | None = None) -> int:
         return stacks[-1]
 
     # `storm_across_hosts` brought the stack up and checked every program in its host.
+    checks = [check for action, check in (("rolling-restart", delays_around), ("wedge", only_the_wedged_were_restarted))
+              if any(fault.action == action for fault in faults)]
+
+    def after(stack: PrivateStack, report: ChaosReport) -> None:
+        for check in checks:
+            check(stack, report)
+
     report = run_chaos(plan, workdir, faults, stack_class=hosts_stack, keep_workdir=True,  # see forget_run
-                       running=True, earlier=earlier, keep_running=args.keep_running)
+                       running=True, earlier=earlier, keep_running=args.keep_running, after=after)
     # What the next storm on the stack checks again (storms_across_hosts).
     (workdir / f"published-{args.run}.json").write_text(report.published.to_json())
     print(json.dumps({"summary": report.summary(), "confirmed": report.confirmed, "joins": report.joins,
                       "dead_letters": report.dead_letters, "replay_s": report.replay_s, "settle_s": report.settle_s,
                       "recovered_s": stacks[0].recoveries(), "went_on_s": stacks[0].went_on(),
                       "rows_at_risk": report.at_risk_in_broker_kills,
-                      "rows_lost": len(report.lost_to_broker_kills),
+                      "rows_lost": len(report.lost_to_broker_kills), "rollings": stacks[0].rollings,
+                      "wedges": [dataclasses.asdict(wedge) for wedge in stacks[0].wedges],
                       **(live_change_results(report, stacks[0]) if args.live_changes else {})}))
     return 0
 

@@ -20,8 +20,8 @@ from pipeline_core.logs import configure_logging
 from pipeline_core.settings import ConnectionSettings, load_settings
 from pipeline_core.stage_health import StageHealth, format_age
 from pipeline_core.topics import configured_topics, ensure_topics
-from . import (clocks, configuration, disk, growth, joiners, kafka_cluster, losses, manager, placement, security,
-               spec_change, supervision, topology, watchdog)
+from . import (clocks, configuration, disk, growth, joiners, kafka_cluster, losses, manager, placement, rolling,
+               security, spec_change, supervision, topology, watchdog)
 from .kafka_acls import ensure_kafka_principals, kafka_users
 from .processes import StackError, follow, tail
 from .services import Kafka
@@ -47,6 +47,9 @@ def main(argv: list[str] | None = None) -> int:
     restart = commands.add_parser("restart", help="stop one service and start it again, healthy (started if it "
                                                   "was not running)")
     restart.add_argument("service", nargs="?")
+    rolling_restart = commands.add_parser("rolling-restart", help="every Kafka node of the cluster in turn, then every "
+                                          "Spark worker, each back in sync before the next (TOPOLOGY=cluster, hosts)")
+    rolling_restart.add_argument("--json", action="store_true", help="the steps as one JSON document, for programs")
     commands.add_parser("clean", help="stop everything and delete all state")
     grow_topic = commands.add_parser("grow", help="add partitions to a topic of the running stack (Kafka cannot take "
                                                   "any away), then follow the pipeline until it runs on them")
@@ -86,7 +89,8 @@ def main(argv: list[str] | None = None) -> int:
             hopped = from_operator(args, sys.argv[1:] if argv is None else argv)
             if hopped is not None:
                 return hopped
-        if args.command in ("status", "logs", "restart", "down", "clean", "rotate-credential", "grow", "specs"):
+        if args.command in ("status", "logs", "restart", "down", "clean", "rotate-credential", "grow", "specs",
+                            "rolling-restart"):
             ignored = configuration.take_noted()
             if ignored:
                 print(f"{args.command}: the running stack's settings, not this shell's: " + "; ".join(ignored),
@@ -128,6 +132,11 @@ def main(argv: list[str] | None = None) -> int:
             restarted = manager.restart(required_service(args.service, "restart"))
             print(f"restarted {restarted.name} in {restarted.seconds:.1f} s, healthy: pid {restarted.old_pid or '-'} "
                   f"-> {restarted.new_pid}")
+        elif args.command == "rolling-restart":
+            began = time.monotonic()
+            steps = rolling.rolling_restart(manager.servers(), manager.start, (lambda _: None) if args.json else print)
+            took = time.monotonic() - began
+            print(json.dumps(rolling.document(steps, took)) if args.json else rolling.summary(steps, took))
         elif args.command == "topics":
             settings = load_settings(ConnectionSettings, [], environ=credentials.environ_for("admin"))
             client_security = security_config(settings)

@@ -47,6 +47,16 @@ def process_state(pid: int) -> str | None:
     return fields[0] if fields else None
 
 
+def group_members(pgid: int) -> list[int]:
+    """The live processes (zombies are dead) of process group `pgid` (/proc/<pid>/stat)."""
+    members = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit() and (fields := _stat_fields(int(entry.name))) is not None and len(fields) > 2 \
+                and int(fields[2]) == pgid and fields[0] not in ("Z", "X"):
+            members.append(int(entry.name))
+    return members
+
+
 def command_line(pid: int) -> str | None:
     try:
         raw = Path(f"/proc/{pid}/cmdline").read_bytes()

@@ -240,13 +240,7 @@ class Kafka(Service):
         return f"127.0.0.1:{self.ports()['kafka']}"
 
     def _java(self) -> list[str]:
-        java = shutil.which("java")
-        if not java:
-            raise StackError("Java is missing: Kafka needs Java 17 or newer "
-                             "(`sudo apt-get install openjdk-17-jre-headless`)")
-        if not any(paths.KAFKA_LIBS.glob("kafka_2.13-*.jar")):
-            raise StackError(f"Kafka's jars are not in {paths.KAFKA_LIBS}: run `make setup`")
-        return [java, "-cp", f"{paths.KAFKA_LIBS}/*"]
+        return java_with_kafka_jars()
 
     def server_properties(self, values: dict[str, str]) -> str:
         """The node's server.properties for the stack's credentials `values` (empty: not secure)."""
@@ -320,6 +314,17 @@ class Kafka(Service):
 
     def after_ready(self) -> None:
         ensure_topics_and_principals(self.bootstrap_servers)
+
+
+def java_with_kafka_jars() -> list[str]:
+    """`java -cp <Kafka's jars>`: how Kafka and the stack's Java tools run."""
+    java = shutil.which("java")
+    if not java:
+        raise StackError("Java is missing: Kafka needs Java 17 or newer "
+                         "(`sudo apt-get install openjdk-17-jre-headless`)")
+    if not any(paths.KAFKA_LIBS.glob("kafka_2.13-*.jar")):
+        raise StackError(f"Kafka's jars are not in {paths.KAFKA_LIBS}: run `make setup`")
+    return [java, "-cp", f"{paths.KAFKA_LIBS}/*"]
 
 
 def ensure_topics_and_principals(bootstrap_servers: str) -> None:

@@ -201,14 +201,30 @@ class SparkWorker(SparkDaemon):
 
     def is_ready(self, pid: int | None = None) -> bool:
         """The master lists this worker (by its web UI's port) ALIVE."""
-        return self._registration() is not None
+        return self.registration() is not None
 
-    def _registration(self) -> dict | None:
+    def registration(self) -> dict | None:
+        """The master's entry of this worker while it lists it ALIVE (by its web UI's port)."""
         state = master_state() or {}
         suffix = f":{self.ports()['ui']}"
         return next((worker for worker in state.get("workers", [])
                      if worker.get("state") == "ALIVE" and str(worker.get("webuiaddress", "")).endswith(suffix)),
                     None)
+
+
+def running_application() -> str | None:
+    """The id of the application the master runs (the Spark joiner's), if one runs."""
+    state = master_state() or {}
+    return next((app.get("id") for app in state.get("activeapps", []) if app.get("state") == "RUNNING"), None)
+
+
+def executors_on(worker: SparkWorker, application: str) -> int:
+    """How many executors of `application` the worker runs now, as its own JSON says (0 while it is not ALIVE)."""
+    registration = worker.registration()
+    if registration is None:
+        return 0
+    state = _json(f"{registration.get('webuiaddress')}/json", JSON_TIMEOUT_S) or {}
+    return sum(executor.get("appid") == application for executor in state.get("executors", []))
 
 
 def joiner_conf_dir() -> Path:

@@ -12,7 +12,8 @@ restarted:
 1. its process is asked for every thread's stack (SIGUSR1, `pipeline_core.lifecycle`), which goes into its log:
    where it hangs;
 2. a line saying why goes into its log (`--- watchdog: ...`), and the log's last lines are kept;
-3. supervisord stops it (SIGTERM, then SIGKILL to its process group after its grace period) and starts it again;
+3. supervisord stops it (SIGTERM, then SIGKILL to its process group after its grace period; what is left of the
+   group once its leader exited, a wedged Spark driver under spark-submit's JVM, is ended too) and starts it again;
    it resumes from its last commit, as after any restart;
 4. the restart is recorded in `.stack/supervisor/watchdog.jsonl` (what was seen, the PIDs, the log's last lines)
    and in supervisord's start history marked as the watchdog's (`stack.restarts`: not counted among supervisord's
@@ -46,7 +47,7 @@ from pipeline_core.health_metrics import HealthMetrics, health_line
 from pipeline_core.settings import ProgressSettings, load_settings
 from pipeline_core.stage_health import Heartbeat, StageHealth, assess, format_age
 from . import supervision
-from .processes import tail
+from .processes import group_members, tail
 from .services import PipelineProcess, heartbeat_of
 
 log = logging.getLogger(__name__)
@@ -59,6 +60,8 @@ LOG_TAIL_LINES = 40
 SHOWN_LOG_LINES = 12
 # How long the stack dump may take to reach the log (supervisord copies the process's output).
 DUMP_DEADLINE_S = 3.0
+# How long what is left of a stopped stage's process group gets after its leader exited, before SIGKILL.
+GROUP_GRACE_S = 10.0
 # How long a restarted stage's new process may take to run.
 START_DEADLINE_S = 60.0
 MARKER = "--- watchdog:"
@@ -232,6 +235,24 @@ def _dump_stacks(pid: int, log_file: Path) -> None:
         time.sleep(0.05)
 
 
+def _end_group(pgid: int) -> None:
+    """End what supervisord's stop left of the stage's process group: supervisord waits for its own process only, so
+    a wedged child of a leader that exited on SIGTERM (the Spark driver under spark-submit's JVM) would live on,
+    orphaned. It had SIGTERM with the rest: after GROUP_GRACE_S more, SIGKILL."""
+    deadline = time.monotonic() + GROUP_GRACE_S
+    while group_members(pgid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    if group_members(pgid):
+        log.warning("process group %d outlived its leader's stop: SIGKILL to %s", pgid, group_members(pgid))
+        try:
+            os.killpg(pgid, signal.SIGKILL)
+        except ProcessLookupError:
+            return
+        deadline = time.monotonic() + GROUP_GRACE_S
+        while group_members(pgid) and time.monotonic() < deadline:
+            time.sleep(0.1)
+
+
 def _note_in_log(log_file: Path, text: str) -> None:
     try:
         with log_file.open("a") as out:
@@ -296,6 +317,7 @@ class Watchdog:
                                   wedged.health.detail, str(log_file), lines)
         try:
             self.rpc.stopProcess(stage.name, True)  # type: ignore[attr-defined]
+            _end_group(wedged.pid)
             stopped_s = time.monotonic() - began
             self.expect_start(stage.name)
             self.rpc.startProcess(stage.name, False)  # type: ignore[attr-defined]

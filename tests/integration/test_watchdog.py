@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 
-from chaos_support import ChaosPlan, Fault, PrivateStack, chaos_workdir, run_chaos
+from chaos_support import ChaosPlan, Fault, PrivateStack, chaos_workdir, only_the_wedged_were_restarted, run_chaos
 
 pytestmark = pytest.mark.integration
 
@@ -19,10 +19,10 @@ pytestmark = pytest.mark.integration
 WEDGEABLE = {"PIPELINE_WEDGE_ON_SIGUSR2": "true", "PROGRESS_INTERVAL_S": "3"}
 
 
-def wedgeable_stack(stacks: list[PrivateStack], base: type[PrivateStack] = PrivateStack):
+def wedgeable_stack(stacks: list[PrivateStack]):
     """A stack class for `run_chaos` whose stages honour the wedge, kept in `stacks` for the checks."""
     def make(state_dir, joiner: str) -> PrivateStack:
-        stack = base(state_dir, joiner)
+        stack = PrivateStack(state_dir, joiner)
         stack.env.update(WEDGEABLE)
         stacks.append(stack)
         return stack
@@ -35,7 +35,7 @@ def test_a_wedged_joiner_is_restarted_by_the_watchdog_and_the_join_stays_exact()
                      server_faults=())
     stacks: list[PrivateStack] = []
     report = run_chaos(plan, chaos_workdir("watchdog"), [Fault(6.0, "wedge", "lsb-joiner")],
-                       stack_class=wedgeable_stack(stacks))
+                       stack_class=wedgeable_stack(stacks), after=only_the_wedged_were_restarted)
     print(report.summary())
     (outcome,) = stacks[0].wedges
     assert outcome.new_pid != outcome.old_pid, outcome
