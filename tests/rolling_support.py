@@ -15,7 +15,7 @@ import time
 import urllib.request
 import xmlrpc.client
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from confluent_kafka import Consumer, KafkaException
@@ -146,16 +146,13 @@ def _json(url: str) -> dict | None:
         return None
 
 
-@dataclass
 class LatencyWatch(threading.Thread):
     """Reads machine.out as it commits (read_committed, from its start), noting when each join became readable."""
 
-    bootstrap: str
-    security: dict[str, str]
-    arrivals: list[tuple[float, bytes]] = field(default_factory=list)  # (Unix s, value)
-
-    def __post_init__(self) -> None:
+    def __init__(self, bootstrap: str, security: dict[str, str]) -> None:
         super().__init__(name="latency-watch", daemon=True)
+        self.bootstrap, self.security = bootstrap, security
+        self.arrivals: list[tuple[float, bytes]] = []  # (Unix s, value)
         self.done = threading.Event()
 
     def run(self) -> None:
