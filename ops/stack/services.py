@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import logging
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -20,7 +21,7 @@ from pipeline_core import credentials, paths
 from pipeline_core.health import influxdb_ready, mqtt_ready
 from pipeline_core.mqtt import CONNECTOR_CLIENT_ID, CONNECTOR_TOPIC_FILTER, open_session
 from pipeline_core.settings import DEFAULT_STARTUP_DEADLINE_S, MqttSettings, load_settings
-from pipeline_core.logs import ready_marker
+from pipeline_core.logs import READY_MARKER, ready_marker
 from pipeline_core.stage_health import Heartbeat, StageHealth, assess, read_heartbeat
 from . import certificates, influxdb_users, mqtt_security, security
 from .processes import StackError, free_loopback_ports, parent_pid, process_start_ticks, tail_bytes
@@ -390,7 +391,8 @@ class PipelineProcess(Service):
     ready, its health is its heartbeat's (`progress_file`, judged by `pipeline_core.stage_health`)."""
 
     start_group = PIPELINE
-    # Whether its heartbeat is written by a child of the process supervisord runs (spark-submit's Python driver).
+    # Whether its heartbeat and its READY line are written by a child of the process supervisord runs (spark-submit's
+    # Python driver).
     heartbeat_of_child = False
 
     # As long as the stage itself waits for Kafka at start (KAFKA_STARTUP_DEADLINE_S): a new cluster on a busy
@@ -444,8 +446,9 @@ class PipelineProcess(Service):
         return True
 
     def _logged_ready(self, pid: int) -> bool:
-        """The READY line of `pid` after the latest START_MARKER, in the end of the log and of its newest
-        backup (supervisord rotates the log; only a bounded tail of each is read)."""
+        """The READY line of `pid` (with `heartbeat_of_child`: of a child of `pid`) after the latest START_MARKER, in
+        the end of the log and of its newest backup (supervisord rotates the log; only a bounded tail of each is
+        read)."""
         text = ""
         for log in (self.log_file, self.log_file.with_name(self.log_file.name + ".1")):
             try:
@@ -454,7 +457,10 @@ class PipelineProcess(Service):
                 continue
             if START_MARKER in text:
                 break
-        return ready_marker(pid) in text.rsplit(START_MARKER, 1)[-1]
+        latest_run = text.rsplit(START_MARKER, 1)[-1]
+        if not self.heartbeat_of_child:
+            return ready_marker(pid) in latest_run
+        return any(parent_pid(int(child)) == pid for child in re.findall(rf"{READY_MARKER} pid=(\d+):", latest_run))
 
 
 def heartbeat_of(progress_file: Path, pid: int | None, of_child: bool = False) -> Heartbeat | None:

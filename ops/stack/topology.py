@@ -6,17 +6,15 @@ Which topology runs is `choice`'s (a module that imports nothing of the stack, s
 can ask it without an import circle)."""
 from __future__ import annotations
 
-import re
 import subprocess
 import sys
 from pathlib import Path
 
 from pipeline_core import credentials
-from pipeline_core.logs import READY_MARKER
 from . import join_specs, joiners, kafka_cluster, placement, spark_cluster
 from .choice import current, is_cluster, is_hosts, record, recorded  # noqa: F401 (asked of the topology by its callers)
-from .processes import StackError, free_loopback_ports, parent_pid, port_is_free
-from .services import START_MARKER, InfluxDB, Mosquitto, PipelineProcess, Service
+from .processes import StackError, free_loopback_ports, port_is_free
+from .services import InfluxDB, Mosquitto, PipelineProcess, Service
 
 # Instances of each scaled stage on the cluster: one group, distinct instance ids.
 INSTANCES = (1, 2)
@@ -74,7 +72,7 @@ class SparkSubmittedJoiner(PipelineProcess):
     driver and executors run the checkout's code); spark-defaults.conf in its SPARK_CONF_DIR holds the cluster's
     ports and executor sizes."""
 
-    # Its health is the heartbeat of the Python driver that the spark-submit JVM runs.
+    # Its READY line and its heartbeat are the Python driver's, which the spark-submit JVM runs.
     heartbeat_of_child = True
 
     def __init__(self) -> None:
@@ -109,15 +107,6 @@ class SparkSubmittedJoiner(PipelineProcess):
                 str(self.package_dir / "spark_joiner_job.py"),
                 "--progress-file", str(self.progress_file), "--checkpoint-dir", str(self.state_dir / "checkpoint")]
 
-    def is_ready(self, pid: int | None = None) -> bool:
-        """READY from the Python driver, a child of the spark-submit JVM that supervisord runs."""
-        if pid is None:
-            return False
-        try:
-            latest_run = self.log_file.read_text(errors="replace").rsplit(START_MARKER, 1)[-1]
-        except OSError:
-            return False
-        return any(parent_pid(int(child)) == pid for child in re.findall(rf"{READY_MARKER} pid=(\d+):", latest_run))
 
 
 def cluster_joiners() -> dict[str, list[Service]]:

@@ -4,8 +4,8 @@ Each stage's loop replaces its heartbeat at every progress report (`pipeline_cor
 calls a stage `stale` once its heartbeat is older than 3 intervals and 5 s (`pipeline_core.stage_health`): its loop
 no longer turns. supervisord restarts only a process that exits; one wedged in a call that never returns lives on
 and does nothing. So the event listener of every supervisord (`stack.restarts`; on TOPOLOGY=hosts one per host)
-runs this watchdog on a thread of its own. Every CHECK_INTERVAL_S it judges, by that same rule, the heartbeat of
-each stage its supervisord runs: a process in state RUNNING, and a heartbeat written by that very process (the
+runs this watchdog on a thread of its own. Every CHECK_INTERVAL_S it judges each stage its supervisord runs as
+`make status` does: a process in state RUNNING that logged READY, by a heartbeat written by that very process (the
 Spark joiner on a cluster: by the Python driver that supervisord's spark-submit started). A stale one is
 restarted:
 
@@ -21,8 +21,9 @@ restarted:
    InfluxDB as field `watchdog_restarts` of `pipeline_health` (tags `stage`, `instance` = the program).
 
 Left alone: a stage that waits for a server (a Kafka outage of minutes), as it keeps reporting (`stuck`, not stale)
-and goes on once the server is back; a stage that has not reported yet (a process starting; the heartbeat of a
-predecessor says nothing of it); a process supervisord starts or stops; the servers, which have no heartbeat.
+and goes on once the server is back; a stage that has not logged READY yet (its start: a JVM's, Spark's first
+batches, which took minutes on a machine at a load of 60; the heartbeat of a predecessor says nothing of it either);
+a process supervisord starts or stops; the servers, which have no heartbeat.
 While `up`, `down` or `restart` changes the stack (`supervision.exclusive`) the watchdog waits its turn.
 
 The bound, from the last turn of a wedged loop to its stage started again: its stale time
@@ -80,27 +81,26 @@ class WatchedStage:
 
     name: str  # the program
     stage: str  # the stage's name in its health points (its package: kafka_joiner, spark_joiner, ...)
-    progress_file: Path
-    log_file: Path
-    # The heartbeat is written by a child of the program's process (spark-submit's JVM runs the Python driver).
+    # Its READY line and heartbeat are written by a child of the program's process (spark-submit's Python driver).
     heartbeat_of_child: bool = False
 
     @classmethod
     def of(cls, service: PipelineProcess) -> WatchedStage:
-        return cls(service.name, service.module, service.progress_file, service.log_file, service.heartbeat_of_child)
+        return cls(service.name, service.module, service.heartbeat_of_child)
 
-    def heartbeat(self, pid: int | None) -> Heartbeat | None:
-        """The heartbeat of the process `pid` supervisord runs for this stage (None: it wrote none yet)."""
-        return heartbeat_of(self.progress_file, pid, self.heartbeat_of_child)
+    @property
+    def service(self) -> PipelineProcess:
+        """The stage as `status` judges it: its log, readiness and heartbeat in the state dir."""
+        service = PipelineProcess(self.name, self.stage)
+        service.heartbeat_of_child = self.heartbeat_of_child
+        return service
 
     def to_json(self) -> dict[str, object]:
-        values = asdict(self)
-        return {**values, "progress_file": str(self.progress_file), "log_file": str(self.log_file)}
+        return asdict(self)
 
     @classmethod
     def from_json(cls, values: Mapping[str, object]) -> WatchedStage:
-        return cls(str(values["name"]), str(values["stage"]), Path(str(values["progress_file"])),
-                   Path(str(values["log_file"])), bool(values.get("heartbeat_of_child", False)))
+        return cls(str(values["name"]), str(values["stage"]), bool(values.get("heartbeat_of_child", False)))
 
 
 def write_watch_list(directory: Path, stages: Iterable[WatchedStage]) -> Path:
@@ -137,14 +137,16 @@ class Wedged:
 
 def find_wedged(stages: Iterable[WatchedStage], processes: Mapping[str, tuple[str, int | None]],
                 now: float) -> list[Wedged]:
-    """Of `stages`, those whose process supervisord runs (`processes`: name -> (state, pid)) and whose own
-    heartbeat is stale at Unix time `now`."""
+    """Of `stages`, those whose process supervisord runs (`processes`: name -> (state, pid)), has logged READY (its
+    loop turns: what comes before, a JVM's start, the first batches, is no loop that stopped) and whose own heartbeat
+    is stale at Unix time `now`: the stages `make status` calls stale."""
     wedged = []
     for stage in stages:
         state, pid = processes.get(stage.name, ("STOPPED", None))
-        if state != "RUNNING" or pid is None:
+        service = stage.service
+        if state != "RUNNING" or pid is None or not service.is_ready(pid):
             continue
-        beat = stage.heartbeat(pid)
+        beat = heartbeat_of(service.progress_file, pid, stage.heartbeat_of_child)
         health = assess(beat, now)
         if beat is not None and health.state == "stale":
             wedged.append(Wedged(stage, pid, beat, health, now - beat.reported_at))
@@ -307,7 +309,7 @@ class Watchdog:
 
     def restart(self, wedged: Wedged) -> WatchdogRestart:
         began = time.monotonic()
-        stage, log_file = wedged.stage, wedged.stage.log_file
+        stage, log_file = wedged.stage, wedged.stage.service.log_file
         log.warning("%s: %s; ending pid %d and starting it again", stage.name, wedged.health.detail, wedged.pid)
         _dump_stacks(wedged.heartbeat.pid, log_file)
         lines = tail(log_file, LOG_TAIL_LINES).splitlines()

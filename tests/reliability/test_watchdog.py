@@ -56,7 +56,7 @@ def test_every_stage_of_the_single_stack_wedged_is_restarted_and_a_kafka_outage_
 @pytest.mark.timeout(3600)
 @pytest.mark.parametrize("joiner", ["spark", "lsb"])
 def test_wedged_stages_of_the_cluster_are_restarted(joiner: str) -> None:
-    plan = ChaosPlan(joiner=joiner, rows=14_000, machines=20, rate=50.0, kills_per_stage=0, bad_rows=20,
+    plan = ChaosPlan(joiner=joiner, rows=18_000, machines=20, rate=50.0, kills_per_stage=0, bad_rows=20,
                      server_faults=(), faults_in_replay=True)
     joiner_program = "spark-joiner" if joiner == "spark" else "lsb-joiner-1"
     faults = [Fault(20.0, "wedge", joiner_program), Fault(110.0, "wedge", "stream-connector"),
@@ -74,7 +74,7 @@ def test_wedged_stages_across_hosts_are_restarted_each_by_its_host_s_supervisord
     joiner_program = "spark-joiner" if joiner == "spark" else "lsb-joiner-2"
     faults = [Fault(20.0, "wedge", joiner_program), Fault(110.0, "wedge", "db-connector-2"),
               Fault(200.0, "wedge", "stream-connector")]
-    report = storm_across_hosts(joiner, rows=14_000, rate=50.0, faults=faults, environment=WEDGEABLE)
+    report = storm_across_hosts(joiner, rows=18_000, rate=50.0, faults=faults, environment=WEDGEABLE)
     print(report["summary"])
     assert [wedge["target"] for wedge in report["wedges"]] == [joiner_program, "db-connector-2", "stream-connector"]
     forget_run(report)

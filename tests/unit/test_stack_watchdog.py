@@ -1,5 +1,5 @@
-"""The watchdog's judgement and records without a stack: which stages it restarts (stale, of the very process
-supervisord runs, and nothing else), its restarts counted apart from supervisord's and not taken for a start by
+"""The watchdog's judgement and records without a stack: which stages it restarts (ready and stale, of the very
+process supervisord runs, and nothing else), its restarts counted apart from supervisord's and not taken for a start by
 `up`, and what `make status` shows of them. The restart itself, with supervisord and a wedged stage, is
 tests/integration/test_watchdog.py's."""
 from __future__ import annotations
@@ -10,67 +10,93 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import pytest
+
+from pipeline_core.logs import ready_marker
 from pipeline_core.stage_health import Heartbeat, write_heartbeat
 from stack.manager import RESTART_LOOP_COUNT, ServiceStatus
 from stack.restarts import Restarts, read_restarts
+from stack.services import START_MARKER
 from stack.watchdog import (WatchdogRestart, WatchedStage, append_history, find_wedged, latest_restarts,
                             read_watch_list, status_lines, write_watch_list)
 
 NOW = 1_800_000_000.0
 
 
-def stage(tmp_path: Path, name: str = "lsb-joiner", of_child: bool = False) -> WatchedStage:
-    return WatchedStage(name, "kafka_joiner", tmp_path / name / "progress.json", tmp_path / name / f"{name}.log",
-                        of_child)
+@pytest.fixture(autouse=True)
+def state_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setattr("pipeline_core.paths.STATE_DIR", tmp_path)
+    return tmp_path
+
+
+def ready(watched: WatchedStage, pid: int, logged: int | None = None) -> WatchedStage:
+    """`watched` with the process `pid` seen ready: its READY line (of `logged`, its child's under spark-submit) in the
+    latest run of its log."""
+    service = watched.service
+    service.log_file.parent.mkdir(parents=True, exist_ok=True)
+    service.log_file.write_text(f"{START_MARKER} 2026-12-06\n{ready_marker(logged or pid)} {watched.name}\n")
+    return watched
 
 
 def beat(watched: WatchedStage, *, age_s: float, pid: int, work_waiting: bool = False,
          progress_age_s: float = 0.0) -> None:
-    write_heartbeat(watched.progress_file, Heartbeat(
+    write_heartbeat(watched.service.progress_file, Heartbeat(
         watched.stage, pid, 10.0, NOW - 3600, NOW - age_s, NOW - max(age_s, progress_age_s), work_waiting,
         5_000 if work_waiting else 0, waiting_since=NOW - 3000 if work_waiting else None,
         waiting_for="Kafka" if work_waiting else None))
 
 
-def test_a_stage_whose_own_heartbeat_is_stale_is_wedged(tmp_path: Path) -> None:
-    watched = stage(tmp_path)
-    beat(watched, age_s=36.0, pid=os.getpid())  # stale after 3 intervals and 5 s: 35 s
-    (wedged,) = find_wedged([watched], {"lsb-joiner": ("RUNNING", os.getpid())}, NOW)
+JOINER = WatchedStage("lsb-joiner", "kafka_joiner")
+
+
+def test_a_ready_stage_whose_own_heartbeat_is_stale_is_wedged() -> None:
+    beat(ready(JOINER, os.getpid()), age_s=36.0, pid=os.getpid())  # stale after 3 intervals and 5 s: 35 s
+    (wedged,) = find_wedged([JOINER], {"lsb-joiner": ("RUNNING", os.getpid())}, NOW)
     assert wedged.pid == os.getpid() and wedged.health.state == "stale" and wedged.heartbeat_age_s == 36.0
     assert "no report for 36s" in wedged.health.detail
 
 
-def test_a_slow_or_waiting_stage_is_left_alone(tmp_path: Path) -> None:
-    watched = stage(tmp_path)
+def test_a_slow_or_waiting_stage_is_left_alone() -> None:
     running = {"lsb-joiner": ("RUNNING", os.getpid())}
-    beat(watched, age_s=34.0, pid=os.getpid())  # late, not stale yet
-    assert find_wedged([watched], running, NOW) == []
+    beat(ready(JOINER, os.getpid()), age_s=34.0, pid=os.getpid())  # late, not stale yet
+    assert find_wedged([JOINER], running, NOW) == []
     # Kafka away for an hour: it reports that it waits (stuck), its loop turning.
-    beat(watched, age_s=1.0, pid=os.getpid(), work_waiting=True, progress_age_s=3600.0)
-    assert find_wedged([watched], running, NOW) == []
+    beat(JOINER, age_s=1.0, pid=os.getpid(), work_waiting=True, progress_age_s=3600.0)
+    assert find_wedged([JOINER], running, NOW) == []
 
 
-def test_only_a_running_process_with_its_own_heartbeat_is_judged(tmp_path: Path) -> None:
-    watched = stage(tmp_path)
-    beat(watched, age_s=600.0, pid=os.getpid())
+def test_a_stage_still_starting_is_left_alone(state_dir: Path) -> None:
+    # Its reporter wrote its first heartbeat, then its start went on for minutes (a JVM, Spark's first batches).
+    beat(JOINER, age_s=600.0, pid=os.getpid())
+    assert find_wedged([JOINER], {"lsb-joiner": ("RUNNING", os.getpid())}, NOW) == []
+    ready(JOINER, os.getpid() + 1)  # a predecessor's READY says nothing of it
+    assert find_wedged([JOINER], {"lsb-joiner": ("RUNNING", os.getpid())}, NOW) == []
+
+
+def test_only_a_running_process_with_its_own_heartbeat_is_judged() -> None:
+    beat(ready(JOINER, os.getpid()), age_s=600.0, pid=os.getpid())
     # A predecessor's heartbeat says nothing of the process that runs now (it has not reported yet).
-    assert find_wedged([watched], {"lsb-joiner": ("RUNNING", os.getpid() + 1)}, NOW) == []
+    ready(JOINER, os.getpid() + 1)
+    assert find_wedged([JOINER], {"lsb-joiner": ("RUNNING", os.getpid() + 1)}, NOW) == []
+    ready(JOINER, os.getpid())
     for state in ("STARTING", "STOPPING", "BACKOFF", "STOPPED", "EXITED", "FATAL"):
-        assert find_wedged([watched], {"lsb-joiner": (state, os.getpid())}, NOW) == [], state
-    assert find_wedged([watched], {}, NOW) == []
-    assert find_wedged([stage(tmp_path, "db-connector")], {"db-connector": ("RUNNING", os.getpid())}, NOW) == []
+        assert find_wedged([JOINER], {"lsb-joiner": (state, os.getpid())}, NOW) == [], state
+    assert find_wedged([JOINER], {}, NOW) == []
+    assert find_wedged([WatchedStage("db-connector", "db_connector")], {"db-connector": ("RUNNING", os.getpid())},
+                       NOW) == []
 
 
-def test_the_spark_joiner_is_judged_by_its_python_driver_under_spark_submit(tmp_path: Path) -> None:
-    watched = stage(tmp_path, "spark-joiner", of_child=True)
-    beat(watched, age_s=40.0, pid=os.getpid())  # the driver, a child of spark-submit's JVM (here: our parent)
-    (wedged,) = find_wedged([watched], {"spark-joiner": ("RUNNING", os.getppid())}, NOW)
+def test_the_spark_joiner_is_judged_by_its_python_driver_under_spark_submit() -> None:
+    driver = WatchedStage("spark-joiner", "spark_joiner", heartbeat_of_child=True)
+    # The driver is a child of spark-submit's JVM (here: this process, a child of its parent).
+    beat(ready(driver, os.getppid(), logged=os.getpid()), age_s=40.0, pid=os.getpid())
+    (wedged,) = find_wedged([driver], {"spark-joiner": ("RUNNING", os.getppid())}, NOW)
     assert wedged.pid == os.getppid() and wedged.heartbeat.pid == os.getpid()
-    assert find_wedged([watched], {"spark-joiner": ("RUNNING", os.getpid())}, NOW) == []
+    assert find_wedged([driver], {"spark-joiner": ("RUNNING", os.getpid())}, NOW) == []
 
 
 def test_the_watch_list_round_trips_and_a_missing_one_watches_nothing(tmp_path: Path) -> None:
-    stages = [stage(tmp_path), stage(tmp_path, "spark-joiner", of_child=True)]
+    stages = [JOINER, WatchedStage("spark-joiner", "spark_joiner", heartbeat_of_child=True)]
     path = write_watch_list(tmp_path / "supervisor", stages)
     assert read_watch_list(path) == stages
     assert read_watch_list(tmp_path / "none.json") == []
