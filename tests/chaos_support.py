@@ -464,7 +464,8 @@ class PrivateStack:
         wait_for(lambda: group_gone(pid), 60, f"every process of {name}'s old process group {pid} gone")
         ended_s = time.time() - wedged_at
 
-        wait_for(lambda: (entry := self.status_of(name))["pid"] == new_pid and entry["health"] == "healthy", 300,
+        # A Spark driver's start took minutes on a machine at a load of 60.
+        wait_for(lambda: (entry := self.status_of(name))["pid"] == new_pid and entry["health"] == "healthy", 900,
                  f"make status to call {name}'s new process {new_pid} healthy", interval_s=0.2)
         healthy_at = time.time()
         history = self.state_dir / "supervisor" / "watchdog.jsonl"
