@@ -464,9 +464,11 @@ class PrivateStack:
         wait_for(lambda: group_gone(pid), 60, f"every process of {name}'s old process group {pid} gone")
         ended_s = time.time() - wedged_at
 
-        # A Spark driver's start took minutes on a machine at a load of 60.
-        wait_for(lambda: (entry := self.status_of(name))["pid"] == new_pid and entry["health"] == "healthy", 900,
-                 f"make status to call {name}'s new process {new_pid} healthy", interval_s=0.2)
+        # A Spark driver's start took minutes on a machine at a load of 60, and its successor failed its first start
+        # there (Spark's Python workers not connecting back in time) before supervision started it again: healthy
+        # again is the stage's, by a process after the wedged one.
+        wait_for(lambda: (entry := self.status_of(name))["pid"] not in (None, pid) and entry["health"] == "healthy",
+                 900, f"make status to call {name} healthy again after its process {pid}", interval_s=0.2)
         healthy_at = time.time()
         history = self.state_dir / "supervisor" / "watchdog.jsonl"
         record = wait_for(lambda: next((r for r in read_history(history) if r.pid == pid), None), 60,
