@@ -56,9 +56,13 @@ log = logging.getLogger(__name__)
 CHECK_INTERVAL_S = 2.0
 # How often the restart counts go to InfluxDB: the stages' own reporting interval.
 REPORT_INTERVAL_S = 10.0
-# What the watchdog keeps of a stage's log at a restart (its threads' stacks among them), and shows of it.
-LOG_TAIL_LINES = 40
-SHOWN_LOG_LINES = 12
+# What the watchdog keeps of a stage's log at a restart (its threads' stacks among them), and what `status` shows of
+# it: the lines the stage logged last, and the stack of its main thread, which runs its loop (a deep one cut).
+LOG_TAIL_LINES = 80
+SHOWN_LOG_LINES = 5
+SHOWN_STACK_LINES = 30
+# How faulthandler begins each thread's stack; the main thread, the oldest, comes last.
+STACK_HEADERS = ("Thread 0x", "Current thread 0x")
 # How long the stack dump may take to reach the log (supervisord copies the process's output).
 DUMP_DEADLINE_S = 3.0
 # How long what is left of a stopped stage's process group gets after its leader exited, before SIGKILL.
@@ -376,8 +380,22 @@ def status_lines(entries: Iterable[object], now: float | None = None,
         restart = latest.get(name)
         if not getattr(entry, "restarts").watchdog or restart is None or now - restart.time > SHOWN_FOR_S:
             continue
+        logged, stack = split_stacks(restart.log_tail)
         lines += [f"watchdog: {restart.describe(now)}",
                   f"  log: {restart.log_file} (`make logs SERVICE={name}` shows more); its last lines before the "
                   f"restart:"]
-        lines += [f"    {line}" for line in restart.log_tail[-SHOWN_LOG_LINES:]]
+        lines += [f"    {line}" for line in logged[-SHOWN_LOG_LINES:]]
+        if stack:
+            lines.append("  where its main thread, which turns its loop, was (most recent call first):")
+            lines += [f"    {line}" for line in stack[:SHOWN_STACK_LINES]]
     return lines
+
+
+def split_stacks(log_tail: list[str]) -> tuple[list[str], list[str]]:
+    """The lines a stage logged before its threads' stacks, and the last stack, its main thread's (its header line
+    and its frames)."""
+    starts = [n for n, line in enumerate(log_tail) if line.startswith(STACK_HEADERS)]
+    if not starts:
+        return log_tail, []
+    stack = [line for line in log_tail[starts[-1]:] if line.strip()]
+    return log_tail[:starts[0]], stack

@@ -143,7 +143,9 @@ class Entry:
 
 def test_status_shows_the_latest_restart_with_the_log_s_last_lines(tmp_path: Path) -> None:
     history = tmp_path / "watchdog.jsonl"
-    tail = [f"line {n}" for n in range(30)] + ["  File \"wedge.py\", line 49 in block_if_armed"]
+    tail = ([f"line {n}" for n in range(30)] + ["Thread 0x00007f01 (most recent call first):", '  File "a.py", line 1 in run',
+            "", "Current thread 0x00007f00 (most recent call first):", '  File "wedge.py", line 49 in block_if_armed']
+            + [f'  File "loop.py", line {n} in step' for n in range(40)])
     for at, pid, new_pid in ((NOW - 600, 10, 11), (NOW - 60, 11, 12)):
         append_history(history, WatchdogRestart(at, "lsb-joiner", "kafka_joiner", pid, 36.2, "no report for 36s",
                                                 "lsb-joiner.log", tail, new_pid, 10.4, 11.0))
@@ -153,7 +155,11 @@ def test_status_shows_the_latest_restart_with_the_log_s_last_lines(tmp_path: Pat
                          NOW, history)
     assert lines[0] == ("watchdog: lsb-joiner restarted by the watchdog 1m00s ago: no report for 36s; pid 11 -> 12, "
                         "ended in 10.4 s, running again 11.0 s after the decision")
-    shown = "\n".join(lines)
-    assert lines[-1] == '      File "wedge.py", line 49 in block_if_armed' and "line 19" in shown and "line 18" not in shown
+    # The last lines it logged, then its main thread's stack (the last one), its deepest frames cut.
+    assert lines[2:8] == [f"    line {n}" for n in range(25, 30)] + [
+        "  where its main thread, which turns its loop, was (most recent call first):"]
+    assert lines[8:10] == ["    Current thread 0x00007f00 (most recent call first):",
+                           '      File "wedge.py", line 49 in block_if_armed'] and len(lines) == 8 + 30
+    assert not any("a.py" in line for line in lines)
     assert not any("db-connector" in line for line in lines)  # `up` started it since: its count begins anew
     assert status_lines([Entry("lsb-joiner", Restarts(watchdog=(1.0,)))], NOW + 2 * 24 * 3600, history) == []
