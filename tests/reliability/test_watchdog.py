@@ -10,7 +10,7 @@ Kafka is away for two minutes first, during which every stage waits and says so,
 records are those of the wedges alone (nor did it touch the Spark joiner's slow first batches at start, nor a
 successor's). Then machine.out equals
 the offline join of machine.data (join_reference), nothing twice, machine.dlq exactly the bad rows, InfluxDB every
-point. `make test` runs the single stack's in brief (tests/integration/test_watchdog.py)."""
+point. `make test` runs the single stack's in brief (tests/integration/test_watchdog_short.py)."""
 from __future__ import annotations
 
 import pytest

@@ -1,7 +1,7 @@
 """The watchdog's judgement and records without a stack: which stages it restarts (ready and stale, of the very
 process supervisord runs, and nothing else), its restarts counted apart from supervisord's and not taken for a start by
 `up`, and what `make status` shows of them. The restart itself, with supervisord and a wedged stage, is
-tests/integration/test_watchdog.py's."""
+tests/integration/test_watchdog_short.py's."""
 from __future__ import annotations
 
 import json
