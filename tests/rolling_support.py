@@ -202,7 +202,8 @@ def delay_figures(delays: list[tuple[float, float]], start: float, end: float) -
 
 def delays_around(stack: object, _report: object) -> None:
     """`run_chaos`'s after-check of a rolling restart's run: the joins' delays before the restart, during it, during
-    each of its steps and after it, into the rolling restart's document (`latency`)."""
+    each of its steps and after it, into the rolling restart's document (`latency`; those during it each, in
+    `join_delays_during_s`)."""
     watch: LatencyWatch = stack.latency  # type: ignore[attr-defined]
     watch.stop()
     data = read_topic(stack.bootstrap, "machine.data", security=stack.kafka_security,  # type: ignore[attr-defined]
@@ -211,6 +212,7 @@ def delays_around(stack: object, _report: object) -> None:
     document = stack.rollings[-1]  # type: ignore[attr-defined]
     steps = document["steps"]
     first, last = steps[0]["began_at"], steps[-1]["in_sync_at"]
+    document["join_delays_during_s"] = [seconds for at, seconds in delays if first <= at < last]
     document["latency"] = {"before": delay_figures(delays, 0.0, first), "during": delay_figures(delays, first, last),
                            **{step["name"]: delay_figures(delays, step["began_at"], step["in_sync_at"])
                               for step in steps},

@@ -14,6 +14,7 @@ import json
 
 import pytest
 
+from benchmarks import recovery
 from chaos_support import ChaosPlan, Fault, PrivateStack, chaos_workdir, run_chaos
 from cluster_support import PrivateClusterStack
 from hosts_support import forget_run, storm_across_hosts
@@ -25,6 +26,12 @@ ROWS, RATE = 30_000, 50.0
 # The replay runs 600 s: the restart begins 20 s in, once the joins flow, and ends before its last row (it took
 # 304 s with the Spark joiner, 423 s with the standalone one on a machine at a load of 30).
 FAULTS = [Fault(0.0, "watch-latency", "machine.out"), Fault(20.0, "rolling-restart", "cluster")]
+
+
+def begun(topology: str, joiner: str) -> recovery.Results:
+    """The run's recovery figures (benchmarks.recovery), recorded once it passed."""
+    return recovery.begun("rolling_restart", topology, joiner, "make reliability PYTEST_ARGS='tests/reliability/"
+                          f"test_rolling_restart.py -k \"{topology} and {joiner}\"'")
 
 
 def _print(document: dict) -> None:
@@ -40,6 +47,7 @@ def _print(document: dict) -> None:
 def test_a_rolling_restart_of_the_cluster_under_a_replay_keeps_the_join_exact(joiner: str) -> None:
     plan = ChaosPlan(joiner=joiner, rows=ROWS, machines=20, rate=RATE, kills_per_stage=0, bad_rows=20,
                      server_faults=(), faults_in_replay=True)
+    results = begun("cluster", joiner)
     stacks: list[PrivateStack] = []
 
     def cluster(state_dir, chosen: str) -> PrivateStack:
@@ -51,15 +59,18 @@ def test_a_rolling_restart_of_the_cluster_under_a_replay_keeps_the_join_exact(jo
     (document,) = stacks[0].rollings
     assert len(document["steps"]) == (5 if joiner == "spark" else 3)
     _print(document)
+    recovery.record_rolling_restart(results, document, document["join_delays_during_s"])
 
 
 @pytest.mark.alone
 @pytest.mark.timeout(3600)
 @pytest.mark.parametrize("joiner", ["spark", "lsb"])
 def test_a_rolling_restart_across_hosts_under_a_replay_keeps_the_join_exact(joiner: str) -> None:
+    results = begun("hosts", joiner)
     report = storm_across_hosts(joiner, rows=ROWS, rate=RATE, faults=FAULTS)
     print(report["summary"])
     (document,) = report["rollings"]
     assert len(document["steps"]) == (5 if joiner == "spark" else 3)
     _print(document)
+    recovery.record_rolling_restart(results, document, document["join_delays_during_s"])
     forget_run(report)

@@ -13,8 +13,11 @@ the offline join of machine.data (join_reference), nothing twice, machine.dlq ex
 point. `make test` runs the single stack's in brief (tests/integration/test_watchdog_short.py)."""
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
 
+from benchmarks import recovery
 from chaos_support import ChaosPlan, Fault, PrivateStack, chaos_workdir, only_the_wedged_were_restarted, run_chaos
 from cluster_support import PrivateClusterStack
 from hosts_support import forget_run, storm_across_hosts
@@ -24,7 +27,14 @@ pytestmark = [pytest.mark.slow, pytest.mark.integration]
 WEDGEABLE = {"PIPELINE_WEDGE_ON_SIGUSR2": "true"}
 
 
-def run(plan: ChaosPlan, faults: list[Fault], base: type[PrivateStack]) -> PrivateStack:
+def begun(topology: str, joiner: str) -> recovery.Results:
+    """The run's recovery figures (benchmarks.recovery), recorded once it passed."""
+    return recovery.begun("watchdog", topology, joiner,
+                          f"make reliability PYTEST_ARGS='tests/reliability/test_watchdog.py -k \"{topology} and {joiner}\"'")
+
+
+def run(plan: ChaosPlan, faults: list[Fault], base: type[PrivateStack], topology: str) -> PrivateStack:
+    results = begun(topology, plan.joiner)
     stacks: list[PrivateStack] = []
 
     def wedgeable(state_dir, joiner: str) -> PrivateStack:
@@ -38,6 +48,7 @@ def run(plan: ChaosPlan, faults: list[Fault], base: type[PrivateStack]) -> Priva
     print(report.summary())
     for wedge in stacks[0].wedges:
         print(wedge.describe())
+    recovery.record_watchdog(results, stacks[0].wedges)
     return stacks[0]
 
 
@@ -51,7 +62,7 @@ def test_every_stage_of_the_single_stack_wedged_is_restarted_and_a_kafka_outage_
     # three minutes at a load of 50).
     faults = [Fault(20.0, "stop", "kafka"), Fault(140.0, "start", "kafka"), Fault(170.0, "wedge", f"{joiner}-joiner"),
               Fault(260.0, "wedge", "stream-connector"), Fault(350.0, "wedge", "db-connector")]
-    stack = run(plan, faults, PrivateStack)
+    stack = run(plan, faults, PrivateStack, "single")
     assert [wedge.target for wedge in stack.wedges] == [f"{joiner}-joiner", "stream-connector", "db-connector"]
 
 
@@ -63,7 +74,7 @@ def test_wedged_stages_of_the_cluster_are_restarted(joiner: str) -> None:
     joiner_program = "spark-joiner" if joiner == "spark" else "lsb-joiner-1"
     faults = [Fault(20.0, "wedge", joiner_program), Fault(110.0, "wedge", "stream-connector"),
               Fault(200.0, "wedge", "db-connector-2")]
-    stack = run(plan, faults, PrivateClusterStack)
+    stack = run(plan, faults, PrivateClusterStack, "cluster")
     assert len(stack.wedges) == 3
 
 
@@ -76,7 +87,9 @@ def test_wedged_stages_across_hosts_are_restarted_each_by_its_host_s_supervisord
     joiner_program = "spark-joiner" if joiner == "spark" else "lsb-joiner-2"
     faults = [Fault(20.0, "wedge", joiner_program), Fault(110.0, "wedge", "db-connector-2"),
               Fault(200.0, "wedge", "stream-connector")]
+    results = begun("hosts", joiner)
     report = storm_across_hosts(joiner, rows=18_000, rate=50.0, faults=faults, environment=WEDGEABLE)
     print(report["summary"])
     assert [wedge["target"] for wedge in report["wedges"]] == [joiner_program, "db-connector-2", "stream-connector"]
+    recovery.record_watchdog(results, [SimpleNamespace(**wedge) for wedge in report["wedges"]])
     forget_run(report)
