@@ -47,7 +47,10 @@ EVENTS_FILE = Path(__file__).resolve().parents[1] / "01_simulator" / "data" / "t
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Exploring, the property tests alone run: the others draw nothing new."""
+    """The tests marked `alone` come last: while one runs, the other workers wait (`cores_shared_or_alone`), which
+    costs nothing once they have no test left to run. Exploring, the property tests alone run: the others draw
+    nothing new."""
+    items.sort(key=lambda item: item.get_closest_marker("alone") is not None)  # stable: the rest keep their order
     if not EXPLORING:
         return
     others = [item for item in items if not is_hypothesis_test(getattr(item, "obj", None))]
