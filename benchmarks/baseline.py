@@ -44,7 +44,8 @@ def exported_tree(revision: str) -> Iterator[Path]:
             detail = getattr(error, "stderr", "") or error
             raise BaselineUnavailable(f"cannot export commit {revision}: {str(detail).strip()}") from None
         with tarfile.open(archive) as tar:
-            tar.extractall(folder / "tree", filter="data")
+            # The "data" filter (no links or paths out of the folder) where this Python has it (3.11.4 on).
+            tar.extractall(folder / "tree", **({"filter": "data"} if hasattr(tarfile, "data_filter") else {}))
         # Downloads (Kafka, Spark's connector jars) are shared, not fetched again for the earlier code.
         if (REPOSITORY / ".cache").is_dir():
             (folder / "tree" / ".cache").symlink_to(REPOSITORY / ".cache")

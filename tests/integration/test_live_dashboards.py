@@ -45,7 +45,8 @@ REFRESH_S = 2.0
 NS_PER_MS = 1_000_000
 SPARK_HEALTH = {"records_in_per_s": 5000.0, "records_out_per_s": 700.0, "dead_letters_per_s": 0.25, "lag": 2500,
                 "batch_seconds": 0.75, "state_rows": 64, "state_bytes": 1_048_576, "records_skipped": 3,
-                "topics_deleted": 0, "offset_resets": 0, "disk_used_ratio": 0.625, "disk_free_bytes": 987_654_321}
+                "topics_deleted": 0, "offset_resets": 0, "disk_used_ratio": 0.625, "disk_free_bytes": 987_654_321,
+                "watchdog_restarts": 2}  # the stack's watchdog writes it beside the stage's own
 # Machines whose names a query must treat as data: a dot is no regex wildcard, a quote ends no string, a backslash
 # escapes nothing. Each joins once now, with this power (W) and join case.
 ODD_MACHINES = {"Plant1.Hall2.Press3": (2000.0, "left_successor"), 'a "b" c': (700.0, "left_successor"),
@@ -80,6 +81,7 @@ EXPECTED: dict[str, Any] = {
     "Disk used where the stages run": 0.625,
     "Disk free where the stages run": 987_654_321,
     "Clock faults per machine": 7,  # the outliers of the machine named a "b" c
+    "Restarts by the watchdog, by stage": 2,
 }
 # Per panel title (its tag on the page's models), every number and text of its data sources and texts.
 PANEL_VALUES_JS = """(() => {

@@ -1,6 +1,6 @@
 """Kafka away under the running Spark joiner for longer than its sink's bounds (the transaction timeout and the
-start-up deadline, shortened here), in brief and seeded, as part of `make test` (`make reliability` stops Kafka
-for 6 minutes under the default bounds).
+start-up deadline, shortened here), in brief and seeded, in `make reliability` beside the run that stops Kafka for
+6 minutes under the default bounds (`make test` has the sink's own path: `test_spark_sink_outage`).
 
 The joiner used to stop for good after such an outage: its sink made a new producer inside the failed batch, on
 Py4J's callback thread, and the start-up deadline's `SystemExit` ended that thread alone. Now the query fails and
@@ -16,7 +16,7 @@ import pytest
 
 from chaos_support import ChaosPlan, Fault, chaos_workdir, run_chaos
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.slow, pytest.mark.integration]
 
 STARTUP_DEADLINE_S = 15
 TRANSACTION_TIMEOUT_S = 10
