@@ -21,7 +21,7 @@ from pathlib import Path
 from supervisor import childutils
 
 from pipeline_core.logs import configure_logging
-from .watchdog import WATCH_LIST, Watchdog, health_metrics
+from .watchdog import WATCH_LIST, Watchdog, health_metrics, keep_newest_half
 
 RESTARTED_FROM = frozenset({"EXITED", "BACKOFF"})
 log = logging.getLogger(__name__)
@@ -83,14 +83,6 @@ def read_restarts(history: Path) -> dict[str, Restarts]:
     return {name: Restarts(tuple(at), failed_starts[name], tuple(watchdog.get(name, ()))) for name, at in times.items()}
 
 
-def _keep_newest_half(history: Path) -> None:
-    data = history.read_bytes()
-    newest = data[len(data) - HISTORY_MAX_BYTES // 2:]
-    kept = history.with_name(history.name + ".new")
-    kept.write_bytes(newest[newest.find(b"\n") + 1:])
-    kept.replace(history)
-
-
 def listen(history: Path, directory: Path) -> None:
     """supervisord's event listener: it writes events to stdin and waits for OK on stdout (so nothing else of this
     process writes to stdout: the watchdog logs to stderr). The watchdog runs on a thread of its own, for the
@@ -125,7 +117,7 @@ def listen(history: Path, directory: Path) -> None:
             with history.open("a") as out:
                 out.write(json.dumps(start) + "\n")
             if history.stat().st_size > HISTORY_MAX_BYTES:
-                _keep_newest_half(history)
+                keep_newest_half(history, HISTORY_MAX_BYTES)
         childutils.listener.ok(sys.stdout)
 
 

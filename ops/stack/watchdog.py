@@ -210,11 +210,16 @@ def append_history(path: Path, restart: WatchdogRestart) -> None:
     with path.open("a") as out:
         out.write(json.dumps(asdict(restart)) + "\n")
     if path.stat().st_size > HISTORY_MAX_BYTES:
-        data = path.read_bytes()
-        newest = data[len(data) - HISTORY_MAX_BYTES // 2:]
-        kept = path.with_name(path.name + ".new")
-        kept.write_bytes(newest[newest.find(b"\n") + 1:])
-        kept.replace(path)
+        keep_newest_half(path, HISTORY_MAX_BYTES)
+
+
+def keep_newest_half(history: Path, max_bytes: int) -> None:
+    """Keep the newest `max_bytes // 2` of a file of lines, from a line's start, replaced in one step."""
+    data = history.read_bytes()
+    newest = data[len(data) - max_bytes // 2:]
+    kept = history.with_name(history.name + ".new")
+    kept.write_bytes(newest[newest.find(b"\n") + 1:])
+    kept.replace(history)
 
 
 def _dump_stacks(pid: int, log_file: Path) -> None:
