@@ -1,6 +1,7 @@
 """Recovery times that `make reliability` measures, recorded as results (benchmarks.results) for the docs to render:
-the watchdog's restarts of wedged stages (tests/reliability/test_watchdog.py) and the rolling restart of a cluster
-(tests/reliability/test_rolling_restart.py). Not a benchmark of its own: the reliability runs call it once they
+the watchdog's restarts of wedged stages (tests/reliability/test_watchdog.py), the rolling restart of a cluster
+(tests/reliability/test_rolling_restart.py) and the join specs changed and machine.data grown on a running stack
+(tests/reliability/test_live_changes.py). Not a benchmark of its own: the reliability runs call it once they
 passed, each under a results name of its topology and joiner, and each run replaces its file.
 
 Figures, in seconds:
@@ -8,6 +9,8 @@ Figures, in seconds:
   called its new process healthy; and from the wedged loop's last report until healthy again.
 - the rolling restart: the whole command, and each node from its stop until it was in sync again; the joins'
   longest delay (from the later input written to the join readable) while it ran, and their p99.
+- the live changes: from the joiners' stop for the new spec file until they were healthy again; from machine.data's
+  growth until the stream connector placed records by its new partition count, and until every stage caught up.
 """
 from __future__ import annotations
 
@@ -39,11 +42,17 @@ RESULTS_OF: dict[tuple[str, str, str], Callable[[], Results]] = {
     ("rolling_restart", "cluster", "lsb"): lambda: Results("rolling_restart_cluster_lsb", argv=[]),
     ("rolling_restart", "hosts", "spark"): lambda: Results("rolling_restart_hosts_spark", argv=[]),
     ("rolling_restart", "hosts", "lsb"): lambda: Results("rolling_restart_hosts_lsb", argv=[]),
+    ("live_changes", "single", "spark"): lambda: Results("live_changes_single_spark", argv=[]),
+    ("live_changes", "single", "lsb"): lambda: Results("live_changes_single_lsb", argv=[]),
+    ("live_changes", "cluster", "spark"): lambda: Results("live_changes_cluster_spark", argv=[]),
+    ("live_changes", "cluster", "lsb"): lambda: Results("live_changes_cluster_lsb", argv=[]),
+    ("live_changes", "hosts", "spark"): lambda: Results("live_changes_hosts_spark", argv=[]),
+    ("live_changes", "hosts", "lsb"): lambda: Results("live_changes_hosts_lsb", argv=[]),
 }
 
 
 def begun(kind: str, topology: str, joiner: str, command: str) -> Results:
-    """The results of a run of `kind` ("watchdog", "rolling_restart") starting now (its start time and load),
+    """The results of a run of `kind` ("watchdog", "rolling_restart", "live_changes") starting now (its start time and load),
     `command` saying what ran."""
     results = RESULTS_OF[kind, topology, joiner]()
     results.command = command
@@ -69,4 +78,13 @@ def record_rolling_restart(results: Results, document: Mapping[str, Any], join_d
     if delays:
         results.add("join delay while it ran, p99", delays[min(len(delays) - 1, int(0.99 * len(delays)))], "s")
         results.add("join delay while it ran, longest", delays[-1], "s")
+    results.write()
+
+
+def record_live_changes(results: Results, specs_s: float, placed_s: float, caught_up_s: float) -> None:
+    """One run of live changes, written: `specs_s` from the joiners' stop for the new specs until healthy again,
+    `placed_s` and `caught_up_s` from machine.data's growth until placed by its new count and every stage caught up."""
+    results.add("spec change: joiners stopped to healthy again", specs_s, "s")
+    results.add("machine.data grown 5 -> 8: to placed by 8 partitions", placed_s, "s")
+    results.add("machine.data grown 5 -> 8: to every stage caught up", caught_up_s, "s")
     results.write()

@@ -103,6 +103,9 @@ def table(recorded: Recorded, request: Request) -> str:
 
 def not_recorded(benchmark: str) -> str:
     """What a page shows where a benchmark has no recorded run: how to record one."""
+    from benchmarks.recovery import RESULTS_OF
+    if benchmark in {"_".join(run) for run in RESULTS_OF}:
+        return f"*No recorded run of `{benchmark}` yet: the `make reliability` run named above records it.*\n"
     return (f"*No recorded run of `{benchmark}` yet: `make bench` records it (the benchmark's module is named where "
             f"it is described above).*\n")
 

@@ -26,7 +26,8 @@ from chaos_support import (MOSQUITTO_SAVE_WINDOW_S, NOTHING_PUBLISHED, REPO_ROOT
 from cluster_support import cluster_fault_schedule
 from growth_support import StatusBeforeDown
 from rolling_support import delays_around
-from spec_change_support import INITIAL, LiveChanges, check_live_changes, live_change_faults, live_change_figures, spec_file
+from spec_change_support import (INITIAL, LiveChanges, check_live_changes, live_change_faults, live_change_figures,
+                                 live_change_seconds, spec_file)
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
 from influxdb import InfluxDBClient
@@ -596,7 +597,8 @@ class LiveChangesHostsStack(LiveChanges, StatusBeforeDown, PrivateHostsStack):
 def live_change_results(report, stack: PrivateHostsStack) -> dict:
     """What a run of live changes must show beyond run_chaos's checks, and what it measured."""
     failing = check_live_changes(report, stack)
-    return {"failing": failing, "figures": "" if failing else live_change_figures(report, stack)}
+    return {"failing": failing, "figures": "" if failing else live_change_figures(report, stack),
+            "recovery_s": [] if failing else list(live_change_seconds(report, stack))}
 
 
 if __name__ == "__main__":  # run as a script, with tests/ first on its path

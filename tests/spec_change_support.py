@@ -4,6 +4,7 @@ removed; no code of either joiner)."""
 from __future__ import annotations
 
 import json
+import re
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
@@ -122,10 +123,18 @@ def check_live_changes(report, stack) -> list[str]:
     return failing
 
 
+def live_change_seconds(report, stack) -> tuple[float, float, float]:
+    """The run's recoveries, in seconds: the joiners' stop for the spec change until healthy again (as `stack specs`
+    said it), machine.data's growth until records were placed by 8 partitions and until every stage caught up."""
+    said = next(line for line in report.confirmed if line.startswith("specs "))
+    specs_s = float(re.search(r"healthy, ([0-9.]+) s after the stop", said).group(1))
+    watch = stack.growth_watch
+    return specs_s, watch.switched_s, watch.recovered_s
+
+
 def live_change_figures(report, stack) -> str:
     """The run's measured costs and recoveries, one line."""
-    watch = stack.growth_watch
-    stopped = [line.rsplit(", ", 1)[-1] for line in report.confirmed if line.startswith("specs ")]
-    return (f"joiners restarted on the new specs, healthy {stopped[0] if stopped else '?'}; machine.data grown "
-            f"5 -> 8: placed by 8 partitions {watch.switched_s:.1f} s and every stage caught up "
-            f"{watch.recovered_s:.1f} s after the growth")
+    specs_s, placed_s, caught_up_s = live_change_seconds(report, stack)
+    return (f"joiners restarted on the new specs, healthy {specs_s:.1f} s after the stop; machine.data grown "
+            f"5 -> 8: placed by 8 partitions {placed_s:.1f} s and every stage caught up {caught_up_s:.1f} s after "
+            f"the growth")

@@ -12,16 +12,23 @@ import shutil
 
 import pytest
 
+from benchmarks import recovery
 from chaos_support import ChaosPlan, PrivateStack, chaos_workdir, run_chaos
 from cluster_support import PrivateClusterStack
 from growth_support import StatusBeforeDown
 from hosts_support import forget_run, storm_across_hosts
 from spec_change_support import (INITIAL, LiveChanges, check_live_changes, live_change_faults, live_change_figures,
-                                 spec_file)
+                                 live_change_seconds, spec_file)
 
 pytestmark = [pytest.mark.slow, pytest.mark.integration]
 
 ROWS, MACHINES, RATE = 6_000, 20, 100.0
+
+
+def begun(topology: str, joiner: str) -> recovery.Results:
+    """The run's recovery figures (benchmarks.recovery), recorded once it passed."""
+    return recovery.begun("live_changes", topology, joiner, "make reliability PYTEST_ARGS='tests/reliability/"
+                          f"test_live_changes.py -k \"{topology} and {joiner}\"'")
 
 
 class LiveChangesStack(LiveChanges, StatusBeforeDown, PrivateStack):
@@ -36,6 +43,7 @@ class LiveChangesClusterStack(LiveChanges, StatusBeforeDown, PrivateClusterStack
 @pytest.mark.parametrize("topology", ["single", "cluster"])
 @pytest.mark.parametrize("joiner", ["lsb", "spark"])
 def test_live_changes_on_this_host(topology: str, joiner: str) -> None:
+    results = begun(topology, joiner)
     plan = ChaosPlan(joiner=joiner, rows=ROWS, machines=MACHINES, rate=RATE, bad_rows=20, seed=20261207)
     workdir = chaos_workdir(f"live-changes-{topology}-{joiner}")
     initial = spec_file(workdir, INITIAL, "initial_specs.toml")
@@ -53,12 +61,15 @@ def test_live_changes_on_this_host(topology: str, joiner: str) -> None:
     assert not failing, failing
     shutil.rmtree(workdir)
     print(f"TOPOLOGY={topology} {report.summary()}; {live_change_figures(report, stacks[0])}")
+    recovery.record_live_changes(results, *live_change_seconds(report, stacks[0]))
 
 
 @pytest.mark.timeout(3600)
 @pytest.mark.parametrize("joiner", ["lsb", "spark"])
 def test_live_changes_across_hosts(joiner: str) -> None:
+    results = begun("hosts", joiner)
     report = storm_across_hosts(joiner, rows=ROWS, rate=RATE, live_changes=True)
     assert not report["failing"], report["failing"]
     print(f"TOPOLOGY=hosts {report['summary']}; {report['figures']}")
+    recovery.record_live_changes(results, *report["recovery_s"])
     forget_run(report)

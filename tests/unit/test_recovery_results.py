@@ -44,3 +44,16 @@ def test_each_wedge_is_recorded_and_no_joins_no_delay_figure(tmp_path: Path, mon
 def test_a_topology_or_joiner_no_run_records_is_refused() -> None:
     with pytest.raises(KeyError):
         recovery.begun("rolling_restart", "single", "lsb", "make reliability")
+
+
+def test_live_changes_are_recorded_as_the_spec_change_and_the_growth(tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("BENCH_RESULTS_DIR", str(tmp_path))
+    recovery.record_live_changes(recovery.begun("live_changes", "cluster", "spark", "make reliability"),
+                                 41.5, 12.0, 37.25)
+    figures = json.loads((tmp_path / "live_changes_cluster_spark.json").read_text())["figures"]
+    assert [(figure["name"], figure["value"]) for figure in figures] == [
+        ("spec change: joiners stopped to healthy again", 41.5),
+        ("machine.data grown 5 -> 8: to placed by 8 partitions", 12.0),
+        ("machine.data grown 5 -> 8: to every stage caught up", 37.25)]
+    assert problems(read_results(tmp_path)["live_changes_cluster_spark"]) == []
