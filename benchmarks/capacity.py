@@ -43,6 +43,7 @@ GROWTH_LIMIT = 0.01  # of the rate: the backlog's trend over a hold, rows/s, tha
 END_BACKLOG_S = 60.0  # the backlog at a hold's end, in seconds of the rate, at most
 SETTLE_S = 60.0  # of each hold, left out of its trend: the pipeline takes up the new rate
 MAX_HOLDS = 4
+PROGRESS_EVERY_S = 60.0  # a line while a rate is held
 FIGURES_MARK = "capacity:"  # the line each pipeline's figures are printed on
 
 
@@ -186,7 +187,13 @@ def _hold(rate: float, seconds: float, monitor: Any, shared: Any, records_base: 
     from soak.pace import backlog_rows
     shared.set("rate_rows_s", rate)
     began = time.time()
-    time.sleep(seconds)
+    while (left_s := began + seconds - time.time()) > 0:
+        time.sleep(min(PROGRESS_EVERY_S, left_s))
+        sample = monitor.latest()
+        backlog = backlog_rows(sample, records_base) if sample else None
+        print(f"  {rate:,.0f} rows/s for {(time.time() - began) / 60:.0f} of {seconds / 60:.0f} min, "
+              f"{'backlog ' + format(backlog, ',.0f') + ' rows' if backlog is not None else 'no sample yet'}",
+              flush=True)
     samples = [s for s in monitor.samples if s["at"] >= began]
     measured = [s for s in samples if s["at"] >= began + min(SETTLE_S, seconds / 3)]
     points = [(s["at"], backlog_rows(s, records_base)) for s in measured]
@@ -256,15 +263,15 @@ def run_pipeline(pipeline: str, args: argparse.Namespace, run_dir: Path) -> dict
                  "--progress-interval-s", "5"], env=env, cwd=REPO_ROOT, stdout=log, stderr=log, start_new_session=True)
         flags = [f"--{name.replace('_', '-')}={value}" for name, value in vars(args).items()
                  if name not in ("pipelines", "ports", "run_dir", "measure") and value is not None]
-        done = subprocess.run([sys.executable, "-m", "benchmarks.capacity", "--measure", pipeline,
-                               "--run-dir", str(run_dir / pipeline), *flags], env=env, cwd=REPO_ROOT,
-                              stdout=subprocess.PIPE, text=True, timeout=4 * 3600)
         figures = None
-        for line in done.stdout.splitlines():
-            if line.startswith(FIGURES_MARK):
-                figures = json.loads(line[len(FIGURES_MARK):])
-            else:
-                print(line, flush=True)
+        with subprocess.Popen([sys.executable, "-m", "benchmarks.capacity", "--measure", pipeline,
+                               "--run-dir", str(run_dir / pipeline), *flags], env=env, cwd=REPO_ROOT,
+                              stdout=subprocess.PIPE, text=True) as done:
+            for line in done.stdout:  # its progress, passed on as it comes
+                if line.startswith(FIGURES_MARK):
+                    figures = json.loads(line[len(FIGURES_MARK):])
+                else:
+                    print(line, end="", flush=True)
         if done.returncode != 0 or figures is None:
             raise SystemExit(f"the {pipeline} pipeline's measurement failed ({done.returncode})")
         return figures
