@@ -17,7 +17,7 @@ in its place), fed by the soak's plant (`soak.plant`: 500 machines of 3 axes by 
 The CPU time of each program's process tree over the sustained hold, per row published, says where the cores go.
 Results: `reports/capacity-<time>/results.json` (the soak's backfill starts from them), the table printed, and the
 figures recorded (`benchmarks/results/capacity.json`, rendered in docs/scaling.md): per pipeline the sustained rate,
-the CPU per row of each process, the latency at 0.7.
+the CPU per row of each process and the cores all of them kept busy, the latency at 0.7.
 """
 from __future__ import annotations
 
@@ -309,6 +309,9 @@ def record(recorded: Results, results: dict[str, Any]) -> None:
         if not rate:
             continue
         recorded.add(f"{name}: sustained", rate, "rows/s")
+        if pipeline.get("cpu_cores"):  # all of the machine's cores busy: the machine, not a stage, set the rate
+            recorded.add(f"{name}: cores busy over the hold, every process", sum(pipeline["cpu_cores"].values()),
+                         "cores")
         for process, cpu_us in sorted(pipeline.get("cpu_us_per_row", {}).items()):
             if cpu_us > 0:
                 recorded.add(f"{name}: CPU per row, {process}", cpu_us, "µs")
