@@ -8,7 +8,7 @@ Kinds (`FAULT_KINDS`), each against one program of the stack that runs:
 * `stop`: the program stopped gracefully for `hold_s`, then started again; confirmed by its process gone and its
   ports closed, then by its health check passing again;
 * `freeze`: SIGSTOP to the process group for `hold_s`, then SIGCONT; confirmed by the state T while frozen, and
-  running after.
+  running after, or, where `hold_s` is longer than the stage's stale time, by the watchdog's restart of it.
 
 `plan_faults` chooses them for the topology: every stage and every server killed once, Kafka and InfluxDB stopped
 for two minutes each, the joiner frozen for a minute, and on a cluster also a Kafka node and a Spark worker killed.
@@ -25,7 +25,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from stack import manager, supervision
+from stack import manager, supervision, watchdog
 from stack.processes import process_state
 from stack.services import Service
 
@@ -186,8 +186,8 @@ class FaultInjector:
             on_phase("held")
             time.sleep(max(0.0, record.began_at + hold_s - time.time()))
             if process_state(pid) != "T":
-                raise FaultNotConfirmed(f"{name} (group {pid}) was no longer frozen at the end of its freeze: "
-                                        f"{process_state(pid) or 'gone'}")
+                self._ended_by_the_watchdog(name, pid, record)
+                return
         finally:
             try:
                 os.killpg(pid, signal.SIGCONT)
@@ -196,6 +196,22 @@ class FaultInjector:
         _wait(lambda: process_state(pid) not in (*ENDED_STATES, "T"), f"{name} (group {pid}) running again",
               deadline_s=30)
         record.confirmed.append(f"SIGCONT: group {pid} running again")
+        record.ended_at = time.time()
+
+    def _ended_by_the_watchdog(self, name: str, pid: int, record: FaultRecord) -> None:
+        """A freeze longer than the stage's stale time is a wedge to the watchdog, which ends the frozen process and
+        starts it again: confirmed by its record of that restart and the new process under supervision."""
+        def restart_recorded() -> watchdog.WatchdogRestart | None:  # written once the restart is done
+            return next((restart for restart in reversed(watchdog.read_history(watchdog.history_file()))
+                         if restart.process == name and restart.pid == pid and restart.time >= record.began_at), None)
+
+        restart = _wait(restart_recorded, f"{name} (group {pid}) no longer frozen at the end of its freeze "
+                                          f"({process_state(pid) or 'gone'}): the watchdog's record of ending it")
+        if restart.new_pid is None:
+            raise FaultNotConfirmed(f"the watchdog ended {name} (group {pid}) while frozen: {restart.error}")
+        new_pid = _wait(lambda: (found := self.running_pid(name)) != pid and found, f"{name} running again")
+        record.confirmed.append(f"ended by the watchdog {restart.time - record.began_at:.0f} s into the freeze "
+                                f"({restart.detail}); running again as {new_pid}")
         record.ended_at = time.time()
 
 
