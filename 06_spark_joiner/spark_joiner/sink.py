@@ -38,9 +38,9 @@ from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from pyspark.sql import DataFrame, SparkSession
 
 from local_stream_buffer.clock import ClockCounters
-from pipeline_core.kafka_clients import (DEFAULT_STARTUP_DEADLINE_S, TRANSACTIONAL_CALL_TIMEOUT_S, KafkaCallWedged,
-                                         admin_client, consumer_config, raise_partition_errors, retry_transient,
-                                         transactional_producer_config)
+from pipeline_core.kafka_clients import (DEFAULT_STARTUP_DEADLINE_S, REQUEST_TIMEOUT_MS, TRANSACTIONAL_CALL_TIMEOUT_S,
+                                         KafkaCallWedged, admin_client, consumer_config, raise_partition_errors,
+                                         retry_transient, transactional_producer_config)
 from pipeline_core.spec_starts import read_starts, starts_now, with_starts, without_starts
 from pipeline_core.topics import dead_letter_limit
 from pipeline_core.transactional import TransactionalProducer
@@ -95,7 +95,9 @@ class TransactionalBatchSink:
                "compression.type": "none"})
         # A broker that has only just started answers both calls below with NOT_COORDINATOR or
         # COORDINATOR_NOT_AVAILABLE for a few seconds, while it creates __transaction_state and __consumer_offsets.
-        self._request_timeout = min(30.0, startup_deadline_s)
+        # Each call is asked again up to the start-up deadline, the progress report between calls: one call's bound
+        # stays short of the stale time, or the watchdog ends a driver that only waits for Kafka in `resume()`.
+        self._request_timeout = min(REQUEST_TIMEOUT_MS / 1000, startup_deadline_s)
         self._startup_deadline_s = startup_deadline_s
         self._transaction_timeout_s = transaction_timeout_s
         # One call's bound: the transaction's retries go on up to its timeout, each call for at most this.
