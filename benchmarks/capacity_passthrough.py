@@ -11,12 +11,11 @@ from __future__ import annotations
 import logging
 import signal
 import sys
-import time
+from collections.abc import Iterable
 
 import orjson
-from confluent_kafka import KafkaException, Message, TopicPartition
+from confluent_kafka import Message, TopicPartition
 
-from pipeline_core.kafka_clients import produce
 from pipeline_core.logs import configure_logging
 from pipeline_core.progress import Observation, ProgressReporter, StageCounters
 from pipeline_core.settings import load_settings
@@ -32,45 +31,18 @@ SPEED = b".actSpeed_C1"
 class JoinShapedPassThrough(PassThrough):
     """Consumes every record; writes, for each speed record, one join-shaped record of its axis."""
 
-    def _process(self, messages: list[Message]) -> None:
-        stats = self.stats
-        if stats.first_record_at is None:
-            stats.first_record_at = time.monotonic()
-        transaction = self._transaction
-        if not transaction.open:
-            transaction.begin()
-        producer = transaction.producer
-        output_topic = self.settings.output_topic
-        positions = self._positions
-        count = 0
-        for message in messages:
-            error = message.error()
-            if error is not None:
-                if error.fatal():
-                    raise KafkaException(error)
-                continue
-            positions[message.partition()] = message.offset() + 1
-            transaction.append_times.append(message.timestamp()[1])
-            count += 1
-            key = message.key() or b""
-            at = key.rfind(SPEED)
-            if at < 0 or not key[at + len(SPEED):].isdigit():
-                continue
-            record = orjson.loads(message.value())
-            axis = key[at + len(SPEED):].decode()
-            side = {"quantity": record["quantity"], "phenomenonTime": record["phenomenonTime"],
-                    "result": record["result"]}
-            output = {"thing": record["thing"], "quantity": f"vaPower_C1{axis}", "phenomenonTime": record["phenomenonTime"],
-                      "result": record["result"], "left": side, "right": {**side, "quantity": f"vaTorque_C1{axis}"},
-                      "case": "same_time"}
-            value = orjson.dumps(output)
-            try:
-                producer.produce(output_topic, value, key)
-            except BufferError:
-                produce(producer, output_topic, value, key)
-            stats.records_out += 1
-        transaction.records += count
-        stats.records_in += count
+    def _outputs(self, message: Message) -> Iterable[tuple[bytes | None, bytes | None]]:
+        key = message.key() or b""
+        at = key.rfind(SPEED)
+        if at < 0 or not key[at + len(SPEED):].isdigit():
+            return ()
+        record = orjson.loads(message.value())
+        axis = key[at + len(SPEED):].decode()
+        side = {"quantity": record["quantity"], "phenomenonTime": record["phenomenonTime"], "result": record["result"]}
+        output = {"thing": record["thing"], "quantity": f"vaPower_C1{axis}", "phenomenonTime": record["phenomenonTime"],
+                  "result": record["result"], "left": side, "right": {**side, "quantity": f"vaTorque_C1{axis}"},
+                  "case": "same_time"}
+        return ((orjson.dumps(output), key),)
 
 
 def main(argv: list[str] | None = None) -> int:

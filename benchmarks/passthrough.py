@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 from confluent_kafka import Consumer, KafkaException, Message, TopicPartition
 
@@ -79,7 +79,8 @@ class PassThrough:
         output_topic = self.settings.output_topic
         append_times = transaction.append_times
         positions = self._positions
-        count = 0
+        outputs = self._outputs
+        count = produced = 0
         for message in messages:
             error = message.error()
             if error is not None:
@@ -87,18 +88,24 @@ class PassThrough:
                     raise KafkaException(error)
                 log.warning("consumer: %s", error)
                 continue
-            value, key = message.value(), message.key()
-            try:
-                produce_one(output_topic, value, key)
-            except BufferError:  # local queue full: the shared helper waits for deliveries to drain it
-                produce(producer, output_topic, value, key)
+            for value, key in outputs(message):
+                try:
+                    produce_one(output_topic, value, key)
+                except BufferError:  # local queue full: the shared helper waits for deliveries to drain it
+                    produce(producer, output_topic, value, key)
+                produced += 1
             positions[message.partition()] = message.offset() + 1
             append_times.append(message.timestamp()[1])
             count += 1
         transaction.records += count
         stats.records_in += count
+        stats.records_out += produced
         stats.joinable += count
         stats.joined_in += count
+
+    def _outputs(self, message: Message) -> Iterable[tuple[bytes | None, bytes | None]]:
+        """What one input record becomes in the output topic, (value, key) each: itself, unchanged."""
+        return ((message.value(), message.key()),)
 
     def _commit(self) -> None:
         offsets = [TopicPartition(self.settings.input_topic, partition, offset)
