@@ -84,8 +84,11 @@ class PaceController:
 def backlog_rows(sample: Mapping[str, Any] | None, records_base: int) -> float | None:
     """Rows published and not yet through the pipeline, from a monitor sample: those whose records are not yet in
     machine.data (in Mosquitto's queue, in the connector's hands), and the joiner's and DB connector's lags in rows
-    (records over the records per row). None while Kafka's offsets are unknown."""
+    (records over the records per row). None while Kafka's offsets are unknown, and while a stage is stale: its
+    last report's lag says nothing of a stage frozen or wedged since, whose lag grows unseen."""
     if not sample or sample.get("offsets") is None:
+        return None
+    if any(values.get("stage_state") == "stale" for values in sample["services"].values()):
         return None
     publisher = sample["publisher"]
     if not publisher["rows_sent"]:

@@ -5,7 +5,7 @@ import pytest
 
 from soak.faults import Fault, FaultRecord, faults_done, plan_faults
 from soak.flatness import latency_verdict, per_record_verdicts, rss_verdicts
-from soak.pace import DAY_MS, PaceController, backfill_step_ms, event_coverage_days
+from soak.pace import DAY_MS, PaceController, backfill_step_ms, backlog_rows, event_coverage_days
 from soak.points import joined_point_of, level_of
 from soak.schedule import FAULT_GAP_S, fault_starts, fault_time_s, flat_windows, timetable
 from stack.services import PipelineProcess
@@ -49,6 +49,18 @@ def test_a_stalled_pipeline_slows_the_pace_to_its_floor() -> None:
     simulate(4000, 300, controller)
     trace = simulate(0, 120, controller)
     assert trace[-1][0] == 50.0
+
+
+def test_the_backlog_is_unknown_while_a_stage_is_stale() -> None:
+    def sample(joiner_state: str) -> dict:
+        return {"offsets": {"machine.data": 1_000}, "publisher": {"rows_sent": 100, "records_sent": 1_200},
+                "services": {"stream-connector": {"lag": 0, "stage_state": "progressing"},
+                             "lsb-joiner": {"lag": 240, "stage_state": joiner_state},
+                             "db-connector": {"lag": 0, "stage_state": "idle"}}}
+
+    assert backlog_rows(sample("progressing"), 0) == pytest.approx(200 / 12 + 240 / 12)
+    # Frozen or wedged: its last lag (240) says nothing of now, and the pace must not take it for a short queue.
+    assert backlog_rows(sample("stale"), 0) is None
 
 
 @pytest.mark.parametrize("joiner", ["lsb", "spark"])
