@@ -189,8 +189,7 @@ def _hold(rate: float, seconds: float, monitor: Any, shared: Any, records_base: 
     began = time.time()
     while (left_s := began + seconds - time.time()) > 0:
         time.sleep(min(PROGRESS_EVERY_S, left_s))
-        sample = monitor.latest()
-        backlog = backlog_rows(sample, records_base) if sample else None
+        backlog = backlog_rows(monitor.latest(), records_base)
         print(f"  {rate:,.0f} rows/s for {(time.time() - began) / 60:.0f} of {seconds / 60:.0f} min, "
               f"{'backlog ' + format(backlog, ',.0f') + ' rows' if backlog is not None else 'no sample yet'}",
               flush=True)

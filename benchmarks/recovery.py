@@ -52,8 +52,8 @@ RESULTS_OF: dict[tuple[str, str, str], Callable[[], Results]] = {
 
 
 def begun(kind: str, topology: str, joiner: str, command: str) -> Results:
-    """The results of a run of `kind` ("watchdog", "rolling_restart", "live_changes") starting now (its start time and load),
-    `command` saying what ran."""
+    """The results of a run of `kind` ("watchdog", "rolling_restart", "live_changes") starting now (its start time
+    and load), `command` saying what ran."""
     results = RESULTS_OF[kind, topology, joiner]()
     results.command = command
     return results

@@ -24,6 +24,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from benchmarks.recovery import RESULTS_OF
 from benchmarks.results import REPO_ROOT, Figure, Recorded, read_results, results_dir
 
 PAGES = ("README.md", "*/README.md", "docs/*.md")
@@ -103,7 +104,6 @@ def table(recorded: Recorded, request: Request) -> str:
 
 def not_recorded(benchmark: str) -> str:
     """What a page shows where a benchmark has no recorded run: how to record one."""
-    from benchmarks.recovery import RESULTS_OF
     if benchmark in {"_".join(run) for run in RESULTS_OF}:
         return f"*No recorded run of `{benchmark}` yet: the `make reliability` run named above records it.*\n"
     return (f"*No recorded run of `{benchmark}` yet: `make bench` records it (the benchmark's module is named where "
