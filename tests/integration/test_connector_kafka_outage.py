@@ -3,8 +3,10 @@ connector loses nothing and dead-letters nothing good. Rows wait unacknowledged 
 every good row arrives exactly once. Meanwhile its heartbeat says it is stuck (alive, but nothing done),
 and healthy once Kafka is back.
 
-The test stops and starts Kafka, so it runs its own Mosquitto and Kafka (private ports and state
-folder, started and stopped through `stack.manager`), never the shared stack.
+Two connectors go through one outage side by side: one that waits for Kafka as long as it takes (the default) and one
+whose records time out after 2 s, as the old connector's did. The test stops and starts Kafka, so it runs its own
+Mosquitto and Kafka (private ports and state folder, started and stopped through `stack.manager`), never the shared
+stack.
 """
 from __future__ import annotations
 
@@ -71,49 +73,64 @@ def canonical(values: list[bytes]) -> list[str]:
     return sorted(json.dumps(json.loads(value), sort_keys=True) for value in values)
 
 
-@pytest.mark.parametrize("delivery_timeout_ms", [
+# The connectors' delivery timeouts, one connector each:
+DELIVERY_TIMEOUTS_MS = (
     2000,  # the old connector dead-lettered every record still waiting for Kafka after this long
     0,  # the default: the producer never gives up
-])
-def test_a_kafka_outage_loses_nothing_and_dead_letters_nothing(private_stack: ConnectionSettings, tmp_path: Path,
-                                                               delivery_timeout_ms: int) -> None:
-    bootstrap = private_stack.kafka_bootstrap_servers
-    name = unique("outage").replace(".", "-")
-    bridge = ConnectorProcess(mqtt_topic=f"test/{name}/states", client_id=name, data_topic=f"machine.data.{name}",
-                              dlq_topic=f"machine.dlq.{name}", log_path=tmp_path / "connector.log",
-                              extra=["--delivery-timeout-ms", str(delivery_timeout_ms),
-                                     "--progress-file", str(tmp_path / "progress.json")]).start()
+)
 
-    def health() -> str:
-        return assess(read_heartbeat(tmp_path / "progress.json"), time.time()).state
+
+def test_a_kafka_outage_loses_nothing_and_dead_letters_nothing(private_stack: ConnectionSettings,
+                                                               tmp_path: Path) -> None:
+    bootstrap = private_stack.kafka_bootstrap_servers
+    bridges: dict[int, ConnectorProcess] = {}
+    for delivery_timeout_ms in DELIVERY_TIMEOUTS_MS:
+        name = unique("outage").replace(".", "-")
+        folder = tmp_path / f"delivery-timeout-{delivery_timeout_ms}"
+        folder.mkdir()
+        bridges[delivery_timeout_ms] = ConnectorProcess(
+            mqtt_topic=f"test/{name}/states", client_id=name, data_topic=f"machine.data.{name}",
+            dlq_topic=f"machine.dlq.{name}", log_path=folder / "connector.log",
+            extra=["--delivery-timeout-ms", str(delivery_timeout_ms), "--progress-file", str(folder / "progress.json")])
+
+    def health(delivery_timeout_ms: int) -> str:
+        return assess(read_heartbeat(bridges[delivery_timeout_ms].log_path.parent / "progress.json"), time.time()).state
 
     rows = read_rows(EVENTS_FILE)[:400]
     before, during = rows[:200], rows[200:]
     try:
-        publish(private_stack, bridge.mqtt_topic, before)
-        wait_for(lambda: size_once_readable(bootstrap, bridge.data_topic) >= len(expected_records(before)), 60,
-                 "the rows before the outage in Kafka")
+        for bridge in bridges.values():
+            bridge.start()
+        for bridge in bridges.values():
+            publish(private_stack, bridge.mqtt_topic, before)
+        for bridge in bridges.values():
+            wait_for(lambda: size_once_readable(bootstrap, bridge.data_topic) >= len(expected_records(before)), 60,
+                     "the rows before the outage in Kafka")
 
         stop_server(Kafka(), bootstrap, "Kafka")
-        publish(private_stack, bridge.mqtt_topic, during)  # Mosquitto takes them; Kafka is away
-        if delivery_timeout_ms:
-            wait_for(lambda: "Message timed out" in bridge.log(), 60, "a delivery timeout during the outage")
-        else:
-            wait_for(lambda: ", lag 100;" in bridge.log(), 60, "rows waiting for Kafka")
+        for bridge in bridges.values():
+            publish(private_stack, bridge.mqtt_topic, during)  # Mosquitto takes them; Kafka is away
+        wait_for(lambda: "Message timed out" in bridges[2000].log(), 60, "a delivery timeout during the outage")
+        wait_for(lambda: ", lag 100;" in bridges[0].log(), 60, "rows waiting for Kafka")
         # Whether its Kafka side restarts again and again (a delivery timeout) or waits: nothing is done.
-        wait_for(lambda: health() == "stuck", 60, "the connector's heartbeat to say stuck", interval_s=0.2)
-        assert bridge.process.poll() is None, bridge.log()
+        for delivery_timeout_ms, bridge in bridges.items():
+            wait_for(lambda: health(delivery_timeout_ms) == "stuck", 60,
+                     f"the heartbeat of the connector with delivery timeout {delivery_timeout_ms} ms to say stuck",
+                     interval_s=0.2)
+            assert bridge.process.poll() is None, bridge.log()
         assert manager.up([Kafka()]) == ["kafka"]
 
         expected = canonical([json.dumps(record).encode() for record in expected_records(rows)])
-        wait_for(lambda: size_once_readable(bootstrap, bridge.data_topic) >= len(expected), 120,
-                 "every record after Kafka came back", interval_s=1.0)
-        arrived = [message.value for message in read_topic(bootstrap, bridge.data_topic, idle_s=1.0)]
-        assert canonical(arrived) == expected  # each good record exactly once
-        assert topic_size(bootstrap, bridge.dlq_topic) == 0, bridge.log()
-        assert bridge.process.poll() is None, bridge.log()
-        if not delivery_timeout_ms:
-            assert "Kafka did not take a record" not in bridge.log()
-        wait_for(lambda: health() in ("progressing", "idle"), 30, "the connector healthy again", interval_s=0.2)
+        for delivery_timeout_ms, bridge in bridges.items():
+            wait_for(lambda: size_once_readable(bootstrap, bridge.data_topic) >= len(expected), 120,
+                     "every record after Kafka came back", interval_s=1.0)
+            arrived = [message.value for message in read_topic(bootstrap, bridge.data_topic, idle_s=1.0)]
+            assert canonical(arrived) == expected, delivery_timeout_ms  # each good record exactly once
+            assert topic_size(bootstrap, bridge.dlq_topic) == 0, bridge.log()
+            assert bridge.process.poll() is None, bridge.log()
+            wait_for(lambda: health(delivery_timeout_ms) in ("progressing", "idle"), 30,
+                     f"the connector with delivery timeout {delivery_timeout_ms} ms healthy again", interval_s=0.2)
+        assert "Kafka did not take a record" not in bridges[0].log()
     finally:
-        bridge.close()
+        for bridge in bridges.values():
+            bridge.close()

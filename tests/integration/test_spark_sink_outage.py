@@ -43,6 +43,21 @@ def emitted(*records: tuple[int, str, bytes]) -> pa.Table:
                     schema=EMITTED_ARROW_SCHEMA)
 
 
+def coordinators_ready(bootstrap: str, transactional_id: str, topic: str) -> None:
+    """Return once both coordinators of the sink answer: the transactional id's, whose producer the sink's init
+    fences, and its group's, which holds its input offsets. A just started Kafka answers NOT_COORDINATOR while it
+    creates or loads __transaction_state and __consumer_offsets, and CONCURRENT_TRANSACTIONS while it aborts the
+    transaction a stop cut short; on a loaded machine for longer than the sink's short deadline here."""
+    ready = Producer(transactional_producer_config(bootstrap, transactional_id))
+    retry_transient(lambda: ready.init_transactions(10), deadline_s=180, what="the transaction coordinator")
+    group = Consumer(consumer_config(bootstrap, transactional_id))
+    try:
+        retry_transient(lambda: raise_partition_errors(group.committed([TopicPartition(topic, 0)], timeout=10)),
+                        deadline_s=180, what="the group coordinator")
+    finally:
+        group.close()
+
+
 def test_a_batch_meeting_kafka_away_fails_plainly_and_the_restarted_query_commits_it_once(
         private_kafka: str, tmp_path: Path) -> None:
     bootstrap = private_kafka
@@ -56,17 +71,7 @@ def test_a_batch_meeting_kafka_away_fails_plainly_and_the_restarted_query_commit
         producer.produce(data.name, f"input {offset}".encode(), partition=0)
     assert producer.flush(30) == 0
     transactional_id = unique("spark-joiner.outage")
-    # A just started Kafka answers NOT_COORDINATOR while it creates __transaction_state and __consumer_offsets, on a
-    # loaded machine for longer than the sink's short deadline here: wait for both coordinators of the sink first
-    # (the transactional id's, whose producer the sink's init fences, and its group's, which holds its input offsets).
-    ready = Producer(transactional_producer_config(bootstrap, transactional_id))
-    retry_transient(lambda: ready.init_transactions(10), deadline_s=180, what="the transaction coordinator")
-    group = Consumer(consumer_config(bootstrap, transactional_id))
-    try:
-        retry_transient(lambda: raise_partition_errors(group.committed([TopicPartition(data.name, 0)], timeout=10)),
-                        deadline_s=180, what="the group coordinator")
-    finally:
-        group.close()
+    coordinators_ready(bootstrap, transactional_id, data.name)
     sink = TransactionalBatchSink(bootstrap, out.name, dlq.name, transactional_id,
                                   startup_deadline_s=STARTUP_DEADLINE_S, transaction_timeout_s=TRANSACTION_TIMEOUT_S)
     reports: list[str | None] = []
@@ -92,6 +97,7 @@ def test_a_batch_meeting_kafka_away_fails_plainly_and_the_restarted_query_commit
 
         manager.up([Kafka()])
         wait_for(lambda: not port_is_free(port), 60, "Kafka listening again")
+        coordinators_ready(bootstrap, transactional_id, data.name)  # as a supervisor restarts the job until then
         assert sink.resume(data.name, str(tmp_path / "checkpoint")) == {0: 10}
         assert sink.producer is not None and sink.waiting_for is None
         sink.write(1, emitted((OUT, "m1.power", b"join 2")), {0: 20})
