@@ -496,6 +496,7 @@ class PrivateStack:
         watch.start()
         try:
             document = json.loads(self.stack("rolling-restart", "--json", timeout_s=3600).strip().splitlines()[-1])
+            watch.caught_up(60)
         finally:
             watch.stop()
         steps = document["steps"]

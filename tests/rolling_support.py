@@ -133,6 +133,14 @@ class ClusterWatch(threading.Thread):
         if poll.brokers is not None:
             self.most_kafka_nodes_away = max(self.most_kafka_nodes_away, away)
 
+    def caught_up(self, deadline_s: float) -> None:
+        """Return once every node was seen in sync again, or at the deadline (the checks then say what was not seen):
+        the rolling restart returns the moment its last node is in sync, which a poll of a loaded cluster (a dozen
+        requests) may see a second or two later."""
+        end = time.monotonic() + deadline_s
+        while any(seen.in_sync_at is None for seen in self.seen.values()) and time.monotonic() < end:
+            time.sleep(POLL_S)
+
     def stop(self) -> None:
         self.done.set()
         self.join(30)

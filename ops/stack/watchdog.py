@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import signal
 import threading
@@ -324,8 +325,10 @@ class Watchdog:
         lines = tail(log_file, LOG_TAIL_LINES).splitlines()
         _note_in_log(log_file, f"{wedged.health.detail}: ending pid {wedged.pid} (its threads' stacks above) and "
                                "starting it again")
-        restart = WatchdogRestart(time.time(), stage.name, stage.stage, wedged.pid, round(wedged.heartbeat_age_s, 1),
-                                  wedged.health.detail, str(log_file), lines)
+        # Rounded up: a heartbeat judged stale just past its stale time (35.04 s) must not read as just at it (35.0).
+        age_s = math.ceil(wedged.heartbeat_age_s * 10) / 10
+        restart = WatchdogRestart(time.time(), stage.name, stage.stage, wedged.pid, age_s, wedged.health.detail,
+                                  str(log_file), lines)
         try:
             self.rpc.stopProcess(stage.name, True)  # type: ignore[attr-defined]
             _end_group(wedged.pid)
