@@ -92,6 +92,10 @@ class InputAlignment:
                 waiting[owned.partition] = _NOTHING_DELIVERED
         return waiting
 
+    def paused_partitions(self) -> set[tuple[str, int]]:
+        """The input partitions paused for being ahead, as (topic, partition)."""
+        return {(self._topic, partition) for partition in self.paused}
+
     def drop(self, partition: int) -> None:
         """An input partition is no longer ours."""
         self.paused.discard(partition)

@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
 
 from pipeline_core.broker_offsets import BrokerOffsets
-from pipeline_core.consumer_lag import unfetched_lag
+from pipeline_core.consumer_lag import partition_lag
 from pipeline_core.data_loss import OffsetWatch
 
 from local_stream_buffer.clock import ClockCounters
@@ -220,34 +220,29 @@ class OwnedPartitions:
                 log.debug("seeking %s [%d] again: %s", position.topic, position.partition, exception.args[0])
 
     def lag(self) -> int:
-        """Records not yet processed in the owned partitions: from the consumer's cached ends, and for those it
-        delivered nothing of since their assignment from the broker's (`pipeline_core.consumer_lag`: the cached
-        end of a partition the consumer does not fetch stops moving)."""
-        starts = self.starts()
+        """Records not yet processed in the owned partitions (`pipeline_core.consumer_lag.partition_lag`). The
+        ends of those the consumer does not fetch, whose cached ends stopped moving, are the broker's: nothing
+        delivered since their assignment, or paused (ahead in the input's alignment, stopped for a handover)."""
         # The consumer's position is past what it was handed, and past the transaction markers and aborted records it
         # skipped, which no join ever processes (the stream connector's start-up fence, say): where a partition's
         # join is not stopped for a handover, those do not wait for it.
         fetched = {(p.topic, p.partition): p.offset for p in self._consumer.position(self.owned) if p.offset >= 0}
-        delivered = set(fetched)
-        undelivered = [TopicPartition(owned.topic, owned.partition, start) for owned, start in starts
-                       if (owned.topic, owned.partition) not in delivered]
-        from_broker = unfetched_lag(self._consumer, undelivered, self._broker_offsets) if undelivered else None
-        if from_broker is not None:  # else the cached ends of those too, the best known
-            starts = [(owned, start) for owned, start in starts if (owned.topic, owned.partition) in delivered]
-        lag = from_broker or 0
-        for owned, start in starts:
-            try:
-                _low, high = self._consumer.get_watermark_offsets(owned, cached=True)
-            except KafkaException:
-                continue
-            position = self.position(owned)
-            if position is None:
+        not_fetched = {(self._join_topic, partition) for partition in self.stopped}
+        if self._alignment is not None:
+            not_fetched |= self._alignment.paused_partitions()
+        positions = []
+        for owned, start in self.starts():
+            key = (owned.topic, owned.partition)
+            if key not in fetched:
+                not_fetched.add(key)
                 position = start
-            if owned.topic != self._join_topic or owned.partition not in self.stopped:
-                position = max(position, fetched.get((owned.topic, owned.partition), position))
-            if high >= 0 and position >= 0:
-                lag += max(high - position, 0)
-        return lag
+            else:
+                processed = self.position(owned)
+                position = start if processed is None else processed
+                if owned.topic != self._join_topic or owned.partition not in self.stopped:
+                    position = max(position, fetched[key])
+            positions.append(TopicPartition(owned.topic, owned.partition, position))
+        return partition_lag(self._consumer, positions, self._broker_offsets, not_fetched) or 0
 
     def forced(self) -> int:
         """Pending records forced out by the pending limit in the owned partitions' joins."""

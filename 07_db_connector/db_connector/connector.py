@@ -269,4 +269,4 @@ class DbConnector:
 
     def lag(self) -> int | None:
         """Records of the assigned partitions not read yet (`lag.assigned_lag`); None before it knows any."""
-        return assigned_lag(self._consumer, self._broker_offsets)
+        return assigned_lag(self._consumer, self._broker_offsets, fetch_paused=self._fetch_paused)

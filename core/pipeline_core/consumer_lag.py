@@ -14,11 +14,12 @@ lag that stays there is work it is not doing.
 """
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, TopicPartition
 
 from .broker_offsets import BrokerOffsets
+from .data_loss import Partition
 
 # How long a progress report waits for each request of `unfetched_lag` (a stage's BrokerOffsets for it take
 # this timeout too): while Kafka is away, the stage's loop stalls this long at most per request, up to three per
@@ -53,3 +54,26 @@ def unfetched_lag(consumer: Consumer, partitions: Sequence[TopicPartition], offs
             return None
         starts.update(earliest)
     return sum(max(0, end - starts[key]) for key, end in ends.items() if key in starts)
+
+
+def partition_lag(consumer: Consumer, positions: Sequence[TopicPartition], offsets: BrokerOffsets,
+                  not_fetched: Collection[Partition]) -> int | None:
+    """Records from each of `positions` (a partition with where it is read on from; a logical offset as in
+    `unfetched_lag`) to its end. The end is the consumer's cached one, from its last fetch, except for the
+    partitions `not_fetched` (none delivered since their assignment, or paused), whose cached ends stopped moving:
+    theirs are asked of the broker, and the cached ones taken only while it does not answer. None when no
+    partition's lag is known."""
+    asked = [p for p in positions if (p.topic, p.partition) in not_fetched]
+    from_broker = unfetched_lag(consumer, asked, offsets) if asked else None
+    lag, known = (from_broker, True) if from_broker is not None else (0, False)
+    for position in positions:
+        if position.offset < 0 or (from_broker is not None and (position.topic, position.partition) in not_fetched):
+            continue
+        try:
+            _low, high = consumer.get_watermark_offsets(position, cached=True)
+        except KafkaException:
+            continue
+        if high >= 0:
+            lag += max(high - position.offset, 0)
+            known = True
+    return lag if known else None

@@ -120,6 +120,23 @@ def test_an_outage_of_the_sink_holds_the_commit_and_pauses_fetching_then_everyth
     assert all(letter["reason"].startswith("no record with an id") for letter in letters)
 
 
+def test_the_lag_counts_the_backlog_that_grows_while_the_sink_is_away(bootstrap, running):
+    """Fetching is paused while the loop waits for the sink, so the consumer's cached ends stop where they were:
+    a lag read from them stayed near 0 while millions of records piled up behind an InfluxDB outage."""
+    sink = MemorySink()
+    sink.away.set()
+    connector, topics = running(sink)
+    produce_values(bootstrap, topics.data, records(range(100)))
+    wait_for(lambda: sink.attempts >= 2, 60, "the loop to wait for the store with a batch in hand")
+    produce_values(bootstrap, topics.data, records(range(100, 400)))  # behind the paused fetch
+    # Everything past what the loop took in, never fetched: the broker's end of partition 0 minus the position.
+    wait_for(lambda: connector.lag() == 400 - connector.counters.records_in, 30,
+             "the lag to count the 300 records produced during the outage")
+    sink.away.clear()
+    wait_for(lambda: committed(bootstrap, connector, topics.data) == 400, 60, "every offset committed")
+    wait_for(lambda: connector.lag() == 0, 30, "no lag once everything is stored")
+
+
 def test_back_pressure_waits_the_pause_the_sink_names_without_fetching_more(bootstrap, running):
     sink = MemorySink()
     sink.retry_after_s = 0.05
