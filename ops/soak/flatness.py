@@ -130,15 +130,22 @@ def per_record_verdicts(samples: Sequence[Mapping[str, Any]], windows: Windows) 
     growing.append(("influxdb data", lambda s: (s.get("disk") or {}).get("data", {}).get("influxdb"),
                     lambda s: sum((s.get("offsets") or {}).get(topic) or 0 for topic in TIME_SERIES_TOPICS[:2])))
     for what, size, records in growing:
-        rates = []
+        rates, still = [], False
         for window in (windows.first, windows.last):
             inside = [s for s in _in(samples, window) if s.get("disk") and size(s) is not None and records(s)]
             if len(inside) < 2:
                 rates.append(None)
                 continue
             added = records(inside[-1]) - records(inside[0])
-            rates.append((size(inside[-1]) - size(inside[0])) / added if added > 0 else None)
+            grown_bytes = size(inside[-1]) - size(inside[0])
+            rates.append(grown_bytes / added if added > 0 else None)
+            still = added == 0 and grown_bytes <= 0  # of the last window, as it is the later
         before, after = rates
+        if after is None and still:
+            # A topic a healthy plant rarely writes to (machine.dlq): nothing added in the last window, nor a byte.
+            verdicts.append(FlatVerdict(f"{what} bytes per record", before, None, rule, True,
+                                        "no records and no bytes added in the last window"))
+            continue
         if before is None or after is None or before <= 0:
             verdicts.append(FlatVerdict(f"{what} bytes per record", before, after, rule, None,
                                         "too few records or disk samples in a window"))

@@ -111,6 +111,12 @@ def test_flatness_rules() -> None:
     assert next(v for v in per_record_verdicts(steady, windows) if "machine.data" in v.what).holds is True
     heavier = [sample(t, 1, disk=100 * t if t < 600 else 300 * t - 120_000, records=t) for t in range(0, 1001, 50)]
     assert next(v for v in per_record_verdicts(heavier, windows) if "machine.data" in v.what).holds is False
+    # A topic written to early and then not at all (machine.dlq of a healthy plant): flat while no byte is added...
+    quiet = [sample(t, 1, disk=1_000 if t < 300 else 2_000, records=5 if t < 300 else 10) for t in range(0, 1001, 50)]
+    assert next(v for v in per_record_verdicts(quiet, windows) if "machine.data" in v.what).holds is True
+    # ...and unjudged once bytes are added without records (which fails a run long enough to judge every figure).
+    creeping = [sample(t, 1, disk=2_000 + t, records=10) for t in range(0, 1001, 50)]
+    assert next(v for v in per_record_verdicts(creeping, windows) if "machine.data" in v.what).holds is None
 
 
 def test_a_join_result_s_point_as_the_db_connector_defines_it() -> None:
