@@ -21,8 +21,7 @@ import uuid
 from pathlib import Path
 
 from chaos_support import (MOSQUITTO_SAVE_WINDOW_S, NOTHING_PUBLISHED, REPO_ROOT, BrokerKill, ChaosPlan, ChaosReport,
-                           Fault, PrivateStack, Published, chaos_workdir, group_gone, only_the_wedged_were_restarted,
-                           run_chaos)
+                           Fault, PrivateStack, Published, chaos_workdir, only_the_wedged_were_restarted, run_chaos)
 from cluster_support import cluster_fault_schedule
 from growth_support import StatusBeforeDown
 from rolling_support import delays_around
