@@ -135,6 +135,7 @@ def per_record_verdicts(samples: Sequence[Mapping[str, Any]], windows: Windows) 
             inside = [s for s in _in(samples, window) if s.get("disk") and size(s) is not None and records(s)]
             if len(inside) < 2:
                 rates.append(None)
+                still = False
                 continue
             added = records(inside[-1]) - records(inside[0])
             grown_bytes = size(inside[-1]) - size(inside[0])
